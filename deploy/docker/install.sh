@@ -1,0 +1,48 @@
+#!/bin/sh
+# Installs dupguard into a virtual environment in two steps, so that the image keeps its
+# dependencies in a layer of their own, built before the code is copied in:
+#
+#   install.sh deps   create the venv and install the [project] dependencies of pyproject.toml
+#   install.sh app    build the dupguard wheel from the current directory and install it, no deps
+#
+# The Dockerfile's RUN lines call this script and nothing else; tests/deploy/test_image.py replays
+# the Dockerfile's builder stage with the same script in a fresh venv, so the two cannot drift.
+# Run it from the build context root. DUPGUARD_VENV (default /opt/dupguard) is the target venv,
+# PYTHON the interpreter that creates it.
+set -eu
+
+VENV="${DUPGUARD_VENV:-/opt/dupguard}"
+PYTHON="${PYTHON:-python3}"
+PIP_FLAGS="--no-cache-dir --disable-pip-version-check --no-input"
+
+case "${1:-}" in
+  deps)
+    "$PYTHON" -m venv "$VENV"
+    requirements="$(mktemp)"
+    # Only pyproject.toml is in the build context at this point: read the dependency list from it
+    # (tomllib is in the standard library from Python 3.11, the project's minimum).
+    "$VENV/bin/python" -c '
+import sys, tomllib
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)["project"]
+sys.stdout.write("".join(dep + "\n" for dep in project["dependencies"]))
+' >"$requirements"
+    # shellcheck disable=SC2086
+    "$VENV/bin/pip" install $PIP_FLAGS --requirement "$requirements"
+    rm -f "$requirements"
+    ;;
+  app)
+    wheelhouse="$(mktemp -d)"
+    # shellcheck disable=SC2086
+    "$VENV/bin/pip" wheel $PIP_FLAGS --no-deps --wheel-dir "$wheelhouse" .
+    # shellcheck disable=SC2086
+    "$VENV/bin/pip" install $PIP_FLAGS --no-deps "$wheelhouse"/*.whl
+    rm -rf "$wheelhouse"
+    # Fails if the deps step missed a requirement of the wheel that was just installed.
+    "$VENV/bin/pip" check
+    ;;
+  *)
+    echo "usage: $0 deps|app" >&2
+    exit 2
+    ;;
+esac
