@@ -217,8 +217,13 @@ def test_build_context_allows_exactly_what_is_copied(stages: list[Stage]) -> Non
             for file in files_under(path):
                 rel = file.relative_to(REPO).as_posix()
                 assert dockerignore_allows(rel, patterns), f"{rel} is excluded by .dockerignore"
-    for unwanted in (".venv/bin/python", ".git/HEAD", ".pg/data/PG_VERSION", "tests/unit/x.py",
-                     "detector/__pycache__/cli.cpython-312.pyc"):
+    for unwanted in (
+        ".venv/bin/python",
+        ".git/HEAD",
+        ".pg/data/PG_VERSION",
+        "tests/unit/x.py",
+        "detector/__pycache__/cli.cpython-312.pyc",
+    ):
         assert not dockerignore_allows(unwanted, patterns), f"{unwanted} would reach the build context"
 
 
