@@ -1,0 +1,3 @@
+from detector.cli import main_entry
+
+main_entry()

@@ -1,0 +1,156 @@
+"""The ``dupguard`` command line. Thin: parses arguments, wires parts together, maps errors to exit codes.
+
+Exit codes (all subcommands):
+    0  done; for ``scan``: no duplicate group found (or the database is Airflow 2, which cannot have them)
+    1  ``scan`` found at least one duplicate group
+    2  bad usage or configuration (every problem is listed)
+    3  the database is unreachable, failed a query or is not an Airflow metadata database
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from detector import __version__, demo, logs, render
+from detector.db import make_engine, open_airflow_db, parse_url
+from detector.detect import DagFilter
+from detector.durations import parse_duration
+from detector.errors import ConfigError, DatabaseError
+from detector.plan import Mode, Outcome, plan
+from detector.scan import Progress, ScanReport, scan
+
+EXIT_OK, EXIT_FOUND, EXIT_CONFIG, EXIT_DB = 0, 1, 2, 3
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dupguard",
+        description="Find and stop duplicate asset-triggered Airflow DAG runs (HA scheduler race).",
+    )
+    parser.add_argument("--version", action="version", version=f"dupguard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p_scan = sub.add_parser("scan", help="audit history for duplicate groups (one shot)")
+    p_scan.add_argument("--database-url", required=True, help="Airflow metadata DB (postgresql://… or sqlite:///…)")
+    p_scan.add_argument("--since", type=_duration, help="only runs whose run_after is this recent (e.g. 1d, 6h)")
+    p_scan.add_argument("--dag", action="append", default=[], metavar="GLOB", help="only these DAGs (repeatable)")
+    p_scan.add_argument("--exclude-dag", action="append", default=[], metavar="GLOB", help="skip these DAGs")
+    p_scan.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p_scan.add_argument(
+        "--suspect-window",
+        type=_duration,
+        default=timedelta(seconds=60),
+        help="partitioned runs of one key this close together are suspected (default 60s)",
+    )
+
+    p_demo = sub.add_parser("demo", help="detect duplicates in an embedded incident (no Airflow needed)")
+    p_demo.add_argument("--db", type=Path, help="where to write the demo SQLite database (default: a temp dir)")
+    p_demo.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logs.configure("warning", "auto")
+    try:
+        if args.command == "scan":
+            return _scan(args)
+        if args.command == "demo":
+            return _demo(args)
+    except ConfigError as exc:
+        print(f"dupguard: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except DatabaseError as exc:
+        print(f"dupguard: {exc}", file=sys.stderr)
+        return EXIT_DB
+    parser.error(f"unknown command {args.command}")
+    return EXIT_CONFIG  # pragma: no cover - parser.error exits
+
+
+def main_entry() -> None:
+    sys.exit(main())
+
+
+def _progress_bar() -> Progress | None:
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    bar = tqdm(total=0, unit="run", desc="scanning", file=sys.stderr, leave=False)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    return update
+
+
+def _print_report(report: ScanReport, fmt: str) -> None:
+    if fmt == "json":
+        print(render.as_json(report))
+    elif fmt == "csv":
+        print(render.as_csv(report), end="")
+    else:
+        print(render.as_table(report), end="")
+
+
+def _scan(args: argparse.Namespace) -> int:
+    url = parse_url(args.database_url)
+    db = open_airflow_db(make_engine(url))
+    if not db.info.exact:
+        print(
+            f"dupguard: warning: unknown alembic revision {db.info.revision!r}; "
+            f"schema looks like Airflow {db.info.family.value}",
+            file=sys.stderr,
+        )
+    if not db.info.can_duplicate:
+        print(
+            f"Airflow {db.info.airflow_version}: Airflow 2 cannot create duplicate dataset-triggered runs "
+            "(UNIQUE(dag_id, execution_date) and a deterministic run_id prevent them). Nothing to scan."
+        )
+        return EXIT_OK
+    report = scan(
+        db,
+        now=datetime.now(UTC),
+        since=args.since,
+        dag_filter=DagFilter(tuple(args.dag), tuple(args.exclude_dag)),
+        suspect_window=args.suspect_window,
+        progress=_progress_bar(),
+    )
+    _print_report(report, args.format)
+    return EXIT_FOUND if report.findings else EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    path: Path = args.db or Path(tempfile.mkdtemp(prefix="dupguard-demo-")) / "airflow.db"
+    engine = demo.build(path)
+    report = scan(open_airflow_db(engine), now=demo.INCIDENT_START + timedelta(hours=1))
+    _print_report(report, args.format)
+    if args.format != "table":
+        return EXIT_OK
+    actions = plan(report.findings, Mode.DRY_RUN, now=report.scanned_at)
+    print(f"\nWould alert on-call about {len(report.findings)} group(s). Remediation plan (dry-run):")
+    for a in actions:
+        verb = {
+            Outcome.WOULD_REMEDIATE: "would mark failed",
+            Outcome.TOO_LATE: "too late, both runs executed; leave",
+            Outcome.PREVENTED: "prevented by the in-scheduler guard; leave",
+            Outcome.NOT_CONFIRMED: "suspected only; leave",
+        }.get(a.outcome, a.outcome.value)
+        print(f"  {a.dag_id}: {verb} {a.run.run_id} (keeps {a.kept_run_id})")
+    print(f"\nDemo database: {path}\nTry: dupguard scan --database-url sqlite:///{path} --format json")
+    return EXIT_OK

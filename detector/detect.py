@@ -1,0 +1,205 @@
+"""The pure detection core: runs, their consumed events and task progress in; findings out.
+
+No clock, no environment, no I/O. The same function serves the one-shot history scan and the
+daemon's incremental poll, which passes only the neighbourhood of newly seen runs.
+
+Why these rules (see shared/airflow-facts.md §2):
+- 3.0/3.1 (apache/airflow#54491, #63507): the second scheduler acts on a stale, unlocked read of
+  ``asset_dag_run_queue`` and creates a run with the *same* ``run_after`` (max queue created_at) and
+  the *same* consumed events. ``(dag_id, run_after)`` is the group key; identical, non-empty event
+  sets confirm it.
+- 3.2 partitioned path (apache/airflow#68045): two schedulers read the same pending
+  ``asset_partition_dag_run``; each stamps its own ``utcnow()`` as run_after, so the key is
+  ``(dag_id, partition_key)`` and identical, non-empty event sets confirm it. Runs of one partition
+  with different events created close together are only *suspected*: a partition legitimately
+  re-runs when new data for it arrives.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from detector.model import (
+    ASSET_TRIGGERED,
+    NO_PROGRESS,
+    Confidence,
+    Finding,
+    Kind,
+    Run,
+    TaskProgress,
+)
+
+DEFAULT_SUSPECT_WINDOW = timedelta(seconds=60)
+
+
+@dataclass(frozen=True, slots=True)
+class DagFilter:
+    """Include/exclude globs on dag_id. An empty include list means every DAG."""
+
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    def selects(self, dag_id: str) -> bool:
+        if self.include and not any(fnmatch.fnmatchcase(dag_id, g) for g in self.include):
+            return False
+        return not any(fnmatch.fnmatchcase(dag_id, g) for g in self.exclude)
+
+
+ALL_DAGS = DagFilter()
+
+
+def keep_order(run: Run, progress: Mapping[int, TaskProgress]) -> tuple[int, int]:
+    """Sort key of the keep rule: a run whose tasks started wins, then the lowest id.
+
+    Deterministic from database state alone, so every replica picks the same run.
+    """
+    started = progress.get(run.id, NO_PROGRESS).any_started
+    return (0 if started else 1, run.id)
+
+
+def find_duplicates(
+    runs: Iterable[Run],
+    events: Mapping[int, frozenset[int]],
+    progress: Mapping[int, TaskProgress] | None = None,
+    *,
+    dag_filter: DagFilter = ALL_DAGS,
+    suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW,
+) -> list[Finding]:
+    """Every duplicate group among ``runs``.
+
+    ``events`` maps run id to the ids of the asset events it consumed; ``progress`` maps run id to
+    its task progress (missing means nothing started). Runs that are not asset-triggered or not
+    selected by ``dag_filter`` are ignored. Findings come sorted by (dag_id, run_after, key).
+    """
+    progress = progress or {}
+    unique = {r.id: r for r in runs if r.run_type == ASSET_TRIGGERED and dag_filter.selects(r.dag_id)}
+    by_asset_key: dict[tuple[str, object], list[Run]] = defaultdict(list)
+    by_partition: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    for run in unique.values():
+        if run.partition_key is None:
+            by_asset_key[(run.dag_id, run.run_after)].append(run)
+        else:
+            by_partition[(run.dag_id, run.partition_key)].append(run)
+
+    findings: list[Finding] = []
+    for group in by_asset_key.values():
+        if len(group) > 1:
+            findings.append(_asset_finding(group, events, progress))
+    for group in by_partition.values():
+        if len(group) > 1:
+            findings.extend(_partition_findings(group, events, progress, suspect_window))
+    findings.sort(key=lambda f: (f.dag_id, f.run_after, f.key))
+    return findings
+
+
+def _event_set(run: Run, events: Mapping[int, frozenset[int]]) -> frozenset[int]:
+    return events.get(run.id, frozenset())
+
+
+def _asset_finding(
+    group: list[Run], events: Mapping[int, frozenset[int]], progress: Mapping[int, TaskProgress]
+) -> Finding:
+    sets = {_event_set(r, events) for r in group}
+    only = next(iter(sets))
+    confirmed = len(sets) == 1 and bool(only)
+    shared = frozenset.intersection(*sets)
+    first = group[0]
+    return _finding(
+        key=f"asset|{first.dag_id}|{first.run_after.isoformat()}",
+        kind=Kind.ASSET,
+        confidence=Confidence.CONFIRMED if confirmed else Confidence.SUSPECTED,
+        group=group,
+        shared=shared,
+        progress=progress,
+    )
+
+
+def _partition_findings(
+    group: list[Run],
+    events: Mapping[int, frozenset[int]],
+    progress: Mapping[int, TaskProgress],
+    window: timedelta,
+) -> list[Finding]:
+    dag_id, partition_key = group[0].dag_id, group[0].partition_key
+    by_events: dict[frozenset[int], list[Run]] = defaultdict(list)
+    for run in group:
+        by_events[_event_set(run, events)].append(run)
+
+    findings: list[Finding] = []
+    # One representative per distinct event set: the kept run of a confirmed class stands for it, so
+    # a suspected group never repeats runs that a confirmed group already accounts for.
+    representatives: list[Run] = []
+    for event_set, members in by_events.items():
+        members.sort(key=lambda r: keep_order(r, progress))
+        representatives.append(members[0])
+        if len(members) > 1 and event_set:
+            digest = hashlib.sha256(",".join(map(str, sorted(event_set))).encode()).hexdigest()[:16]
+            findings.append(
+                _finding(
+                    key=f"partitioned|{dag_id}|{partition_key}|{digest}",
+                    kind=Kind.PARTITIONED,
+                    confidence=Confidence.CONFIRMED,
+                    group=members,
+                    shared=event_set,
+                    progress=progress,
+                )
+            )
+        elif len(members) > 1:
+            representatives.extend(members[1:])
+
+    for cluster in _clusters_within(representatives, window):
+        if len(cluster) > 1:
+            shared = frozenset.intersection(*(_event_set(r, events) for r in cluster))
+            findings.append(
+                _finding(
+                    key=f"partitioned-suspected|{dag_id}|{partition_key}|{min(r.id for r in cluster)}",
+                    kind=Kind.PARTITIONED,
+                    confidence=Confidence.SUSPECTED,
+                    group=cluster,
+                    shared=shared,
+                    progress=progress,
+                )
+            )
+    return findings
+
+
+def _clusters_within(runs: Sequence[Run], window: timedelta) -> list[list[Run]]:
+    """Chains of runs whose consecutive run_after values lie within ``window`` of each other."""
+    clusters: list[list[Run]] = []
+    for run in sorted(runs, key=lambda r: (r.run_after, r.id)):
+        if clusters and run.run_after - clusters[-1][-1].run_after <= window:
+            clusters[-1].append(run)
+        else:
+            clusters.append([run])
+    return clusters
+
+
+def _finding(
+    *,
+    key: str,
+    kind: Kind,
+    confidence: Confidence,
+    group: Sequence[Run],
+    shared: frozenset[int],
+    progress: Mapping[int, TaskProgress],
+) -> Finding:
+    ordered = sorted(group, key=lambda r: keep_order(r, progress))
+    kept, duplicates = ordered[0], tuple(sorted(ordered[1:], key=lambda r: r.id))
+    return Finding(
+        key=key,
+        kind=kind,
+        confidence=confidence,
+        dag_id=kept.dag_id,
+        kept=kept,
+        duplicates=duplicates,
+        shared_event_ids=tuple(sorted(shared)),
+        run_after=min(r.run_after for r in group),
+        partition_key=kept.partition_key,
+        duplicate_task_seconds=sum(progress.get(r.id, NO_PROGRESS).task_seconds for r in duplicates),
+        progress={r.id: progress.get(r.id, NO_PROGRESS) for r in group},
+    )

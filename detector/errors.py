@@ -1,0 +1,44 @@
+"""The exceptions dupguard raises on purpose. Every message is meant for the operator and never holds a secret.
+
+DupguardError
+├── ConfigError               bad settings; start-up stops with exit code 2 listing every problem
+├── DatabaseError             the metadata database cannot be reached or queried (exit code 3)
+│   └── UnsupportedSchema     the database is not an Airflow metadata DB dupguard can read
+├── AirflowApiError           the Airflow REST API refused or failed a call
+│   └── AirflowAuthError      wrong credentials or token; not retried
+└── AlertDeliveryError        Slack or the webhook could not take an alert
+"""
+
+from __future__ import annotations
+
+
+class DupguardError(Exception):
+    """Base of every error dupguard raises deliberately."""
+
+
+class ConfigError(DupguardError):
+    """One or more settings are invalid. ``problems`` lists each one."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class DatabaseError(DupguardError):
+    """The metadata database is unreachable or a query failed."""
+
+
+class UnsupportedSchema(DatabaseError):
+    """The database holds no Airflow schema dupguard understands."""
+
+
+class AirflowApiError(DupguardError):
+    """A call to Airflow's REST API failed."""
+
+
+class AirflowAuthError(AirflowApiError):
+    """Airflow rejected the credentials; retrying would only lock the account."""
+
+
+class AlertDeliveryError(DupguardError):
+    """An alert could not be delivered."""

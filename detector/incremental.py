@@ -1,0 +1,113 @@
+"""Incremental detection for the daemon: each poll examines only runs that became visible since the last.
+
+``dag_run.id`` comes from a sequence taken at INSERT, not at COMMIT, so a run can become visible
+after a run with a higher id. ``NewRowTracker`` therefore remembers the ids it skipped over
+("gaps") and asks for them again until they appear or are older than ``grace`` (a rolled-back
+insert never fills its gap). State is the highest id seen plus the open gaps: bounded memory over
+weeks of running. Siblings of a new run are looked up in the database, never in memory, so a
+duplicate whose first run is far below the watermark is still found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection
+
+from detector import queries
+from detector.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
+from detector.model import ASSET_TRIGGERED, Finding, Run
+from detector.schema import AirflowTables
+
+DEFAULT_GRACE = timedelta(seconds=60)
+DEFAULT_MAX_GAPS = 10_000
+DEFAULT_BATCH = 1_000
+
+
+@dataclass
+class NewRowTracker:
+    """Which ids are new. Pure: the caller passes the fetched ids and ``now``."""
+
+    high: int
+    grace: timedelta = DEFAULT_GRACE
+    max_gaps: int = DEFAULT_MAX_GAPS
+    gaps: dict[int, datetime] = field(default_factory=dict)
+    gaps_dropped: int = 0  # gaps given up because there were too many to track
+
+    def open_gaps(self) -> list[int]:
+        return sorted(self.gaps)
+
+    def accept(self, ids: Sequence[int], now: datetime) -> list[int]:
+        """Record the ids a fetch returned; return the ones never seen before, ascending."""
+        fresh = sorted({i for i in ids if i > self.high or i in self.gaps})
+        for i in fresh:
+            self.gaps.pop(i, None)
+        if fresh and fresh[-1] > self.high:
+            visible = set(fresh)
+            for missing in range(self.high + 1, fresh[-1]):
+                if missing in visible:
+                    continue
+                if len(self.gaps) >= self.max_gaps:
+                    self.gaps_dropped += 1
+                    continue
+                self.gaps[missing] = now
+            self.high = fresh[-1]
+        expired = [i for i, since in self.gaps.items() if now - since > self.grace]
+        for i in expired:
+            del self.gaps[i]
+        return fresh
+
+
+@dataclass(frozen=True)
+class PollResult:
+    new_runs: list[Run]
+    findings: list[Finding]
+    batch_full: bool  # more rows are waiting: poll again at once
+
+
+@dataclass
+class IncrementalDetector:
+    tables: AirflowTables
+    tracker: NewRowTracker
+    dag_filter: DagFilter = ALL_DAGS
+    suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW
+    batch: int = DEFAULT_BATCH
+
+    def poll(self, conn: Connection, now: datetime) -> PollResult:
+        """One poll: fetch what became visible, then judge each new asset run with its siblings."""
+        t = self.tables
+        fetched = queries.new_runs(conn, t, self.tracker.high, self.tracker.open_gaps(), self.batch)
+        fresh_ids = set(self.tracker.accept([r.id for r in fetched], now))
+        new = [r for r in fetched if r.id in fresh_ids]
+        watched = [r for r in new if r.run_type == ASSET_TRIGGERED and self.dag_filter.selects(r.dag_id)]
+        findings = self._judge(conn, watched, now) if watched else []
+        return PollResult(new_runs=new, findings=findings, batch_full=len(fetched) >= self.batch)
+
+    def _judge(self, conn: Connection, watched: list[Run], now: datetime) -> list[Finding]:
+        t = self.tables
+        events = queries.consumed_events(conn, t, [r.id for r in watched])
+        candidates: dict[int, Run] = {r.id: r for r in watched}
+        alone = True
+        for run in watched:
+            for sibling in queries.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window):
+                candidates.setdefault(sibling.id, sibling)
+                alone = alone and sibling.id == run.id
+        if alone:
+            return []  # the common case: every new run is the only one of its trigger
+        ids = list(candidates)
+        events = queries.consumed_events(conn, t, ids)
+        progress = queries.task_progress(conn, t, ids, now)
+        new_ids = {r.id for r in watched}
+        return [
+            f
+            for f in find_duplicates(
+                candidates.values(),
+                events,
+                progress,
+                dag_filter=self.dag_filter,
+                suspect_window=self.suspect_window,
+            )
+            if any(r.id in new_ids for r in f.runs)
+        ]

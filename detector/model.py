@@ -1,0 +1,100 @@
+"""Frozen domain objects. Rows become these at the database boundary; the pure core sees nothing else."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+ASSET_TRIGGERED = "asset_triggered"
+
+# A task instance in one of these states has run (or is running) user code. Skipped, removed and
+# upstream_failed are deliberately absent: Airflow stamps start_date on tasks it merely skips.
+STARTED_TI_STATES = frozenset(
+    {
+        "running",
+        "success",
+        "failed",
+        "up_for_retry",
+        "up_for_reschedule",
+        "deferred",
+        "restarting",
+        "awaiting_input",
+    }
+)
+
+
+class Kind(enum.StrEnum):
+    ASSET = "asset"
+    PARTITIONED = "partitioned"
+
+
+class Confidence(enum.StrEnum):
+    CONFIRMED = "confirmed"
+    SUSPECTED = "suspected"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One ``dag_run`` row, narrowed to what detection needs."""
+
+    id: int
+    dag_id: str
+    run_id: str
+    run_type: str
+    run_after: datetime
+    state: str | None = None
+    partition_key: str | None = None
+    creating_job_id: int | None = None
+    creator_hostname: str | None = None
+    queued_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskProgress:
+    """What the task instances of one run have done so far."""
+
+    total: int = 0
+    started: int = 0
+    skipped: int = 0
+    task_seconds: float = 0.0
+
+    @property
+    def any_started(self) -> bool:
+        return self.started > 0
+
+    @property
+    def all_skipped(self) -> bool:
+        return self.total > 0 and self.skipped == self.total
+
+
+NO_PROGRESS = TaskProgress()
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A group of runs that one asset trigger produced more than once.
+
+    ``kept`` is the run the keep rule preserves; ``duplicates`` are the others, in id order.
+    ``key`` is stable for the group's lifetime, so replicas and restarts agree on what was handled.
+    """
+
+    key: str
+    kind: Kind
+    confidence: Confidence
+    dag_id: str
+    kept: Run
+    duplicates: tuple[Run, ...]
+    shared_event_ids: tuple[int, ...]
+    run_after: datetime
+    partition_key: str | None = None
+    duplicate_task_seconds: float = 0.0
+    progress: dict[int, TaskProgress] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def runs(self) -> tuple[Run, ...]:
+        return (self.kept, *self.duplicates)
+
+    @property
+    def creating_job_ids(self) -> tuple[int | None, ...]:
+        return tuple(r.creating_job_id for r in self.runs)

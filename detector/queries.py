@@ -1,0 +1,225 @@
+"""Every query dupguard sends to Airflow's metadata database, named for what it fetches.
+
+SQLAlchemy Core over the tables declared in ``detector.schema``; read-only; no string-built SQL.
+Rows become frozen ``detector.model`` objects here, at the boundary. The index each query relies
+on is named beside it (shared/airflow-facts.md §1.5).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Row, Select, and_, func, inspect, or_, select, tuple_
+from sqlalchemy.exc import NoSuchTableError
+
+from detector.model import ASSET_TRIGGERED, STARTED_TI_STATES, Run, TaskProgress
+from detector.schema import AirflowTables, alembic_version_table
+
+CHUNK = 500  # ids per IN list: keeps statements small on every backend
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# --- schema identification -------------------------------------------------------------------
+
+
+def alembic_revision(conn: Connection) -> str | None:
+    """The alembic head Airflow stamped, or None when the table is missing or empty."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(select(alembic_version_table().c.version_num).limit(1)).scalar_one_or_none()
+
+
+def table_columns(conn: Connection, tables: Iterable[str]) -> dict[str, set[str]]:
+    """``{table: {column names}}`` for the tables that exist."""
+    inspector = inspect(conn)
+    found: dict[str, set[str]] = {}
+    for name in tables:
+        try:
+            found[name] = {c["name"] for c in inspector.get_columns(name)}
+        except NoSuchTableError:
+            continue
+    return found
+
+
+# --- dag runs ----------------------------------------------------------------------------------
+
+
+def _run_select(t: AirflowTables) -> Select[Any]:
+    dr, job = t.dag_run, t.job
+    cols = [
+        dr.c.id,
+        dr.c.dag_id,
+        dr.c.run_id,
+        dr.c.run_type,
+        dr.c.run_after,
+        dr.c.state,
+        dr.c.creating_job_id,
+        job.c.hostname,
+        dr.c.queued_at,
+    ]
+    if t.family.has_partitions:
+        cols.append(dr.c.partition_key)
+    return select(*cols).select_from(dr.outerjoin(job, job.c.id == dr.c.creating_job_id))
+
+
+def _run(row: Row[Any]) -> Run:
+    m = row._mapping
+    return Run(
+        id=m["id"],
+        dag_id=m["dag_id"],
+        run_id=m["run_id"],
+        run_type=m["run_type"],
+        run_after=m["run_after"],
+        state=m["state"],
+        partition_key=m.get("partition_key"),
+        creating_job_id=m["creating_job_id"],
+        creator_hostname=m["hostname"],
+        queued_at=m["queued_at"],
+    )
+
+
+def max_run_id(conn: Connection, t: AirflowTables) -> int:
+    """Highest dag_run id (dag_run_pkey), 0 on an empty table."""
+    return int(conn.execute(select(func.max(t.dag_run.c.id))).scalar_one_or_none() or 0)
+
+
+def new_runs(conn: Connection, t: AirflowTables, above: int, gaps: Sequence[int], limit: int) -> list[Run]:
+    """Runs with id > ``above`` or id in ``gaps``, by id: the daemon's tail (dag_run_pkey only).
+
+    ``gaps`` are ids below ``above`` that were not visible yet: their transactions may still commit.
+    """
+    dr = t.dag_run
+    condition = or_(dr.c.id > above, dr.c.id.in_(list(gaps))) if gaps else dr.c.id > above
+    query = _run_select(t).where(condition).order_by(dr.c.id).limit(limit)
+    return [_run(r) for r in conn.execute(query)]
+
+
+def first_run_id_since(conn: Connection, t: AirflowTables, since: datetime, not_below: int) -> int | None:
+    """Lowest id > not_below of a run queued at or after ``since`` (pkey range, bounded by not_below)."""
+    dr = t.dag_run
+    query = select(func.min(dr.c.id)).where(dr.c.id > not_below, dr.c.queued_at >= since)
+    value = conn.execute(query).scalar_one_or_none()
+    return None if value is None else int(value)
+
+
+def sibling_runs(
+    conn: Connection, t: AirflowTables, run: Run, event_ids: Iterable[int], window: timedelta
+) -> list[Run]:
+    """Asset-triggered runs of run's DAG that could share its trigger.
+
+    Same run_after (idx_dag_run_run_after), or a shared consumed event (idx on dagrun_asset_event
+    .event_id), or, for partitioned runs, the same partition key created within ``window``.
+    """
+    dr, rev = t.dag_run, t.run_events
+    conditions = [dr.c.run_after == run.run_after]
+    events = sorted(event_ids)
+    if events:
+        consumers = select(rev.c.dag_run_id).where(rev.c.event_id.in_(events))
+        conditions.append(dr.c.id.in_(consumers))
+    if t.family.has_partitions and run.partition_key is not None:
+        conditions.append(
+            and_(
+                dr.c.run_after.between(run.run_after - window, run.run_after + window),
+                dr.c.partition_key == run.partition_key,
+            )
+        )
+    query = _run_select(t).where(dr.c.dag_id == run.dag_id, dr.c.run_type == ASSET_TRIGGERED, or_(*conditions))
+    return [_run(r) for r in conn.execute(query)]
+
+
+def candidate_asset_keys(conn: Connection, t: AirflowTables, since: datetime | None) -> list[tuple[str, datetime]]:
+    """(dag_id, run_after) shared by more than one non-partitioned asset run (idx_dag_run_run_after)."""
+    dr = t.dag_run
+    query = select(dr.c.dag_id, dr.c.run_after).where(dr.c.run_type == ASSET_TRIGGERED)
+    if since is not None:
+        query = query.where(dr.c.run_after >= since)
+    if t.family.has_partitions:
+        query = query.where(dr.c.partition_key.is_(None))
+    query = query.group_by(dr.c.dag_id, dr.c.run_after).having(func.count() > 1)
+    return [(r.dag_id, r.run_after) for r in conn.execute(query)]
+
+
+def candidate_partition_keys(conn: Connection, t: AirflowTables, since: datetime | None) -> list[tuple[str, str]]:
+    """(dag_id, partition_key) with more than one asset run since ``since``."""
+    if not t.family.has_partitions:
+        return []
+    dr = t.dag_run
+    query = select(dr.c.dag_id, dr.c.partition_key).where(
+        dr.c.run_type == ASSET_TRIGGERED, dr.c.partition_key.is_not(None)
+    )
+    if since is not None:
+        query = query.where(dr.c.run_after >= since)
+    query = query.group_by(dr.c.dag_id, dr.c.partition_key).having(func.count() > 1)
+    return [(r.dag_id, r.partition_key) for r in conn.execute(query)]
+
+
+def runs_for_asset_keys(conn: Connection, t: AirflowTables, keys: Sequence[tuple[str, datetime]]) -> list[Run]:
+    dr = t.dag_run
+    runs: list[Run] = []
+    for part in chunks(keys):
+        query = _run_select(t).where(
+            dr.c.run_type == ASSET_TRIGGERED, tuple_(dr.c.dag_id, dr.c.run_after).in_(list(part))
+        )
+        runs.extend(_run(r) for r in conn.execute(query))
+    return runs
+
+
+def runs_for_partition_keys(
+    conn: Connection, t: AirflowTables, keys: Sequence[tuple[str, str]], since: datetime | None
+) -> list[Run]:
+    dr = t.dag_run
+    runs: list[Run] = []
+    for part in chunks(keys):
+        query = _run_select(t).where(
+            dr.c.run_type == ASSET_TRIGGERED, tuple_(dr.c.dag_id, dr.c.partition_key).in_(list(part))
+        )
+        if since is not None:
+            query = query.where(dr.c.run_after >= since)
+        runs.extend(_run(r) for r in conn.execute(query))
+    return runs
+
+
+# --- what runs consumed and did -------------------------------------------------------------------
+
+
+def consumed_events(conn: Connection, t: AirflowTables, run_ids: Iterable[int]) -> dict[int, frozenset[int]]:
+    """run id -> ids of the asset events it consumed (idx_dagrun_asset_events_dag_run_id)."""
+    rev = t.run_events
+    found: dict[int, set[int]] = defaultdict(set)
+    for part in chunks(sorted(set(run_ids))):
+        for row in conn.execute(select(rev.c.dag_run_id, rev.c.event_id).where(rev.c.dag_run_id.in_(part))):
+            found[row.dag_run_id].add(row.event_id)
+    return {run_id: frozenset(events) for run_id, events in found.items()}
+
+
+def task_progress(conn: Connection, t: AirflowTables, run_ids: Iterable[int], now: datetime) -> dict[int, TaskProgress]:
+    """run id -> what its task instances did (ti_dag_run index via the dag_run join)."""
+    dr, ti = t.dag_run, t.task_instance
+    totals: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
+    for part in chunks(sorted(set(run_ids))):
+        query = (
+            select(dr.c.id, ti.c.state, ti.c.start_date, ti.c.end_date)
+            .select_from(ti.join(dr, and_(ti.c.dag_id == dr.c.dag_id, ti.c.run_id == dr.c.run_id)))
+            .where(dr.c.id.in_(part))
+        )
+        for row in conn.execute(query):
+            acc = totals[row.id]
+            acc[0] += 1
+            if row.state in STARTED_TI_STATES:
+                acc[1] += 1
+                if row.start_date is not None:
+                    acc[3] += max(0.0, ((row.end_date or now) - row.start_date).total_seconds())
+            elif row.state == "skipped":
+                acc[2] += 1
+    return {
+        run_id: TaskProgress(total=int(a[0]), started=int(a[1]), skipped=int(a[2]), task_seconds=a[3])
+        for run_id, a in totals.items()
+    }

@@ -1,0 +1,149 @@
+"""Findings as text for people (table) and for tools (JSON, CSV). The JSON shape is a contract.
+
+JSON (``format_version`` 1)::
+
+    {"format_version": 1, "dupguard_version": "...", "airflow_version": "3.1.2", "schema_family": "3.1",
+     "scanned_at": ISO, "since": ISO | null, "runs_examined": int,
+     "summary": {"groups": n, "confirmed": n, "suspected": n, "duplicate_runs": n, "duplicate_task_seconds": x},
+     "groups": [{"key", "dag_id", "kind", "confidence", "kept_run_id", "duplicate_run_ids", "shared_event_ids",
+                 "run_after", "partition_key", "creating_job_ids", "creator_hostnames",
+                 "duplicate_task_seconds", "runs": [{"id", "run_id", "state", "kept", "creating_job_id",
+                 "creator_hostname", "queued_at", "tasks_total", "tasks_started", "task_seconds"}]}]}
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from detector import __version__
+from detector.model import NO_PROGRESS, Confidence, Finding
+from detector.scan import ScanReport
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def finding_dict(f: Finding) -> dict[str, Any]:
+    return {
+        "key": f.key,
+        "dag_id": f.dag_id,
+        "kind": f.kind.value,
+        "confidence": f.confidence.value,
+        "kept_run_id": f.kept.run_id,
+        "duplicate_run_ids": [r.run_id for r in f.duplicates],
+        "shared_event_ids": list(f.shared_event_ids),
+        "run_after": _iso(f.run_after),
+        "partition_key": f.partition_key,
+        "creating_job_ids": list(f.creating_job_ids),
+        "creator_hostnames": [r.creator_hostname for r in f.runs],
+        "duplicate_task_seconds": round(f.duplicate_task_seconds, 3),
+        "runs": [
+            {
+                "id": r.id,
+                "run_id": r.run_id,
+                "state": r.state,
+                "kept": r is f.kept,
+                "creating_job_id": r.creating_job_id,
+                "creator_hostname": r.creator_hostname,
+                "queued_at": _iso(r.queued_at),
+                "tasks_total": f.progress.get(r.id, NO_PROGRESS).total,
+                "tasks_started": f.progress.get(r.id, NO_PROGRESS).started,
+                "task_seconds": round(f.progress.get(r.id, NO_PROGRESS).task_seconds, 3),
+            }
+            for r in f.runs
+        ],
+    }
+
+
+def summary(findings: Sequence[Finding]) -> dict[str, Any]:
+    return {
+        "groups": len(findings),
+        "confirmed": sum(f.confidence is Confidence.CONFIRMED for f in findings),
+        "suspected": sum(f.confidence is Confidence.SUSPECTED for f in findings),
+        "duplicate_runs": sum(len(f.duplicates) for f in findings),
+        "duplicate_task_seconds": round(sum(f.duplicate_task_seconds for f in findings), 3),
+    }
+
+
+def as_json(report: ScanReport) -> str:
+    doc = {
+        "format_version": 1,
+        "dupguard_version": __version__,
+        "airflow_version": report.info.airflow_version,
+        "schema_family": report.info.family.value,
+        "scanned_at": _iso(report.scanned_at),
+        "since": _iso(report.since),
+        "runs_examined": report.runs_examined,
+        "summary": summary(report.findings),
+        "groups": [finding_dict(f) for f in report.findings],
+    }
+    return json.dumps(doc, indent=2)
+
+
+CSV_COLUMNS = (
+    "dag_id",
+    "kind",
+    "confidence",
+    "run_after",
+    "partition_key",
+    "kept_run_id",
+    "duplicate_run_ids",
+    "shared_event_ids",
+    "creating_job_ids",
+    "duplicate_task_seconds",
+)
+
+
+def as_csv(report: ScanReport) -> str:
+    """One row per group; list fields are space-separated so spreadsheets keep them in one cell."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for f in report.findings:
+        d = finding_dict(f)
+        writer.writerow(
+            [
+                " ".join("" if v is None else str(v) for v in d[c]) if isinstance(d[c], list) else d[c]
+                for c in CSV_COLUMNS
+            ]
+        )
+    return out.getvalue()
+
+
+def as_table(report: ScanReport) -> str:
+    """A human summary: one block per group, most important first."""
+    lines = [
+        f"Airflow {report.info.airflow_version} (schema {report.info.family.value}); "
+        f"examined {report.runs_examined} candidate runs"
+        + (f" since {report.since.isoformat()}" if report.since else " over all history"),
+    ]
+    if not report.findings:
+        lines.append("No duplicate asset-triggered runs found.")
+        return "\n".join(lines) + "\n"
+    s = summary(report.findings)
+    lines.append(
+        f"{s['groups']} duplicate group(s): {s['confirmed']} confirmed, {s['suspected']} suspected; "
+        f"{s['duplicate_runs']} duplicate run(s) ran {s['duplicate_task_seconds']:.1f} task-seconds"
+    )
+    for f in sorted(report.findings, key=lambda f: (f.confidence is not Confidence.CONFIRMED, f.dag_id, f.run_after)):
+        where = (
+            f"partition {f.partition_key!r}" if f.partition_key is not None else f"run_after {f.run_after.isoformat()}"
+        )
+        lines.append("")
+        lines.append(f"[{f.confidence.value.upper()}] {f.dag_id}  {f.kind.value}  {where}")
+        lines.append(f"  shared events: {', '.join(map(str, f.shared_event_ids)) or '(none)'}")
+        for r in f.runs:
+            p = f.progress.get(r.id, NO_PROGRESS)
+            role = "keep     " if r is f.kept else "duplicate"
+            host = f" on {r.creator_hostname}" if r.creator_hostname else ""
+            lines.append(
+                f"  {role} {r.run_id}  state={r.state}  job={r.creating_job_id}{host}  "
+                f"tasks started {p.started}/{p.total}"
+            )
+    return "\n".join(lines) + "\n"

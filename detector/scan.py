@@ -1,0 +1,57 @@
+"""The one-shot history audit behind ``dupguard scan``: candidate keys by SQL, verdicts by the core."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from detector import queries
+from detector.db import AirflowDb, connect
+from detector.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
+from detector.model import Finding
+from detector.versions import SchemaInfo
+
+Progress = Callable[[int, int], None]  # (done, total) in runs examined
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    info: SchemaInfo
+    findings: list[Finding]
+    scanned_at: datetime
+    since: datetime | None
+    runs_examined: int
+
+
+def scan(
+    db: AirflowDb,
+    *,
+    now: datetime,
+    since: timedelta | None = None,
+    dag_filter: DagFilter = ALL_DAGS,
+    suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW,
+    progress: Progress | None = None,
+) -> ScanReport:
+    """Every duplicate group whose runs have run_after within ``since`` of ``now`` (all history if None).
+
+    The database narrows history to keys shared by more than one run (GROUP BY on the run_after
+    index); only those runs' events and task instances are read.
+    """
+    start = None if since is None else now - since
+    t = db.tables
+    with connect(db.engine) as conn:
+        asset_keys = [k for k in queries.candidate_asset_keys(conn, t, start) if dag_filter.selects(k[0])]
+        part_keys = [k for k in queries.candidate_partition_keys(conn, t, start) if dag_filter.selects(k[0])]
+        runs = queries.runs_for_asset_keys(conn, t, asset_keys)
+        runs += queries.runs_for_partition_keys(conn, t, part_keys, start)
+        ids = [r.id for r in runs]
+        events: dict[int, frozenset[int]] = {}
+        task_progress = {}
+        for done, part in enumerate(queries.chunks(ids), start=1):
+            events.update(queries.consumed_events(conn, t, part))
+            task_progress.update(queries.task_progress(conn, t, part, now))
+            if progress is not None:
+                progress(min(done * queries.CHUNK, len(ids)), len(ids))
+    findings = find_duplicates(runs, events, task_progress, dag_filter=dag_filter, suspect_window=suspect_window)
+    return ScanReport(info=db.info, findings=findings, scanned_at=now, since=start, runs_examined=len(ids))

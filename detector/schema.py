@@ -1,0 +1,149 @@
+"""The Airflow tables dupguard reads, declared explicitly (SQLAlchemy Core) per schema family.
+
+Only the columns dupguard needs are declared; Airflow owns the tables. Column sets per version come
+from shared/airflow-facts.md §1 and the committed ``airflow db migrate`` fixtures.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    TypeDecorator,
+)
+from sqlalchemy.engine import Dialect
+
+
+class Family(enum.StrEnum):
+    """Schema families: versions whose tables dupguard reads the same way."""
+
+    AIRFLOW_2 = "2.x"
+    AIRFLOW_3_0 = "3.0"
+    AIRFLOW_3_1 = "3.1"
+    AIRFLOW_3_2 = "3.2"
+    AIRFLOW_3_3 = "3.3"
+
+    @property
+    def has_partitions(self) -> bool:
+        return self in (Family.AIRFLOW_3_2, Family.AIRFLOW_3_3)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes from PostgreSQL ``timestamptz`` and SQLite's naive text alike."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+        # Airflow stores naive UTC text in SQLite; comparisons there are textual.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        parsed: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class AirflowTables:
+    family: Family
+    metadata: MetaData
+    dag_run: Table
+    task_instance: Table
+    run_events: Table  # dagrun_asset_event
+    asset_event: Table
+    asset: Table
+    job: Table
+    alembic_version: Table
+
+
+def alembic_version_table(metadata: MetaData | None = None) -> Table:
+    return Table("alembic_version", metadata or MetaData(), Column("version_num", String(32), primary_key=True))
+
+
+def airflow_tables(family: Family) -> AirflowTables:
+    """Declared tables for ``family``. Airflow 2 is never read: it cannot produce these duplicates."""
+    md = MetaData()
+    partition_cols = [Column("partition_key", String(250))] if family.has_partitions else []
+    dag_run = Table(
+        "dag_run",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("dag_id", String(250), nullable=False),
+        Column("run_id", String(250), nullable=False),
+        Column("run_type", String(50), nullable=False),
+        Column("run_after", UtcDateTime, nullable=False),
+        Column("state", String(50)),
+        Column("queued_at", UtcDateTime),
+        Column("start_date", UtcDateTime),
+        Column("end_date", UtcDateTime),
+        Column("creating_job_id", Integer),
+        Column("clear_number", Integer, nullable=False, default=0),
+        *partition_cols,
+    )
+    task_instance = Table(
+        "task_instance",
+        md,
+        Column("dag_id", String(250), primary_key=True),
+        Column("task_id", String(250), primary_key=True),
+        Column("run_id", String(250), primary_key=True),
+        Column("map_index", Integer, primary_key=True, default=-1),
+        Column("state", String(20)),
+        Column("start_date", UtcDateTime),
+        Column("end_date", UtcDateTime),
+        Column("try_number", Integer),
+    )
+    run_events = Table(
+        "dagrun_asset_event",
+        md,
+        Column("dag_run_id", Integer, primary_key=True),
+        Column("event_id", Integer, primary_key=True),
+    )
+    asset_event = Table(
+        "asset_event",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("asset_id", Integer, nullable=False),
+        Column("source_dag_id", String(250)),
+        Column("source_run_id", String(250)),
+        Column("timestamp", UtcDateTime, nullable=False),
+        *[Column("partition_key", String(250))] if family.has_partitions else [],
+    )
+    asset = Table(
+        "asset",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("name", String(1500), nullable=False),
+        Column("uri", String(1500), nullable=False),
+    )
+    job = Table(
+        "job",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("job_type", String(30)),
+        Column("hostname", String(500)),
+    )
+    return AirflowTables(
+        family=family,
+        metadata=md,
+        dag_run=dag_run,
+        task_instance=task_instance,
+        run_events=run_events,
+        asset_event=asset_event,
+        asset=asset,
+        job=job,
+        alembic_version=alembic_version_table(md),
+    )
