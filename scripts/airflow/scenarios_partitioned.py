@@ -169,9 +169,7 @@ def prepare_database(admin_url: str, db: str, home: Path, consumers: list[str]) 
     os.environ.update(
         {
             "AIRFLOW_HOME": str(home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url.replace(
-                "postgresql://", "postgresql+psycopg2://", 1
-            ),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url.replace("postgresql://", "postgresql+psycopg2://", 1),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
@@ -224,9 +222,7 @@ def serialize_dags() -> None:
             kwargs = {}
             if "version_data" in inspect.signature(sync_bag_to_db).parameters:  # 3.3+
                 kwargs["version_data"] = None
-            sync_bag_to_db(
-                bag, bundle.name, bundle_version=bundle.get_current_version(), session=session, **kwargs
-            )
+            sync_bag_to_db(bag, bundle.name, bundle_version=bundle.get_current_version(), session=session, **kwargs)
 
 
 def check_unpaused(dag_ids: list[str]) -> None:
@@ -314,11 +310,7 @@ def scheduler_loop(runner, *, after_apdr_read=None) -> float:
             def scalars(statement, *args, **kwargs):
                 result = original(statement, *args, **kwargs)
                 sql = str(statement)
-                if (
-                    not fired
-                    and "FROM asset_partition_dag_run" in sql
-                    and "created_dag_run_id IS NULL" in sql
-                ):
+                if not fired and "FROM asset_partition_dag_run" in sql and "created_dag_run_id IS NULL" in sql:
                     fired.append(True)
                     after_apdr_read()
                 return result
@@ -389,9 +381,7 @@ def apdr_pointers() -> dict[int, int | None]:
     from sqlalchemy import select
 
     with create_session() as session:
-        return dict(
-            session.execute(select(AssetPartitionDagRun.id, AssetPartitionDagRun.created_dag_run_id)).all()
-        )
+        return dict(session.execute(select(AssetPartitionDagRun.id, AssetPartitionDagRun.created_dag_run_id)).all())
 
 
 def group_by_key(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
