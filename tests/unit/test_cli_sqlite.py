@@ -1,0 +1,89 @@
+"""The command line end to end on the embedded demo database (SQLite, Airflow 3.1 tables)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from detector import demo
+from detector.cli import main
+
+
+@pytest.fixture
+def demo_db(tmp_path: Path) -> str:
+    path = tmp_path / "airflow.db"
+    demo.build(path)
+    return f"sqlite:///{path}"
+
+
+def test_demo_prints_groups_and_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dupguard demo` finds the seeded incident and prints what it would do, exit 0."""
+    assert main(["demo", "--db", str(tmp_path / "d.db")]) == 0
+    out = capsys.readouterr().out
+    assert "6 duplicate group(s): 6 confirmed" in out
+    assert "IOcGWY58" in out and "too late, both runs executed" in out
+    assert "would mark failed asset_triggered__" in out and "CSaWJHzX" in out
+    assert "prevented by the in-scheduler guard" in out
+
+
+def test_scan_json_contract(demo_db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """JSON has the documented keys; look-alikes in the demo are not flagged; exit 1 when found."""
+    assert main(["scan", "--database-url", demo_db, "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["airflow_version"] == "3.1.2" and doc["format_version"] == 1
+    required = {
+        "dag_id", "kind", "confidence", "kept_run_id", "duplicate_run_ids", "shared_event_ids",
+        "run_after", "partition_key", "creating_job_ids", "duplicate_task_seconds",
+    }  # fmt: skip
+    for group in doc["groups"]:
+        assert required <= group.keys()
+    dags = sorted(g["dag_id"] for g in doc["groups"])
+    assert dags == sorted(
+        ["consumer_asset_listener"] * 2 + ["load_orders", "refresh_dashboard", "notify_finance", "archive_orders"]
+    )
+    report = next(g for g in doc["groups"] if g["kept_run_id"].endswith("vBRUPZHu"))
+    assert report["duplicate_run_ids"][0].endswith("IOcGWY58")
+    assert report["creating_job_ids"] == [101, 102]
+    assert report["duplicate_task_seconds"] == 8.0
+    assert doc["summary"]["duplicate_runs"] == 6
+
+
+def test_scan_dag_filters_and_since(demo_db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--dag/--exclude-dag narrow the DAGs; --since far in the past of the demo finds nothing."""
+    main(["scan", "--database-url", demo_db, "--format", "json", "--dag", "*orders*", "--exclude-dag", "archive_*"])
+    doc = json.loads(capsys.readouterr().out)
+    assert [g["dag_id"] for g in doc["groups"]] == ["load_orders"]
+    assert main(["scan", "--database-url", demo_db, "--since", "1h"]) == 0  # the demo incident is in March
+    assert "No duplicate asset-triggered runs found." in capsys.readouterr().out
+
+
+def test_scan_csv_has_one_row_per_group(demo_db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """CSV: a header and one row per group."""
+    main(["scan", "--database-url", demo_db, "--format", "csv"])
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 6 and {r["confidence"] for r in rows} == {"confirmed"}
+
+
+def test_unreachable_database_is_one_line_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    """A dead server: exit 3, one line naming the host, no password, no traceback."""
+    code = main(["scan", "--database-url", "postgresql://airflow:topsecret@127.0.0.1:1/airflow"])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "127.0.0.1" in err and "topsecret" not in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_unsupported_url_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """A URL scheme dupguard cannot read is a configuration error."""
+    assert main(["scan", "--database-url", "mysql://u:p@h/db"]) == 2
+    assert "not supported" in capsys.readouterr().err
+
+
+def test_not_airflow_database_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty SQLite file is not an Airflow database: exit 3 with a clear message."""
+    assert main(["scan", "--database-url", f"sqlite:///{tmp_path / 'empty.db'}"]) == 3
+    assert "not an Airflow metadata database" in capsys.readouterr().err

@@ -1,0 +1,42 @@
+"""NewRowTracker: late commits with lower ids are seen once, memory stays bounded."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from detector.incremental import NewRowTracker
+from tests.factories import T0
+
+
+def test_returns_each_id_once() -> None:
+    """Ids above the high-water mark are new exactly once."""
+    t = NewRowTracker(high=10)
+    assert t.accept([11, 12], T0) == [11, 12]
+    assert t.accept([11, 12], T0) == []
+    assert t.high == 12
+
+
+def test_late_commit_with_lower_id_is_still_reported() -> None:
+    """Id 12 is visible before 11 commits; 11 is remembered as a gap and reported when it appears."""
+    t = NewRowTracker(high=10)
+    assert t.accept([12], T0) == [12]
+    assert t.open_gaps() == [11]
+    assert t.accept([11], T0 + timedelta(seconds=1)) == [11]
+    assert t.open_gaps() == []
+
+
+def test_gap_expires_after_grace() -> None:
+    """A rolled-back insert never fills its gap; it is forgotten after the grace period."""
+    t = NewRowTracker(high=0, grace=timedelta(seconds=30))
+    t.accept([3], T0)
+    assert t.open_gaps() == [1, 2]
+    t.accept([], T0 + timedelta(seconds=31))
+    assert t.open_gaps() == []
+
+
+def test_gap_count_is_bounded() -> None:
+    """A huge id jump (sequence cache, restore) cannot make the tracker grow without bound."""
+    t = NewRowTracker(high=0, max_gaps=100)
+    t.accept([1_000_000], T0)
+    assert len(t.open_gaps()) == 100
+    assert t.gaps_dropped == 1_000_000 - 1 - 100
