@@ -106,9 +106,16 @@ def dag_file_source(consumers: list[str]) -> str:
         "        return None",
         "",
         "",
+        "try:  # 3.3+: only partitioned Dags accept a partition_key when triggered",
+        "    from airflow.sdk import PartitionedAtRuntime",
+        "",
+        "    producer_schedule = PartitionedAtRuntime()",
+        "except ImportError:  # 3.2: any Dag run may carry a partition_key",
+        "    producer_schedule = None",
+        "",
         f"sales = Asset(name={ASSET_NAME!r})",
         "",
-        f"with DAG({PRODUCER!r}, schedule=None, catchup=False):",
+        f"with DAG({PRODUCER!r}, schedule=producer_schedule, catchup=False):",
         "    Noop(task_id='write', outlets=[sales])",
     ]
     for dag_id in consumers:
@@ -297,7 +304,7 @@ def scheduler_loop(runner, *, after_apdr_read=None) -> float:
     """Step 1 of SchedulerJobRunner._do_scheduling: create dag runs, then commit.
 
     `after_apdr_read` (if given) is called once, right after this scheduler's pending-APDR SELECT
-    returned. Returns the monotonic time of the commit.
+    returned, with the ids of the APDR rows it read. Returns the monotonic time of the commit.
     """
     from airflow.utils.session import create_session
     from airflow.utils.sqlalchemy import prohibit_commit
@@ -308,12 +315,14 @@ def scheduler_loop(runner, *, after_apdr_read=None) -> float:
             fired = []
 
             def scalars(statement, *args, **kwargs):
-                result = original(statement, *args, **kwargs)
                 sql = str(statement)
-                if not fired and "FROM asset_partition_dag_run" in sql and "created_dag_run_id IS NULL" in sql:
-                    fired.append(True)
-                    after_apdr_read()
-                return result
+                if fired or "FROM asset_partition_dag_run" not in sql or "created_dag_run_id IS NULL" not in sql:
+                    return original(statement, *args, **kwargs)
+                fired.append(True)
+                # Equivalent to session.scalars(statement), but buffered so the ids read are visible.
+                frozen = session.execute(statement, *args, **kwargs).freeze()
+                after_apdr_read([apdr.id for apdr in frozen().scalars()])
+                return frozen().scalars()
 
             session.scalars = scalars  # instance attribute: only this session is affected
         with prohibit_commit(session) as guard:
@@ -322,15 +331,23 @@ def scheduler_loop(runner, *, after_apdr_read=None) -> float:
         return time.monotonic()
 
 
-def race(runner_a, runner_b) -> dict[int, float]:
-    """Both schedulers read the pending APDR, then both continue. Returns {job_id: commit time}."""
+def race(runner_a, runner_b) -> tuple[dict[int, float], dict[int, list[int]]]:
+    """Both schedulers read the pending APDRs, then both continue.
+
+    Returns ({job_id: commit time}, {job_id: ids of the pending APDRs it read}).
+    """
     barrier = threading.Barrier(2, timeout=60)
     commits: dict[int, float] = {}
+    reads: dict[int, list[int]] = {}
     errors: list[BaseException] = []
 
     def work(runner):
+        def after_read(apdr_ids):
+            reads[runner.job.id] = apdr_ids
+            barrier.wait()
+
         try:
-            commits[runner.job.id] = scheduler_loop(runner, after_apdr_read=barrier.wait)
+            commits[runner.job.id] = scheduler_loop(runner, after_apdr_read=after_read)
         except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
             errors.append(err)
             barrier.abort()
@@ -342,7 +359,7 @@ def race(runner_a, runner_b) -> dict[int, float]:
         t.join()
     if errors:
         raise errors[0]
-    return commits
+    return commits, reads
 
 
 # --------------------------------------------------------------------------------------------
@@ -408,11 +425,17 @@ def scenario_race_partitioned(version: tuple[int, ...]):
     scheduler_loop(a)
     before = {r["id"] for r in consumer_runs()}
     event_id = produce_event("2026-11-30T05:00:00")
-    commits = race(a, b)
+    commits, reads = race(a, b)
     new = [r for r in consumer_runs() if r["id"] not in before]
     pointers = apdr_pointers()
-    notes = {"race_event_id": event_id, "job_ids": {"scheduler-a": a.job.id, "scheduler-b": b.job.id}}
+    notes = {
+        "race_event_id": event_id,
+        "job_ids": {"scheduler-a": a.job.id, "scheduler-b": b.job.id},
+        "pending_apdr_ids_read_by_job": {str(k): v for k, v in sorted(reads.items())},
+    }
     if version < (3, 3):
+        check(len(reads) == 2 and all(len(ids) == 1 for ids in reads.values()), f"both read: {reads}")
+        check(len({tuple(ids) for ids in reads.values()}) == 1, "both read the same APDR")
         check(len(new) == 2, f"expected 2 runs from the race, got {len(new)}")
         r1, r2 = sorted(new, key=lambda r: (r["run_after"], r["id"]))
         check(r1["partition_key"] == r2["partition_key"] == "2026-11-30T05:00:00", "partition keys")
@@ -442,9 +465,12 @@ def scenario_race_partitioned(version: tuple[int, ...]):
             }
         ]
         return expected, [], notes
+    check(sorted(len(ids) for ids in reads.values()) == [0, 1], f"SKIP LOCKED: one reads it: {reads}")
     check(len(new) == 1, f"expected 1 run from the race on {version}, got {len(new)}")
     check(new[0]["event_ids"] == [event_id], "consumed events")
-    notes["winner_job_id"] = new[0]["creating_job_id"]
+    winner = new[0]["creating_job_id"]
+    check(len(reads[winner]) == 1, "the run was created by the scheduler that got the row")
+    notes["winner_job_id"] = winner
     return [], [], notes
 
 
