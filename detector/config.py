@@ -1,0 +1,348 @@
+"""The one frozen configuration, built once at start-up from flags > env (``DUPGUARD_*``) > YAML file > defaults.
+
+Every secret may also come from a file named by ``DUPGUARD_<NAME>_FILE`` (mounted Kubernetes
+Secrets). Validation collects every problem before failing, so an operator fixes them in one go.
+``SETTINGS`` is the single source of truth: the README's settings table is checked against it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from detector.db import parse_url, redact
+from detector.durations import parse_duration
+from detector.errors import ConfigError
+
+ENV_PREFIX = "DUPGUARD_"
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"{text!r} is not a boolean (true/false)")
+
+
+def _globs(text: str) -> tuple[str, ...]:
+    return tuple(g.strip() for g in text.split(",") if g.strip())
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in allowed:
+            raise ValueError(f"{text!r} is not one of {', '.join(allowed)}")
+        return value
+
+    return parse
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"{value} is not a TCP port")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{value} must be at least 1")
+    return value
+
+
+def _positive_duration(text: str) -> timedelta:
+    value = parse_duration(text)
+    if value <= timedelta(0):
+        raise ValueError(f"{text!r} must be greater than zero")
+    return value
+
+
+def _url(text: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    return text.rstrip("/")
+
+
+def _db_url(text: str) -> str:
+    parse_url(text)  # raises ConfigError with a redacted message
+    return text
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str  # field name; env var is DUPGUARD_<NAME upper>
+    default: Any
+    parse: Callable[[str], Any]
+    help: str
+    secret: bool = False
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "database_url",
+        None,
+        _db_url,
+        "Airflow metadata DB URL (postgresql://, postgres://, postgresql+psycopg2://, sqlite:///). Required.",
+        secret=True,
+    ),
+    Setting(
+        "lock_database_url",
+        None,
+        _db_url,
+        "Direct (non-PgBouncer) URL for the leader lock; defaults to the database URL.",
+        secret=True,
+    ),
+    Setting(
+        "lock_mode",
+        "session",
+        _choice("session", "transaction"),
+        "Leader lock: session advisory lock "
+        "(direct connection) or a transaction-scoped lock held in an open transaction (PgBouncer).",
+    ),
+    Setting("lock_key", 7_355_608_201, int, "PostgreSQL advisory lock key (Airflow uses 1 and 2)."),
+    Setting("poll_interval", timedelta(milliseconds=20), _positive_duration, "Time between polls for new runs."),
+    Setting(
+        "leader_check_interval",
+        timedelta(seconds=1),
+        _positive_duration,
+        "How often standbys try the lock and the leader re-checks it.",
+    ),
+    Setting(
+        "startup_lookback",
+        timedelta(minutes=15),
+        parse_duration,
+        "On a start without a ledger watermark, re-examine runs queued this recently.",
+    ),
+    Setting(
+        "suspect_window",
+        timedelta(seconds=60),
+        parse_duration,
+        "Partitioned runs of one key this close together with different events are suspected.",
+    ),
+    Setting(
+        "gap_grace", timedelta(seconds=60), _positive_duration, "How long an unseen lower dag_run id may still commit."
+    ),
+    Setting("dags", (), _globs, "Comma-separated dag_id globs to watch (empty: all)."),
+    Setting("exclude_dags", (), _globs, "Comma-separated dag_id globs to ignore."),
+    Setting("cluster_name", "airflow", str, "Name of this Airflow deployment in alerts."),
+    Setting("http_port", 9469, _port, "Port of /livez, /readyz and /metrics (0: disabled)."),
+    Setting("log_level", "info", _choice("debug", "info", "warning", "error"), "Log level."),
+    Setting("log_format", "auto", _choice("auto", "json", "console"), "json, console, or auto (console on a TTY)."),
+    Setting("summary_interval", timedelta(seconds=60), _positive_duration, "Interval of the summary log line."),
+    Setting(
+        "ledger",
+        "auto",
+        _choice("auto", "on", "off"),
+        "Durable ledger in schema `dupguard`: auto (use it "
+        "if `dupguard init-db` made it), on (create it at start), off (memory only).",
+    ),
+    Setting(
+        "remediation",
+        "dry-run",
+        _choice("off", "dry-run", "fail", "skip"),
+        "What to do with confirmed "
+        "duplicates: off, dry-run (log what would be done), fail (mark run failed), skip (skip its tasks).",
+    ),
+    Setting("remediation_backend", "api", _choice("api", "db"), "api (Airflow REST API) or db (direct writes)."),
+    Setting("remediate_started", False, _bool, "Also stop duplicates whose tasks already started."),
+    Setting("airflow_api_url", None, _url, "Airflow API server base URL, e.g. http://airflow-api-server:8080."),
+    Setting("airflow_username", None, str, "Airflow user for POST /auth/token."),
+    Setting("airflow_password", None, str, "Password of that user.", secret=True),
+    Setting("airflow_token", None, str, "A static Airflow API JWT instead of username/password.", secret=True),
+    Setting("airflow_ca_bundle", None, str, "CA bundle file for the API's TLS certificate."),
+    Setting("airflow_verify_tls", True, _bool, "Verify the API's TLS certificate."),
+    Setting("airflow_timeout", timedelta(seconds=5), _positive_duration, "Timeout of each Airflow API call."),
+    Setting("airflow_ui_url", None, _url, "Airflow UI base URL for links in alerts."),
+    Setting("slack_bot_token", None, str, "Slack bot token (chat.postMessage, threads, updates).", secret=True),
+    Setting("slack_channel", None, str, "Slack channel for the bot token."),
+    Setting("slack_webhook_url", None, _url, "Slack incoming webhook URL (alternative to the bot).", secret=True),
+    Setting("slack_api_url", None, _url, "Slack API base URL override (gateways, tests)."),
+    Setting(
+        "webhook_url", None, _url, "Generic JSON webhook for PagerDuty/Opsgenie/Teams-style receivers.", secret=True
+    ),
+    Setting("alert_storm_threshold", 5, _positive_int, "More groups than this within a minute become one digest."),
+    Setting("alert_timeout", timedelta(seconds=5), _positive_duration, "Timeout of each alert delivery call."),
+)
+SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting, typed. Build it with ``load`` (or ``Config.of`` in tests); defaults live in SETTINGS."""
+
+    database_url: str
+    lock_database_url: str | None
+    lock_mode: str
+    lock_key: int
+    poll_interval: timedelta
+    leader_check_interval: timedelta
+    startup_lookback: timedelta
+    suspect_window: timedelta
+    gap_grace: timedelta
+    dags: tuple[str, ...]
+    exclude_dags: tuple[str, ...]
+    cluster_name: str
+    http_port: int
+    log_level: str
+    log_format: str
+    summary_interval: timedelta
+    ledger: str
+    remediation: str
+    remediation_backend: str
+    remediate_started: bool
+    airflow_api_url: str | None
+    airflow_username: str | None
+    airflow_password: str | None = field(repr=False)
+    airflow_token: str | None = field(repr=False)
+    airflow_ca_bundle: str | None
+    airflow_verify_tls: bool
+    airflow_timeout: timedelta
+    airflow_ui_url: str | None
+    slack_bot_token: str | None = field(repr=False)
+    slack_channel: str | None
+    slack_webhook_url: str | None = field(repr=False)
+    slack_api_url: str | None
+    webhook_url: str | None = field(repr=False)
+    alert_storm_threshold: int
+    alert_timeout: timedelta
+
+    @classmethod
+    def of(cls, **overrides: Any) -> Config:
+        """A Config with SETTINGS' defaults and ``overrides`` (no validation: for tests and tools)."""
+        return cls(**({s.name: s.default for s in SETTINGS} | overrides))
+
+    def redacted(self) -> dict[str, Any]:
+        """Every setting as loggable values: secrets masked, URLs without passwords."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            setting = SETTINGS_BY_NAME[f.name]
+            if value is None:
+                out[f.name] = None
+            elif f.name in {"database_url", "lock_database_url"}:
+                out[f.name] = redact(parse_url(value))
+            elif setting.secret:
+                out[f.name] = "***"
+            elif isinstance(value, timedelta):
+                out[f.name] = value.total_seconds()
+            else:
+                out[f.name] = value
+        return out
+
+
+def load(
+    flags: Mapping[str, str | None] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: str | None = None,
+) -> Config:
+    """Build the Config; raises ConfigError listing every problem (never a secret value)."""
+    flags = flags or {}
+    env = os.environ if env is None else env
+    problems: list[str] = []
+    file_values: dict[str, Any] = {}
+    path = config_file or env.get(ENV_PREFIX + "CONFIG")
+    if path:
+        file_values = _read_file(Path(path), problems)
+
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        raw, origin = _raw_value(s, flags, env, file_values, problems)
+        if raw is None:
+            values[s.name] = s.default
+            continue
+        try:
+            values[s.name] = s.parse(raw)
+        except ConfigError as exc:
+            problems.extend(f"{origin}: {p}" for p in exc.problems)
+        except (ValueError, TypeError) as exc:
+            shown = "(hidden)" if s.secret else repr(raw)
+            problems.append(f"{origin}: invalid value {shown}: {exc}" if not s.secret else f"{origin}: invalid value")
+
+    problems.extend(_cross_checks(values))
+    if problems:
+        raise ConfigError(problems)
+    return Config(**values)
+
+
+def _read_file(path: Path, problems: list[str]) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        problems.append(f"config file {path}: cannot read ({exc.strerror})")
+        return {}
+    except yaml.YAMLError as exc:
+        problems.append(f"config file {path}: not valid YAML ({exc.__class__.__name__})")
+        return {}
+    if not isinstance(data, dict):
+        problems.append(f"config file {path}: must be a mapping of setting: value")
+        return {}
+    unknown = sorted(set(data) - set(SETTINGS_BY_NAME))
+    problems.extend(f"config file {path}: unknown setting {k!r}" for k in unknown)
+    return {k: v for k, v in data.items() if k in SETTINGS_BY_NAME}
+
+
+def _raw_value(
+    s: Setting,
+    flags: Mapping[str, str | None],
+    env: Mapping[str, str],
+    file_values: Mapping[str, Any],
+    problems: list[str],
+) -> tuple[str | None, str]:
+    if flags.get(s.name) is not None:
+        return str(flags[s.name]), s.flag
+    if env.get(s.env) not in (None, ""):
+        return env[s.env], s.env
+    file_env = s.env + "_FILE"
+    if s.secret and env.get(file_env):
+        try:
+            return Path(env[file_env]).read_text().strip(), file_env
+        except OSError as exc:
+            problems.append(f"{file_env}: cannot read {env[file_env]} ({exc.strerror})")
+            return None, file_env
+    if s.name in file_values and file_values[s.name] is not None:
+        value = file_values[s.name]
+        if isinstance(value, list):
+            value = ",".join(map(str, value))
+        return str(value), f"config file key {s.name}"
+    return None, "default"
+
+
+def _cross_checks(v: Mapping[str, Any]) -> list[str]:
+    problems: list[str] = []
+    if not v.get("database_url"):
+        problems.append("DUPGUARD_DATABASE_URL (or --database-url, or _FILE) is required")
+    if v.get("remediation") in {"fail", "skip"} and v.get("remediation_backend") == "api":
+        if not v.get("airflow_api_url"):
+            problems.append("DUPGUARD_REMEDIATION=fail/skip with the api backend needs DUPGUARD_AIRFLOW_API_URL")
+        if not v.get("airflow_token") and not (v.get("airflow_username") and v.get("airflow_password")):
+            problems.append(
+                "the api backend needs DUPGUARD_AIRFLOW_TOKEN, "
+                "or DUPGUARD_AIRFLOW_USERNAME and DUPGUARD_AIRFLOW_PASSWORD"
+            )
+    if v.get("slack_bot_token") and not v.get("slack_channel"):
+        problems.append("DUPGUARD_SLACK_BOT_TOKEN needs DUPGUARD_SLACK_CHANNEL")
+    if v.get("airflow_ca_bundle") and not Path(v["airflow_ca_bundle"]).is_file():
+        problems.append(f"DUPGUARD_AIRFLOW_CA_BUNDLE: no such file {v['airflow_ca_bundle']}")
+    return problems
+
+
+def flag_names() -> Sequence[str]:
+    return [s.flag for s in SETTINGS]

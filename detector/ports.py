@@ -1,0 +1,93 @@
+"""The interfaces between the daemon and its side effects. Each side effect lives in its own module
+and receives its client (engine, HTTP session, Slack client) as a parameter, so tests inject real
+local servers or fakes without patching.
+
+- ``Ledger``: durable (or in-memory) record of what was already handled: exactly-once across
+  restarts, replicas and overlapping polls.
+- ``Remediator``: carries out one planned ``Action`` (api or db backend; dry-run logs only).
+- ``Alerter``: takes an ``AlertEvent`` and delivers it later, off the detection path: ``notify``
+  must return at once (Slack never delays detection or remediation).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from detector.model import Finding
+from detector.plan import Action
+
+
+class Ledger(Protocol):
+    durable: bool
+
+    def claim(self, group_key: str, subject: str) -> bool:
+        """Record that ``subject`` (e.g. "alert", "remediate:<run_id>") is being handled for the group.
+
+        True exactly once per (group_key, subject), for every replica and across restarts.
+        """
+        ...
+
+    def remember(self, group_key: str, name: str, value: str) -> None:
+        """Keep a small value for the group (e.g. the Slack thread ts)."""
+        ...
+
+    def recall(self, group_key: str, name: str) -> str | None: ...
+
+    def watermark(self) -> int | None:
+        """Highest dag_run id fully examined by a previous leader, if known."""
+        ...
+
+    def save_watermark(self, high: int) -> None: ...
+
+
+class Result(enum.StrEnum):
+    DONE = "done"  # the state change is committed
+    DRY_RUN = "dry_run"  # logged what would be done
+    ALREADY = "already"  # an earlier action (or the guard) already stopped it
+    TOO_LATE = "too_late"  # re-read showed started tasks: not touched
+    GONE = "gone"  # the run was deleted (404)
+    FAILED = "failed"  # could not be done; ``detail`` says why
+    SKIPPED = "skipped"  # nothing to do for this outcome (not confirmed, disabled, prevented)
+
+
+@dataclass(frozen=True)
+class RemediationResult:
+    action: Action
+    result: Result
+    detail: str = ""
+    committed_at: datetime | None = None
+
+
+class Remediator(Protocol):
+    def execute(self, action: Action) -> RemediationResult:
+        """Carry out ``action`` (only ``action.writes`` ones change anything). Never raises."""
+        ...
+
+
+class AlertKind(enum.StrEnum):
+    DETECTED = "detected"
+    OUTCOME = "outcome"  # remediation done / failed / too late, a follow-up to DETECTED
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    kind: AlertKind
+    finding: Finding
+    detected_at: datetime
+    cluster: str
+    mode: str
+    actions: tuple[Action, ...] = ()
+    results: tuple[RemediationResult, ...] = field(default=())
+
+
+class Alerter(Protocol):
+    def notify(self, event: AlertEvent) -> None:
+        """Queue ``event`` for delivery and return at once. Never raises."""
+        ...
+
+    def close(self, timeout: float) -> None:
+        """Deliver what is queued within ``timeout`` seconds, then stop; log what was not delivered."""
+        ...
