@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require_executable
+
+from tests.deploy.support import REPO, require_executable
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
@@ -229,9 +230,7 @@ def test_build_context_allows_exactly_what_is_copied(stages: list[Stage]) -> Non
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return {
-        p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-        for p in root.rglob("*")
-        if p.is_file()
+        p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()
     }
 
 

@@ -1,0 +1,270 @@
+"""The companion chart deploy/helm/dupguard, rendered offline with helm-python-sdk.
+
+helm-python-sdk binds Helm's own Go engine (v4) through a bundled C library, so these renders are
+what `helm template` produces, without a helm binary. Every combination of the chart's toggles is
+rendered and every object is validated with kubernetes-validate in strict mode.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy.support import (
+    CHART,
+    REPO,
+    assert_hardened_container,
+    load_documents,
+    require_executable,
+    require_module,
+    validate_objects,
+)
+
+SECRET_VARIANTS: dict[str, dict[str, Any]] = {
+    "no-secrets": {},
+    "inline-secrets": {
+        "slack": {"channel": "#airflow", "botToken": "xoxb-test"},
+        "airflow": {"apiUrl": "http://airflow-api-server:8080", "username": "dupguard", "password": "pw"},
+        "database": {"lockDatabaseUrl": "postgresql://dupguard:pw@postgres:5432/airflow"},
+    },
+    "existing-secret": {"existingSecret": "my-dupguard-secrets"},
+}
+TOGGLES = {
+    "enabled": [True, False],
+    "mode": ["sidecar", "standalone"],
+    "networkPolicy.enabled": [True, False],
+    "sidecar.airflowNetworkPolicies": [True, False],
+    "serviceAccount.create": [True, False],
+    "podDisruptionBudget.enabled": [True, False],
+    "metrics.prometheusAnnotations": [True, False],
+    "remediation.mode": ["off", "dry-run", "fail", "skip"],
+    "secrets": list(SECRET_VARIANTS),
+}
+
+
+def _set(values: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        values = values.setdefault(key, {})
+    values[leaf] = value
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def combinations() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for combo in itertools.product(*TOGGLES.values()):
+        values: dict[str, Any] = {}
+        label = []
+        for key, value in zip(TOGGLES, combo, strict=True):
+            if key == "secrets":
+                _merge(values, json.loads(json.dumps(SECRET_VARIANTS[value])))
+            else:
+                _set(values, key, value)
+            label.append(f"{key}={value}")
+        out.append((",".join(label), values))
+    return out
+
+
+def render(values: dict[str, Any], release: str = "dupguard") -> list[dict[str, Any]]:
+    helm = require_module("helm_python")
+    rendered = helm.Chart.load(CHART).render(values, name=release, namespace="airflow")
+    docs: list[dict[str, Any]] = []
+    for path, text in sorted(rendered.items()):
+        if not path.endswith("NOTES.txt"):
+            docs += load_documents(text)
+    return docs
+
+
+def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    kinds = [d["kind"] for d in docs]
+    assert len(kinds) == len(set(kinds)), f"one object per kind expected, got {kinds}"
+    return {d["kind"]: d for d in docs}
+
+
+def test_chart_lints_clean() -> None:
+    """helm lint (strict) finds nothing above "info" with the defaults and in standalone mode."""
+    helm = require_module("helm_python")
+    for values in ({}, {"mode": "standalone"}):
+        report = helm.lint(str(CHART), values, strict=True, kube_version="v1.30.0")
+        problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+        assert not problems, problems
+
+
+@pytest.mark.timeout(900)
+def test_every_toggle_combination_renders_valid_objects() -> None:
+    """All toggle combinations render; each distinct object passes kubernetes-validate --strict."""
+    seen: set[str] = set()
+    for label, values in combinations():
+        docs = render(values)
+        if not values["enabled"]:
+            assert docs == [], f"{label}: enabled=false must render nothing"
+            continue
+        kinds = by_kind(docs)
+        standalone = values["mode"] == "standalone"
+        expected = {"ConfigMap"}
+        if values.get("slack") and not values.get("existingSecret"):
+            expected.add("Secret")
+        if standalone:
+            expected |= {"Deployment", "Service"}
+            if values["serviceAccount"]["create"]:
+                expected.add("ServiceAccount")
+            if values["podDisruptionBudget"]["enabled"]:
+                expected.add("PodDisruptionBudget")
+        if values["networkPolicy"]["enabled"] and (standalone or values["sidecar"]["airflowNetworkPolicies"]):
+            expected.add("NetworkPolicy")
+        assert set(kinds) == expected, f"{label}: rendered {sorted(kinds)}"
+        assert kinds["ConfigMap"]["data"]["DUPGUARD_REMEDIATION"] == values["remediation"]["mode"]
+        fresh = []
+        for doc in docs:
+            key = json.dumps(doc, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                fresh.append(doc)
+        if fresh:
+            validate_objects(fresh, label)
+
+
+def test_enabled_false_renders_nothing_whatever_else_is_set() -> None:
+    """The off switch wins over every other value (only NOTES.txt says so)."""
+    values = _merge({"enabled": False, "mode": "standalone"}, SECRET_VARIANTS["inline-secrets"])
+    helm = require_module("helm_python")
+    rendered = helm.Chart.load(CHART).render(values, name="dupguard", namespace="airflow")
+    manifests = {p: t for p, t in rendered.items() if not p.endswith("NOTES.txt")}
+    assert all(not t.strip() for t in manifests.values()), manifests
+
+
+def test_defaults_are_sidecar_dry_run() -> None:
+    """Out of the box: sidecar mode, remediation dry-run, only the ConfigMap the sidecar reads."""
+    kinds = by_kind(render({}))
+    assert set(kinds) == {"ConfigMap"}
+    data = kinds["ConfigMap"]["data"]
+    assert data["DUPGUARD_REMEDIATION"] == "dry-run"
+    assert kinds["ConfigMap"]["metadata"]["name"] == "dupguard", "the name the sidecar overlay reads"
+
+
+def test_standalone_deployment_is_hardened_and_ready_checked() -> None:
+    """Standalone: 2 replicas, readiness and liveness, pod security baseline, metrics annotations."""
+    kinds = by_kind(render({"mode": "standalone", **SECRET_VARIANTS["inline-secrets"]}))
+    deployment = kinds["Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]
+    spec = pod["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["automountServiceAccountToken"] is False
+    (container,) = spec["containers"]
+    assert_hardened_container(container, "standalone container")
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    env = {e["name"]: e for e in container["env"]}
+    ref = env["DUPGUARD_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "airflow-airflow-metadata", "key": "connection"}
+    assert {"configMapRef": {"name": "dupguard"}} in container["envFrom"]
+    assert {"secretRef": {"name": "dupguard"}} in container["envFrom"]
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(container["ports"][0]["containerPort"]) == "9469"
+    assert kinds["Service"]["spec"]["ports"][0]["targetPort"] == "http"
+    policy = kinds["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert policy["ingress"] == [{"ports": [{"protocol": "TCP", "port": 9469}]}]
+    # Secrets go to the Secret, never to the ConfigMap.
+    assert "xoxb-test" not in json.dumps(kinds["ConfigMap"])
+    assert kinds["Secret"]["stringData"]["DUPGUARD_SLACK_BOT_TOKEN"] == "xoxb-test"
+    assert kinds["Secret"]["stringData"]["DUPGUARD_LOCK_DATABASE_URL"].startswith("postgresql://")
+
+
+def test_astronomer_metadata_secret_and_ca_bundle() -> None:
+    """The metadata Secret name/key are configurable (Astronomer: <release>-metadata); CA is mounted."""
+    values = {
+        "mode": "standalone",
+        "database": {"metadataSecret": {"name": "astro-metadata", "key": "connection"}},
+        "airflow": {"apiUrl": "https://airflow.example.internal", "caBundle": {"configMap": "corp-ca"}},
+        "networkPolicy": {"from": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
+    }
+    docs = render(values)
+    validate_objects(docs, "astronomer")
+    kinds = by_kind(docs)
+    (container,) = kinds["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["DUPGUARD_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "astro-metadata"
+    assert kinds["ConfigMap"]["data"]["DUPGUARD_AIRFLOW_CA_BUNDLE"] == "/etc/dupguard/ca/ca.crt"
+    assert {"name": "airflow-ca", "mountPath": "/etc/dupguard/ca", "readOnly": True} in container["volumeMounts"]
+    assert kinds["NetworkPolicy"]["spec"]["ingress"][0]["from"] == values["networkPolicy"]["from"]
+
+
+def test_sidecar_network_policy_selects_scheduler_pods() -> None:
+    """Sidecar mode: the policy admits the metrics port on the Airflow scheduler pods only."""
+    kinds = by_kind(render({"sidecar": {"airflowNetworkPolicies": True}}))
+    selector = kinds["NetworkPolicy"]["spec"]["podSelector"]["matchLabels"]
+    assert selector == {"tier": "airflow", "component": "scheduler", "release": "airflow"}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"mode": "daemonset"},
+        {"remediation": {"mode": "on"}},
+        {"remediation": {"mode": False}},  # a bare `off` in YAML
+        {"remediation": {"backend": "sql"}},
+        {"ledger": "maybe"},
+        {"http": {"port": 80}},
+        {"replicas": 0},
+        {"unknownKey": 1},
+        {"database": {"metadataSecret": {"name": "", "key": "connection"}}},
+        {"slack": {"webhookUrl": "not a url"}},
+    ],
+)
+def test_schema_rejects_bad_values(values: dict[str, Any]) -> None:
+    """values.schema.json turns typos and wrong enums into an error before anything renders."""
+    helm = require_module("helm_python")
+    with pytest.raises(helm.HelmError):
+        helm.Chart.load(CHART).render(values, name="dupguard")
+
+
+def test_inline_secrets_and_existing_secret_conflict() -> None:
+    """Setting both an existing Secret and inline secret values is an error, not a silent choice."""
+    helm = require_module("helm_python")
+    values = _merge({"existingSecret": "mine"}, json.loads(json.dumps(SECRET_VARIANTS["inline-secrets"])))
+    with pytest.raises(helm.HelmError, match="existingSecret"):
+        helm.Chart.load(CHART).render(values, name="dupguard")
+
+
+def test_release_name_sets_object_names() -> None:
+    """A release named otherwise gets <release>-dupguard names (the overlay then needs editing)."""
+    kinds = by_kind(render({}, release="guard"))
+    assert kinds["ConfigMap"]["metadata"]["name"] == "guard-dupguard"
+
+
+def test_rendered_output_passes_yamllint(tmp_path: Path) -> None:
+    """The chart's output is tidy YAML (yamllint with deploy/yamllint.yaml)."""
+    require_module("yamllint")
+    helm = require_module("helm_python")
+    chart = helm.Chart.load(CHART)
+    files = []
+    for n, values in enumerate(({}, {"mode": "standalone", **SECRET_VARIANTS["inline-secrets"]})):
+        for path, text in chart.render(values, name="dupguard", namespace="airflow").items():
+            if path.endswith(".yaml") and text.strip():
+                out = tmp_path / f"{n}-{Path(path).name}"
+                out.write_text(text.lstrip("\n"))
+                files.append(str(out))
+    import subprocess
+
+    result = subprocess.run(
+        [require_executable("yamllint"), "--strict", "-c", str(REPO / "deploy" / "yamllint.yaml"), *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
