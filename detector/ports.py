@@ -81,6 +81,7 @@ class AlertEvent:
     mode: str
     actions: tuple[Action, ...] = ()
     results: tuple[RemediationResult, ...] = field(default=())
+    assets: tuple[str, ...] = ()  # names (or URIs) of the triggering asset(s), when the caller knows them
 
 
 class Alerter(Protocol):
