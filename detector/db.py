@@ -46,7 +46,12 @@ def scrub(message: str, url: URL) -> str:
 
 
 def make_engine(url: URL, *, connect_timeout: float = 5.0, pool_size: int = 2) -> Engine:
-    """An engine with timeouts on: a hung database must never hang dupguard."""
+    """An engine with timeouts on: a hung database must never hang dupguard.
+
+    No ``options``/``SET`` at connect: PgBouncer rejects the startup parameter, and in transaction
+    pooling a session SET would leak into Airflow's own connections. TCP keepalives and
+    ``tcp_user_timeout`` (libpq parameters, fine through PgBouncer) detect a dead server in ~9 s.
+    """
     if url.get_backend_name() == "sqlite":
         return create_engine(url, connect_args={"timeout": connect_timeout})
     return create_engine(
@@ -58,8 +63,11 @@ def make_engine(url: URL, *, connect_timeout: float = 5.0, pool_size: int = 2) -
         connect_args={
             "connect_timeout": max(1, int(connect_timeout)),
             "application_name": "dupguard",
-            # Reads only; a stuck statement is cancelled rather than holding a backend.
-            "options": "-c statement_timeout=10000 -c idle_in_transaction_session_timeout=30000",
+            "keepalives": 1,
+            "keepalives_idle": 5,
+            "keepalives_interval": 2,
+            "keepalives_count": 2,
+            "tcp_user_timeout": 9000,
         },
     )
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Row, Select, and_, func, inspect, or_, select, tuple_
+from sqlalchemy import Connection, Row, Select, and_, func, inspect, literal, or_, select, tuple_
 from sqlalchemy.exc import NoSuchTableError
 
 from detector.model import ASSET_TRIGGERED, STARTED_TI_STATES, Run, TaskProgress
@@ -223,3 +223,8 @@ def task_progress(conn: Connection, t: AirflowTables, run_ids: Iterable[int], no
         run_id: TaskProgress(total=int(a[0]), started=int(a[1]), skipped=int(a[2]), task_seconds=a[3])
         for run_id, a in totals.items()
     }
+
+
+def ping(conn: Connection) -> None:
+    """The cheapest round trip: readiness and the database-up gauge."""
+    conn.execute(select(literal(1)))

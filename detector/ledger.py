@@ -1,0 +1,156 @@
+"""What was already handled, so nothing is alerted or remediated twice (restarts, replicas, overlaps).
+
+``DbLedger`` keeps it in a dupguard-owned schema ``dupguard`` beside Airflow's tables, created only by
+``dupguard init-db`` (or at start with ``DUPGUARD_LEDGER=on``). A claim is an INSERT … ON CONFLICT DO
+NOTHING: exactly one replica wins it, even if two briefly believe they lead. ``MemoryLedger`` serves
+read-only database users: it forgets on restart, so a restarted or newly elected replica may alert
+again about groups from the last ``startup_lookback`` (remediation stays safe: a stopped run is
+recognised as already stopped).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from datetime import UTC, datetime
+
+from sqlalchemy import Column, DateTime, Engine, MetaData, String, Table, Text, inspect, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from detector import logs
+from detector.db import connect
+from detector.errors import ConfigError
+
+SCHEMA = "dupguard"
+_md = MetaData(schema=SCHEMA)
+claims = Table(
+    "claims",
+    _md,
+    Column("group_key", String(600), primary_key=True),
+    Column("subject", String(300), primary_key=True),
+    Column("claimed_at", DateTime(timezone=True), nullable=False),
+    Column("owner", String(300), nullable=False),
+)
+notes = Table(
+    "notes",
+    _md,
+    Column("group_key", String(600), primary_key=True),
+    Column("name", String(100), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+state = Table(
+    "state",
+    _md,
+    Column("name", String(100), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+WATERMARK = "watermark"
+log = logs.get("dupguard.ledger")
+
+
+class MemoryLedger:
+    """In-process ledger (read-only users, SQLite, tests). Thread-safe."""
+
+    durable = False
+
+    def __init__(self) -> None:
+        self._claims: set[tuple[str, str]] = set()
+        self._notes: dict[tuple[str, str], str] = {}
+        self._watermark: int | None = None
+        self._lock = threading.Lock()
+
+    def claim(self, group_key: str, subject: str) -> bool:
+        with self._lock:
+            if (group_key, subject) in self._claims:
+                return False
+            self._claims.add((group_key, subject))
+            return True
+
+    def remember(self, group_key: str, name: str, value: str) -> None:
+        with self._lock:
+            self._notes[(group_key, name)] = value
+
+    def recall(self, group_key: str, name: str) -> str | None:
+        with self._lock:
+            return self._notes.get((group_key, name))
+
+    def watermark(self) -> int | None:
+        return self._watermark
+
+    def save_watermark(self, high: int) -> None:
+        self._watermark = high
+
+
+class DbLedger:
+    """The durable ledger in PostgreSQL schema ``dupguard``."""
+
+    durable = True
+
+    def __init__(self, engine: Engine, owner: str | None = None) -> None:
+        self.engine = engine
+        self.owner = owner or socket.gethostname()
+
+    def claim(self, group_key: str, subject: str) -> bool:
+        stmt = (
+            pg_insert(claims)
+            .values(group_key=group_key, subject=subject, claimed_at=datetime.now(UTC), owner=self.owner)
+            .on_conflict_do_nothing()
+            .returning(claims.c.group_key)
+        )
+        with connect(self.engine) as conn, conn.begin():
+            return conn.execute(stmt).first() is not None
+
+    def remember(self, group_key: str, name: str, value: str) -> None:
+        stmt = pg_insert(notes).values(group_key=group_key, name=name, value=value)
+        stmt = stmt.on_conflict_do_update(index_elements=[notes.c.group_key, notes.c.name], set_={"value": value})
+        with connect(self.engine) as conn, conn.begin():
+            conn.execute(stmt)
+
+    def recall(self, group_key: str, name: str) -> str | None:
+        query = select(notes.c.value).where(notes.c.group_key == group_key, notes.c.name == name)
+        with connect(self.engine) as conn:
+            return conn.execute(query).scalar_one_or_none()
+
+    def watermark(self) -> int | None:
+        with connect(self.engine) as conn:
+            value = conn.execute(select(state.c.value).where(state.c.name == WATERMARK)).scalar_one_or_none()
+        return None if value is None else int(value)
+
+    def save_watermark(self, high: int) -> None:
+        stmt = pg_insert(state).values(name=WATERMARK, value=str(high))
+        stmt = stmt.on_conflict_do_update(index_elements=[state.c.name], set_={"value": str(high)})
+        with connect(self.engine) as conn, conn.begin():
+            conn.execute(stmt)
+
+
+def init_db(engine: Engine) -> None:
+    """Create schema ``dupguard`` and its three small tables (idempotent). Touches nothing of Airflow's."""
+    if engine.url.get_backend_name() != "postgresql":
+        raise ConfigError(["the durable ledger needs PostgreSQL; SQLite deployments use the in-memory ledger"])
+    with connect(engine) as conn, conn.begin():
+        conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+        _md.create_all(conn)
+
+
+def ledger_exists(engine: Engine) -> bool:
+    if engine.url.get_backend_name() != "postgresql":
+        return False
+    with connect(engine) as conn:
+        return bool(inspect(conn).has_table("claims", schema=SCHEMA))
+
+
+def open_ledger(mode: str, engine: Engine) -> MemoryLedger | DbLedger:
+    """The ledger ``mode`` (auto | on | off) asks for; DatabaseError if ``on`` cannot create it."""
+    if mode == "off":
+        return MemoryLedger()
+    if mode == "on":
+        init_db(engine)
+        return DbLedger(engine)
+    if ledger_exists(engine):
+        return DbLedger(engine)
+    log.warning(
+        "ledger_in_memory",
+        reason="schema dupguard not found; run `dupguard init-db` for a durable ledger",
+        consequence="a restart or failover may alert again about recent groups",
+    )
+    return MemoryLedger()

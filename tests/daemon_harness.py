@@ -1,0 +1,103 @@
+"""Runs real ``Daemon`` objects in threads against real PostgreSQL, with recording executors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from detector.config import Config
+from detector.daemon import Daemon, Parts
+from detector.db import make_engine, open_airflow_db, parse_url
+from detector.leader import AdvisoryLock
+from detector.ledger import DbLedger, MemoryLedger, init_db
+from detector.metrics import Metrics
+from detector.plan import Action
+from detector.ports import AlertEvent, AlertKind, RemediationResult, Result
+
+
+@dataclass
+class RecordingRemediator:
+    """Fake remediator: records what it was asked to do and changes nothing."""
+
+    actions: list[Action] = field(default_factory=list)
+
+    def execute(self, action: Action) -> RemediationResult:
+        self.actions.append(action)
+        return RemediationResult(action=action, result=Result.DRY_RUN)
+
+
+@dataclass
+class RecordingAlerter:
+    """Fake alerter: records events."""
+
+    events: list[AlertEvent] = field(default_factory=list)
+    closed: bool = False
+
+    def notify(self, event: AlertEvent) -> None:
+        self.events.append(event)
+
+    def close(self, timeout: float) -> None:
+        self.closed = True
+
+    def detected(self) -> list[AlertEvent]:
+        return [e for e in self.events if e.kind is AlertKind.DETECTED]
+
+
+@dataclass
+class Running:
+    daemon: Daemon
+    thread: threading.Thread
+    alerter: RecordingAlerter
+    remediator: RecordingRemediator
+    metrics: Metrics
+
+    def stop(self) -> None:
+        self.daemon.shutdown(timeout=1.0)
+        self.thread.join(timeout=10)
+        self.daemon.parts.db.engine.dispose()
+
+    def is_leader(self) -> bool:
+        return self.metrics.leader._value.get() == 1  # type: ignore[attr-defined]
+
+
+def start_daemon(url: str, *, durable: bool = True, **overrides: Any) -> Running:
+    settings: dict[str, Any] = {
+        "database_url": url,
+        "poll_interval": timedelta(milliseconds=20),
+        "leader_check_interval": timedelta(milliseconds=200),
+        "startup_lookback": timedelta(minutes=5),
+        "http_port": 0,
+    } | overrides
+    config = Config.of(**settings)
+    engine = make_engine(parse_url(url))
+    if durable:
+        init_db(engine)
+    lease = config.leader_check_interval * 3
+    lock = AdvisoryLock(make_engine(parse_url(url), pool_size=1), config.lock_key, mode=config.lock_mode, lease=lease)
+    metrics, alerter, remediator = Metrics(), RecordingAlerter(), RecordingRemediator()
+    parts = Parts(
+        db=open_airflow_db(engine),
+        leadership=lock,
+        ledger=DbLedger(engine) if durable else MemoryLedger(),
+        remediator=remediator,
+        alerter=alerter,
+        metrics=metrics,
+    )
+    daemon = Daemon(config, parts)
+    thread = threading.Thread(target=daemon.run, name="daemon-under-test", daemon=True)
+    thread.start()
+    return Running(daemon, thread, alerter, remediator, metrics)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> float:
+    """Wait until ``condition`` holds; returns the seconds it took. A bound on liveness, not a speed target."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+    return time.monotonic() - start

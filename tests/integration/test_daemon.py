@@ -1,0 +1,181 @@
+"""The daemon against real PostgreSQL with the real Airflow 3.1.2 schema: detection while running,
+late commits, two replicas, failover, restarts and health endpoints."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import psycopg2
+import pytest
+
+from tests.daemon_harness import Running, start_daemon, wait_for
+from tests.pg import Templates
+from tests.writer import AirflowWriter
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def db_url(pg_templates: Templates) -> str:
+    return pg_templates.clone("3.1.2")
+
+
+@pytest.fixture
+def writer(db_url: str) -> Iterator[AirflowWriter]:
+    w = AirflowWriter(db_url)
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Running]]:
+    started: list[Running] = []
+    yield started
+    for d in started:
+        d.stop()
+
+
+def test_duplicate_committed_while_running_is_detected_once(
+    db_url: str, writer: AirflowWriter, daemons: list[Running]
+) -> None:
+    """Ordinary runs pass silently; a race pair committed later is one DETECTED alert, kept = first."""
+    d = start_daemon(db_url)
+    daemons.append(d)
+    wait_for(d.is_leader, what="leadership")
+    for _ in range(3):
+        writer.ordinary("consumer")
+    first, second = writer.duplicate_pair("consumer")
+    wait_for(lambda: len(d.alerter.detected()) == 1, what="one alert")
+    time.sleep(0.3)  # further polls must not repeat it
+    [event] = d.alerter.detected()
+    assert event.finding.kept.run_id == first.run_id
+    assert [r.run_id for r in event.finding.duplicates] == [second.run_id]
+    assert [a.run.run_id for a in d.remediator.actions] == [second.run_id]
+    assert len(d.alerter.events) == 1
+
+
+def test_late_commit_with_lower_id_is_not_missed(db_url: str, writer: AirflowWriter, daemons: list[Running]) -> None:
+    """A duplicate whose id was taken before a later-committed run's id is still found when it commits."""
+    d = start_daemon(db_url)
+    daemons.append(d)
+    wait_for(d.is_leader, what="leadership")
+    run_after = datetime.now(UTC)
+    event = writer.event(run_after)
+    first = writer.run("consumer", run_after, [event], job=1)
+    slow = AirflowWriter(db_url, seed=7)
+    slow.conn.autocommit = False
+    cur = slow.conn.cursor()
+    cur.execute(
+        "INSERT INTO dag_run (dag_id, run_id, run_type, run_after, state, queued_at, creating_job_id, clear_number, "
+        "span_status) VALUES ('consumer', 'asset_triggered__late_dup', 'asset_triggered', %s, 'queued', now(), 2, 0, "
+        "'not_started') RETURNING id",
+        (run_after,),
+    )
+    late_id = cur.fetchone()[0]
+    cur.execute("INSERT INTO dagrun_asset_event (dag_run_id, event_id) VALUES (%s, %s)", (late_id, event))
+    later = writer.ordinary("other_dag")  # commits a higher id while the duplicate is still open
+    assert later.id > late_id
+    wait_for(lambda: d.daemon.detector is not None and d.daemon.detector.tracker.high >= later.id, what="high id")
+    assert d.alerter.detected() == []
+    slow.conn.commit()
+    slow.close()
+    wait_for(lambda: len(d.alerter.detected()) == 1, what="late duplicate")
+    assert d.alerter.detected()[0].finding.kept.run_id == first.run_id
+
+
+def test_two_replicas_one_acts_and_standby_takes_over(
+    db_url: str, writer: AirflowWriter, daemons: list[Running]
+) -> None:
+    """Two daemons on one DB: one leads; duplicates are handled once; killing the leader's lock
+    connection hands leadership to the standby, which handles the next duplicate, once."""
+    a = start_daemon(db_url)
+    daemons.append(a)
+    wait_for(a.is_leader, what="first leader")
+    b = start_daemon(db_url)
+    daemons.append(b)
+    time.sleep(0.6)
+    assert a.is_leader() and not b.is_leader()
+    writer.duplicate_pair("consumer")
+    wait_for(lambda: len(a.alerter.detected()) == 1, what="leader alert")
+    assert b.alerter.events == []
+
+    admin = psycopg2.connect(db_url)
+    admin.autocommit = True
+    with admin.cursor() as cur:  # the leader's lock session dies, as with a SIGKILLed pod
+        cur.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+    admin.close()
+    took = wait_for(b.is_leader, timeout=20, what="standby takeover")
+    wait_for(lambda: not a.is_leader() or a.daemon.parts.leadership.is_leader(datetime.now(UTC)), what="old leader")
+    print(f"standby took over after {took:.2f}s")
+    writer.duplicate_pair("consumer")
+    wait_for(lambda: len(b.alerter.detected()) == 1 or len(a.alerter.detected()) == 2, what="second alert")
+    time.sleep(0.3)
+    assert len(a.alerter.detected()) + len(b.alerter.detected()) == 2
+
+
+def test_restart_with_durable_ledger_does_not_realert(db_url: str, writer: AirflowWriter) -> None:
+    """A restarted daemon resumes from the ledger watermark and does not alert the same group again."""
+    first = start_daemon(db_url)
+    wait_for(first.is_leader, what="leadership")
+    writer.duplicate_pair("consumer")
+    wait_for(lambda: len(first.alerter.detected()) == 1, what="alert")
+    first.stop()
+    second = start_daemon(db_url)
+    try:
+        wait_for(second.is_leader, what="leadership")
+        writer.duplicate_pair("consumer2")
+        wait_for(lambda: len(second.alerter.detected()) == 1, what="new alert")
+        time.sleep(0.3)
+        assert [e.finding.dag_id for e in second.alerter.detected()] == ["consumer2"]
+    finally:
+        second.stop()
+
+
+def test_memory_ledger_restart_reexamines_lookback(db_url: str, writer: AirflowWriter) -> None:
+    """Without a durable ledger a restart looks back `startup_lookback` and may alert again (documented)."""
+    first = start_daemon(db_url, durable=False)
+    wait_for(first.is_leader, what="leadership")
+    writer.duplicate_pair("consumer")
+    wait_for(lambda: len(first.alerter.detected()) == 1, what="alert")
+    first.stop()
+    second = start_daemon(db_url, durable=False)
+    try:
+        wait_for(lambda: len(second.alerter.detected()) == 1, what="re-alert from look-back")
+    finally:
+        second.stop()
+
+
+def test_health_endpoints(db_url: str) -> None:
+    """/livez and /readyz answer 200 while running; /metrics exposes the documented metrics."""
+    from detector.health import HealthServer
+
+    d = start_daemon(db_url)
+    server = HealthServer(0, d.metrics.registry, d.daemon.live, d.daemon.ready, host="127.0.0.1").start()
+    try:
+        wait_for(d.daemon.ready, what="ready")
+        base = f"http://127.0.0.1:{server.port}"
+        for path in ("/livez", "/readyz"):
+            with urllib.request.urlopen(base + path, timeout=5) as resp:  # noqa: S310 - loopback test server
+                assert resp.status == 200
+        with urllib.request.urlopen(base + "/metrics", timeout=5) as resp:  # noqa: S310
+            body = resp.read().decode()
+        for name in (
+            "dupguard_duplicate_groups_detected_total",
+            "dupguard_poll_duration_seconds",
+            "dupguard_detection_latency_seconds",
+            "dupguard_last_successful_poll_timestamp_seconds",
+            "dupguard_leader",
+            "dupguard_db_up",
+            "dupguard_build_info",
+        ):
+            assert name in body
+        assert 'airflow_version="3.1.2"' in body
+    finally:
+        server.close()
+        d.stop()
