@@ -12,7 +12,10 @@ For one scenario it:
 3. produces asset events the way a finishing producer task does: a producer run carrying the
    partition_key is created with ``SerializedDAG.create_dagrun`` and its task instance is passed to
    ``AssetManager.register_asset_change(task_instance=ti, asset=..., partition_key=..., session=...)``,
-   which writes ``asset_event``, ``asset_partition_dag_run`` (APDR) and ``partitioned_asset_key_log``;
+   which writes ``asset_event``, ``asset_partition_dag_run`` (APDR) and ``partitioned_asset_key_log``.
+   Consumers use ``PartitionedAssetTimetable(assets=..., default_partition_mapper=...)``. The producer
+   has ``schedule=None`` on 3.2; 3.3 only lets partitioned Dags take a partition_key, so there it is
+   ``PartitionedAtRuntime()``;
 4. creates consumer runs only through ``SchedulerJobRunner._create_dagruns_for_dags`` inside
    ``prohibit_commit`` (the first step of ``_do_scheduling``), each runner with its own ``Job`` row;
 5. records the ground truth from Airflow's ORM objects (``DagRun``, ``consumed_asset_events``,
