@@ -1,0 +1,95 @@
+"""The generic JSON webhook (``DUPGUARD_WEBHOOK_URL``) for PagerDuty-, Opsgenie- or Teams-style receivers.
+
+It POSTs the versioned ``dupguard.alert/v1`` payload built by ``alert_format`` (documented in
+docs/alerts.md). Every attempt has a timeout; 429 waits for ``Retry-After`` (capped), 5xx, 408,
+timeouts and connection errors back off exponentially with jitter; other 4xx are final (the receiver
+rejected the payload: retrying would not help).
+
+Built on the standard library's ``urllib.request`` on purpose: it logs nothing, so the URL (which
+often embeds a routing key) can never reach a log, and it needs no dependency dupguard does not
+already declare. Errors name the status or the exception class, never the URL.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from http.client import HTTPException
+from typing import Any
+from urllib.error import HTTPError, URLError
+
+from detector import __version__
+from detector.errors import AlertDeliveryError
+
+OnRetry = Callable[[], None]
+MAX_RETRY_AFTER = 60.0
+
+
+def _retry_after(value: str | None, default: float) -> float:
+    try:
+        return min(MAX_RETRY_AFTER, max(0.0, float(value))) if value else default
+    except ValueError:  # an HTTP date: rare, fall back to backoff
+        return default
+
+
+class JsonWebhook:
+    """POSTs JSON payloads to one URL with timeouts and retries."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float,
+        retries: int = 2,
+        backoff: float = 0.5,
+        on_retry: OnRetry | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError("the webhook URL must be http:// or https://")
+        self._url = url
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.on_retry = on_retry or (lambda: None)
+        self.sleep = sleep
+
+    def __repr__(self) -> str:
+        return "JsonWebhook(url=***)"
+
+    def send(self, payload: Mapping[str, Any]) -> None:
+        """Deliver ``payload`` or raise ``AlertDeliveryError`` after the last attempt."""
+        body = json.dumps(payload, default=str).encode()
+        problem = "not attempted"
+        for attempt in range(self.retries + 1):
+            wait = self.backoff * (2**attempt) * (0.5 + random.random() / 2)  # jitter, not crypto
+            try:
+                self._post(body)
+                return
+            except HTTPError as exc:
+                problem = f"HTTP {exc.code}"
+                if exc.code == 429:
+                    wait = _retry_after(exc.headers.get("Retry-After"), wait)
+                elif exc.code < 500 and exc.code != 408:
+                    raise AlertDeliveryError(f"webhook rejected the alert: {problem}") from None
+            except TimeoutError:
+                problem = "timed out"
+            except (URLError, HTTPException, OSError) as exc:
+                problem = f"cannot connect ({type(getattr(exc, 'reason', exc)).__name__})"
+            if attempt < self.retries:
+                self.on_retry()
+                self.sleep(wait)
+        raise AlertDeliveryError(f"webhook: {problem} after {self.retries + 1} attempts")
+
+    def _post(self, body: bytes) -> None:
+        request = urllib.request.Request(  # noqa: S310 - scheme checked in __init__
+            self._url,
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": f"dupguard/{__version__}"},
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout) as resp:  # noqa: S310
+            resp.read()
