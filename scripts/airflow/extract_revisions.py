@@ -57,9 +57,7 @@ def main() -> None:
     venv = ROOT / ".airflow-venvs" / args.airflow_version
     candidates = sorted(venv.glob("lib/python3*/site-packages/airflow/utils/db.py"))
     if not candidates:
-        raise SystemExit(
-            f"no airflow/utils/db.py under {venv}; run scripts/airflow/venv.sh {args.airflow_version}"
-        )
+        raise SystemExit(f"no airflow/utils/db.py under {venv}; run scripts/airflow/venv.sh {args.airflow_version}")
     heads = dict(sorted(read_heads_map(candidates[0]).items(), key=lambda kv: version_key(kv[0])))
     versions = list(heads)
     revisions = {}
