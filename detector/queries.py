@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -228,3 +229,58 @@ def task_progress(conn: Connection, t: AirflowTables, run_ids: Iterable[int], no
 def ping(conn: Connection) -> None:
     """The cheapest round trip: readiness and the database-up gauge."""
     conn.execute(select(literal(1)))
+
+
+# --- remediation: the duplicate's state right before acting ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """One task instance of a run, by its composite key (task_instance_composite_key)."""
+
+    task_id: str
+    map_index: int
+    state: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """A run and all of its task instances, as read right before a remediation."""
+
+    id: int
+    dag_id: str
+    run_id: str
+    state: str | None
+    tasks: tuple[TaskState, ...]
+
+
+def run_state(conn: Connection, t: AirflowTables, dag_id: str, run_id: str, *, lock: bool = False) -> RunState | None:
+    """The run ``(dag_id, run_id)`` and its task instances' states, or None when it is gone.
+
+    ``lock`` takes ``FOR UPDATE`` on the dag_run row and then on its task instances, in key order
+    (dag_run_dag_id_run_id_key, then ti_dag_run). The scheduler's own selects use ``SKIP LOCKED``
+    and the Execution API's ``ti_run`` locks the TI row before QUEUED -> RUNNING, so while the lock
+    is held no task of this run can start: the states read here are the states the writes act on.
+    """
+    dr, ti = t.dag_run, t.task_instance
+    run_query = select(dr.c.id, dr.c.state).where(dr.c.dag_id == dag_id, dr.c.run_id == run_id)
+    if lock:
+        run_query = run_query.with_for_update()
+    row = conn.execute(run_query).first()
+    if row is None:
+        return None
+    ti_query = (
+        select(ti.c.task_id, ti.c.map_index, ti.c.state)
+        .where(ti.c.dag_id == dag_id, ti.c.run_id == run_id)
+        .order_by(ti.c.task_id, ti.c.map_index)
+    )
+    if lock:
+        ti_query = ti_query.with_for_update()
+    tasks = tuple(TaskState(r.task_id, r.map_index, r.state) for r in conn.execute(ti_query))
+    return RunState(id=row.id, dag_id=dag_id, run_id=run_id, state=row.state, tasks=tasks)
+
+
+def run_note(conn: Connection, t: AirflowTables, run_pk: int) -> str | None:
+    """The note an operator sees on the run page (dag_run_note pkey), or None."""
+    note = t.dag_run_note
+    return conn.execute(select(note.c.content).where(note.c.dag_run_id == run_pk)).scalar_one_or_none()

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import (
     Column,
     DateTime,
+    Float,
     Integer,
     MetaData,
     String,
@@ -68,6 +69,7 @@ class AirflowTables:
     asset: Table
     job: Table
     alembic_version: Table
+    dag_run_note: Table  # written only by the db remediation backend
 
 
 def alembic_version_table(metadata: MetaData | None = None) -> Table:
@@ -92,6 +94,7 @@ def airflow_tables(family: Family) -> AirflowTables:
         Column("end_date", UtcDateTime),
         Column("creating_job_id", Integer),
         Column("clear_number", Integer, nullable=False, default=0),
+        Column("updated_at", UtcDateTime),
         *partition_cols,
     )
     task_instance = Table(
@@ -105,6 +108,8 @@ def airflow_tables(family: Family) -> AirflowTables:
         Column("start_date", UtcDateTime),
         Column("end_date", UtcDateTime),
         Column("try_number", Integer),
+        Column("duration", Float),
+        Column("updated_at", UtcDateTime),
     )
     run_events = Table(
         "dagrun_asset_event",
@@ -136,6 +141,16 @@ def airflow_tables(family: Family) -> AirflowTables:
         Column("job_type", String(30)),
         Column("hostname", String(500)),
     )
+    # 3.x: user_id is the auth manager's user id as text (2.x: an int FK to ab_user; never written there).
+    dag_run_note = Table(
+        "dag_run_note",
+        md,
+        Column("dag_run_id", Integer, primary_key=True),
+        Column("user_id", String(128)),
+        Column("content", String(1000)),
+        Column("created_at", UtcDateTime, nullable=False),
+        Column("updated_at", UtcDateTime, nullable=False),
+    )
     return AirflowTables(
         family=family,
         metadata=md,
@@ -146,4 +161,5 @@ def airflow_tables(family: Family) -> AirflowTables:
         asset=asset,
         job=job,
         alembic_version=alembic_version_table(md),
+        dag_run_note=dag_run_note,
     )
