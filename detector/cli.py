@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from detector import __version__, demo, logs, render
+from detector.config import SETTINGS
 from detector.db import make_engine, open_airflow_db, parse_url
 from detector.detect import DagFilter
 from detector.durations import parse_duration
@@ -55,6 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="partitioned runs of one key this close together are suspected (default 60s)",
     )
 
+    p_run = sub.add_parser("run", help="the sidecar daemon: detect, alert and remediate continuously")
+    p_run.add_argument("--once", action="store_true", help="one pass over the look-back window, then exit")
+    p_run.add_argument("--config", help="YAML file of settings (also DUPGUARD_CONFIG)")
+    for setting in SETTINGS:
+        p_run.add_argument(setting.flag, dest=f"setting_{setting.name}", metavar="VALUE", help=setting.help)
+
+    p_init = sub.add_parser("init-db", help="create dupguard's ledger schema `dupguard` in the metadata DB")
+    p_init.add_argument("--database-url", help="defaults to DUPGUARD_DATABASE_URL")
+
     p_demo = sub.add_parser("demo", help="detect duplicates in an embedded incident (no Airflow needed)")
     p_demo.add_argument("--db", type=Path, help="where to write the demo SQLite database (default: a temp dir)")
     p_demo.add_argument("--format", choices=("table", "json", "csv"), default="table")
@@ -70,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _scan(args)
         if args.command == "demo":
             return _demo(args)
+        if args.command == "run":
+            return _run(args)
+        if args.command == "init-db":
+            return _init_db(args)
     except ConfigError as exc:
         print(f"dupguard: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -153,4 +167,25 @@ def _demo(args: argparse.Namespace) -> int:
         }.get(a.outcome, a.outcome.value)
         print(f"  {a.dag_id}: {verb} {a.run.run_id} (keeps {a.kept_run_id})")
     print(f"\nDemo database: {path}\nTry: dupguard scan --database-url sqlite:///{path} --format json")
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from detector.run import run_daemon
+
+    flags = {name[len("setting_") :]: value for name, value in vars(args).items() if name.startswith("setting_")}
+    return run_daemon(flags, config_file=args.config, once=args.once)
+
+
+def _init_db(args: argparse.Namespace) -> int:
+    import os
+
+    from detector.ledger import SCHEMA, init_db
+
+    raw = args.database_url or os.environ.get("DUPGUARD_DATABASE_URL")
+    if not raw:
+        raise ConfigError(["--database-url or DUPGUARD_DATABASE_URL is required"])
+    url = parse_url(raw)
+    init_db(make_engine(url))
+    print(f"ledger schema {SCHEMA!r} ready in {url.render_as_string(hide_password=True)}")
     return EXIT_OK

@@ -37,10 +37,14 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
 
 
 def _add_logger_name(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    event.setdefault("logger", "dupguard")
+    event["logger"] = event.pop("logger_name", None) or event.get("logger") or "dupguard"
     return event
 
 
 def get(name: str) -> Any:
-    """A bound logger that reports ``name`` as its ``logger`` key."""
-    return structlog.get_logger().bind(logger=name)
+    """A logger that reports ``name`` as its ``logger`` key.
+
+    Lazy on purpose: modules call this at import, before ``configure`` runs; ``bind()`` would freeze
+    whatever configuration was active then.
+    """
+    return structlog.get_logger(logger_name=name)

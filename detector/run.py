@@ -1,0 +1,83 @@
+"""``dupguard run``: configuration, logging, signals, health server, then the daemon loop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from types import FrameType
+
+from detector import __version__, config, logs
+from detector.daemon import Daemon
+from detector.db import make_engine, parse_url
+from detector.errors import ConfigError
+from detector.health import HealthServer
+from detector.metrics import Metrics
+from detector.wiring import Startup, build_parts, connect_with_backoff
+
+EXIT_OK, EXIT_CONFIG = 0, 2
+
+
+def run_daemon(
+    flags: Mapping[str, str | None],
+    *,
+    config_file: str | None = None,
+    once: bool = False,
+    env: Mapping[str, str] | None = None,
+    install_signals: bool = True,
+    stop: threading.Event | None = None,
+) -> int:
+    try:
+        cfg = config.load(flags, os.environ if env is None else env, config_file)
+    except ConfigError as exc:
+        print(f"dupguard: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    logs.configure(cfg.log_level, cfg.log_format)
+    log = logs.get("dupguard.main")
+    log.info("config_loaded", version=__version__, settings=cfg.redacted())
+
+    stop = stop or threading.Event()
+    if install_signals:
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            log.info("stopping", signal=signal.Signals(signum).name)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    metrics = Metrics()
+    startup = Startup()
+    server = None
+    if cfg.http_port and not once:
+        server = HealthServer(cfg.http_port, metrics.registry, startup.live, startup.ready).start()
+    try:
+        db = connect_with_backoff(make_engine(parse_url(cfg.database_url)), stop)
+        if db is None:
+            return EXIT_OK
+        if not db.info.exact:
+            log.warning("airflow_version_inferred", revision=db.info.revision, family=db.info.family.value)
+        if not db.info.can_duplicate:
+            log.info(
+                "airflow_2_immune",
+                airflow_version=db.info.airflow_version,
+                detail="Airflow 2 cannot create duplicate dataset-triggered runs; dupguard idles",
+            )
+            if not once:
+                startup.immune = True
+                stop.wait()
+            return EXIT_OK
+        daemon = Daemon(cfg, build_parts(cfg, db, metrics))
+        daemon.stop = stop
+        startup.daemon = daemon
+        log.info("started", airflow_version=db.info.airflow_version, remediation=cfg.remediation)
+        try:
+            return daemon.run(once=once)
+        finally:
+            daemon.shutdown(timeout=3.0)
+            log.info("stopped")
+    finally:
+        if server is not None:
+            server.close()

@@ -1,0 +1,72 @@
+"""Builds the daemon's parts from the Config: the only place that knows every concrete implementation."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from detector import logs
+from detector.alert_dispatch import build_alerter
+from detector.config import Config
+from detector.daemon import Daemon, Parts
+from detector.db import AirflowDb, make_engine, open_airflow_db, parse_url
+from detector.errors import DatabaseError
+from detector.leader import AdvisoryLock, AlwaysLeader
+from detector.ledger import open_ledger
+from detector.metrics import Metrics
+from detector.remediation import build_remediator
+
+log = logs.get("dupguard.main")
+MAX_STARTUP_BACKOFF = 30.0
+
+
+@dataclass
+class Startup:
+    """Readiness while the database is still being reached (the daemon does not exist yet)."""
+
+    daemon: Daemon | None = None
+    immune: bool = False  # Airflow 2: nothing to watch, ready by definition
+
+    def live(self) -> bool:
+        return self.daemon.live() if self.daemon else True
+
+    def ready(self) -> bool:
+        return self.daemon.ready() if self.daemon else self.immune
+
+
+def connect_with_backoff(engine: Engine, stop: threading.Event) -> AirflowDb | None:
+    """Identify the Airflow schema, retrying while the database is unreachable; None if stopped."""
+    delay = 1.0
+    while not stop.is_set():
+        try:
+            return open_airflow_db(engine)
+        except DatabaseError as exc:
+            log.warning("database_unavailable_at_start", error=str(exc), retry_in_seconds=delay)
+            stop.wait(delay)
+            delay = min(MAX_STARTUP_BACKOFF, delay * 2)
+    return None
+
+
+def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
+    engine = db.engine
+    if engine.url.get_backend_name() == "sqlite":
+        leadership: AdvisoryLock | AlwaysLeader = AlwaysLeader()
+    else:
+        lock_url = parse_url(config.lock_database_url or config.database_url)
+        leadership = AdvisoryLock(
+            make_engine(lock_url, pool_size=1),
+            config.lock_key,
+            mode=config.lock_mode,
+            lease=config.leader_check_interval * 3,
+        )
+    ledger = open_ledger(config.ledger, engine)
+    return Parts(
+        db=db,
+        leadership=leadership,
+        ledger=ledger,
+        remediator=build_remediator(config, engine, db.tables, metrics),
+        alerter=build_alerter(config, ledger, metrics),
+        metrics=metrics,
+    )
