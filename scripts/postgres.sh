@@ -60,7 +60,7 @@ CONF
       as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 start >/dev/null
     fi
     URL="postgresql://postgres@127.0.0.1:$PORT/postgres"
-    echo "$URL" > .pg/url
+    echo "$URL" > ".pg/url-$PORT"
     echo "$URL"
     ;;
   stop)
