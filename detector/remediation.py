@@ -178,6 +178,12 @@ class GuardedRemediator:
         self.remediate_started = remediate_started
         self.clock = clock
 
+    def close(self) -> None:
+        """Release the backend's connections (the API client's HTTP pool)."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
     @property
     def backend_name(self) -> str:
         return self.backend.name if self.backend is not None else "none"

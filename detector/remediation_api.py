@@ -239,6 +239,9 @@ class ApiBackend:
         )
         return cls(client, tokens, family=tables.family, base_url=config.airflow_api_url, timeout=timeout, **options)
 
+    def close(self) -> None:
+        self.client.rest_client.pool_manager.clear()
+
     # --- one action ---------------------------------------------------------------------------------
 
     def apply(self, action: Action, work: Work, recheck: Recheck) -> Applied:
@@ -337,9 +340,9 @@ class ApiBackend:
 
     def _call(self, what: str, send: Callable[[Headers], Any], budget: _Budget) -> dict[str, Any]:
         for _ in range(2):  # the second pass only after a 401 with a cached token
-            response = self._send(what, send, self.tokens.get(budget))
-            status = response.status
-            if status == 401:
+            status, data = self._send(what, send, self.tokens.get(budget))
+            # 401 "Token Expired"; 403 "Invalid JWT token" (e.g. jwt_secret rotated): a new token may do.
+            if status == 401 or (status == 403 and "invalid jwt" in _detail(data).lower()):
                 self.tokens.invalidate()
                 if self.tokens.static:
                     raise AirflowAuthError(
@@ -348,23 +351,23 @@ class ApiBackend:
                 continue  # tokens.get() fetches a new one, or raises when this action already did
             if status == 403:
                 raise AirflowAuthError(
-                    f"{what}: HTTP 403 {_detail(response.data)}: the Airflow user needs a role that may edit "
+                    f"{what}: HTTP 403 {_detail(data)}: the Airflow user needs a role that may edit "
                     "DAG runs and task instances (e.g. Op in the FAB auth manager, admin in simple auth)"
                 )
             if status == 404:
-                raise _Gone(f"{what}: {_detail(response.data)}")
+                raise _Gone(f"{what}: {_detail(data)}")
             if status >= 500:
-                raise _Transient(f"{what}: HTTP {status} {_detail(response.data)}")
+                raise _Transient(f"{what}: HTTP {status} {_detail(data)}")
             if not 200 <= status < 300:
-                raise AirflowApiError(f"{what}: HTTP {status} {_detail(response.data)}")
-            return _json(response.data)
-        raise AirflowAuthError(f"{what}: HTTP 401 with a freshly issued token")
+                raise AirflowApiError(f"{what}: HTTP {status} {_detail(data)}")
+            return _json(data)
+        raise AirflowAuthError(f"{what}: a freshly issued token was rejected too")
 
-    def _send(self, what: str, send: Callable[[Headers], Any], token: str) -> Any:
+    def _send(self, what: str, send: Callable[[Headers], Any], token: str) -> tuple[int, bytes]:
         try:
             response = send({"Authorization": f"Bearer {token}"})
-            response.read()
-            return response
+            data = response.data  # reads the body (and releases the connection to the pool)
+            return int(response.status), bytes(data or b"")
         except urllib3.exceptions.HTTPError as exc:
             raise _Transient(f"{what}: {_transport(exc)}") from None
         except ApiException as exc:

@@ -1,0 +1,368 @@
+"""A real Airflow API server for the remediation tests and benchmarks, from ``.airflow-venvs/<version>``.
+
+``airflow api-server`` runs in its own process group against a database named ``live``; each
+scenario (Airflow-made, ``tests/fixtures/scenarios/<version>/<name>.sql``) is loaded once into a
+source database, and ``reset(scenario)`` re-creates ``live`` from that source with ``CREATE
+DATABASE … TEMPLATE`` (~0.2 s). The server's pooled connections die with the old database and
+Airflow's ``pool_pre_ping`` reconnects, so one server (~20 s to start) serves a whole session.
+
+Auth: simple auth manager with ``admin`` (role admin) and ``viewer`` (role viewer), passwords from a
+file we write (facts §8), ``jwt_issuer`` set (facts §4.3 pitfall: HTTP 500 otherwise).
+
+``CountingProxy`` sits in front of the server to count requests per path (token requests in the
+wrong-credentials test) and to inject 5xx answers or delays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.pg import FIXTURES, ROOT, Templates, database_url, execute_admin
+
+USERS = {"admin": "admin", "viewer": "viewer"}
+JWT_SECRET = "dupguard-test-jwt-secret-" + "x" * 48  # >= 64 bytes: no InsecureKeyLengthWarning
+START_TIMEOUT = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def venv_for(version: str) -> Path:
+    venv = ROOT / ".airflow-venvs" / version
+    if not (venv / "bin" / "airflow").exists() or not (venv / ".ready").exists():
+        pytest.fail(
+            f"{venv} is missing or incomplete: run scripts/airflow/venv.sh {version} "
+            "(the remediation tests need a real Airflow API server)",
+            pytrace=False,
+        )
+    return venv
+
+
+@dataclass
+class AirflowServer:
+    version: str
+    url: str
+    port: int
+    live_db: str
+    sources: dict[str, str]  # scenario -> source database name
+    log_path: Path
+    process: subprocess.Popen[bytes]
+    scenario: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def db_url(self) -> str:
+        return database_url(self.live_db)
+
+    def reset(self, scenario: str) -> str:
+        """Re-create the live database from ``scenario``'s Airflow-made data; returns its URL."""
+        source = self.sources[scenario]
+        execute_admin(f'DROP DATABASE IF EXISTS "{self.live_db}" WITH (FORCE)')
+        execute_admin(f'CREATE DATABASE "{self.live_db}" TEMPLATE "{source}"')
+        self.scenario = scenario
+        return self.db_url
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def _wait_ready(server: AirflowServer, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise RuntimeError(f"airflow api-server exited with {server.process.returncode}:\n{server.log_tail()}")
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=2)
+        try:
+            conn.request("GET", "/api/v2/monitor/health")
+            if conn.getresponse().status == 200:
+                return
+        except (OSError, http.client.HTTPException):
+            pass
+        finally:
+            conn.close()
+        time.sleep(0.3)
+    raise RuntimeError(f"airflow api-server not ready after {timeout:.0f} s:\n{server.log_tail()}")
+
+
+@contextlib.contextmanager
+def airflow_api_server(
+    version: str,
+    scenarios: list[str],
+    templates: Templates,
+    workdir: Path,
+    *,
+    jwt_expiration: int = 3600,
+    env: dict[str, str] | None = None,
+) -> Iterator[AirflowServer]:
+    """Start ``airflow api-server`` for ``version`` with the first scenario loaded; stop it on exit."""
+    venv = venv_for(version)
+    sources = {name: make_url(templates.clone(version, name)).database or "" for name in scenarios}
+    live = f"live_{uuid.uuid4().hex[:10]}"
+    execute_admin(f'CREATE DATABASE "{live}" TEMPLATE "{sources[scenarios[0]]}"')
+    home = workdir / f"airflow-home-{version}"
+    (home / "dags").mkdir(parents=True, exist_ok=True)
+    passwords = home / "passwords.json"
+    passwords.write_text(json.dumps(USERS))
+    conn = make_url(database_url(live)).set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+    port = free_port()
+    environ = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": conn,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{u}" for u in USERS),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__API_AUTH__JWT_ISSUER": "airflow",
+        "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET,
+        "AIRFLOW__API_AUTH__JWT_EXPIRATION_TIME": str(jwt_expiration),
+        "AIRFLOW__API_AUTH__JWT_LEEWAY": "0",
+        "AIRFLOW__API__SECRET_KEY": JWT_SECRET,
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_PRE_PING": "True",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
+        "VIRTUAL_ENV": str(venv),
+        **(env or {}),
+    }
+    log_path = workdir / f"api-server-{version}-{port}.log"
+    log_file = log_path.open("wb")
+    process = subprocess.Popen(
+        [str(venv / "bin" / "airflow"), "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        env=environ,
+        cwd=str(home),
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: teardown kills uvicorn's workers too
+    )
+    server = AirflowServer(
+        version=version,
+        url=f"http://127.0.0.1:{port}",
+        port=port,
+        live_db=live,
+        sources=sources,
+        log_path=log_path,
+        process=process,
+        scenario=scenarios[0],
+    )
+    try:
+        started = time.monotonic()
+        try:
+            _wait_ready(server, START_TIMEOUT)
+        except RuntimeError as exc:
+            pytest.fail(f"Airflow {version} API server: {exc}\n(log: {log_path})", pytrace=False)
+        server.extra["start_seconds"] = round(time.monotonic() - started, 1)
+        yield server
+    finally:
+        _stop(process)
+        log_file.close()
+        for name in [live, *sources.values()]:
+            execute_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
+
+
+def scenario_path(version: str, scenario: str) -> Path:
+    return FIXTURES / "scenarios" / version / f"{scenario}.sql"
+
+
+def wait_for_fixture(version: str, scenario: str, timeout: float = 0.0) -> bool:
+    """True once the scenario's .sql and .json exist (another process may still be writing them)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sql, js = scenario_path(version, scenario), scenario_path(version, scenario).with_suffix(".json")
+        if sql.exists() and js.exists():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(1)
+
+
+# --- a counting, fault-injecting HTTP proxy ------------------------------------------------------
+
+
+class CountingProxy:
+    """Forwards HTTP to ``upstream``; counts requests by (method, path); can answer 5xx or stall first."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.requests: Counter[tuple[str, str]] = Counter()
+        self.inject: list[tuple[str, int, float]] = []  # (path prefix, status (0: forward), delay s)
+        self.hooks: list[tuple[str, Callable[[], None]]] = []  # run once before forwarding a matching request
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                path = self.path.split("?")[0]
+                with proxy._lock:
+                    proxy.requests[(self.command, path)] += 1
+                    rule = next((r for r in proxy.inject if path.startswith(r[0])), None)
+                    if rule is not None:
+                        proxy.inject.remove(rule)
+                    hook = next((h for h in proxy.hooks if path.startswith(h[0])), None)
+                    if hook is not None:
+                        proxy.hooks.remove(hook)
+                if hook is not None:
+                    hook[1]()
+                if rule is not None:
+                    time.sleep(rule[2])
+                    if rule[1]:
+                        payload = json.dumps({"detail": "injected by CountingProxy"}).encode()
+                        self.send_response(rule[1])
+                        self.send_header("Content-Type", "application/json")
+                        self.send_header("Content-Length", str(len(payload)))
+                        self.end_headers()
+                        self.wfile.write(payload)
+                        return
+                conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in {"host", "connection"}}
+                try:
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    answer = conn.getresponse()
+                    data = answer.read()
+                finally:
+                    conn.close()
+                self.send_response(answer.status)
+                for k, v in answer.getheaders():
+                    if k.lower() not in {"transfer-encoding", "connection", "content-length"}:
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def count(self, method: str, path: str) -> int:
+        with self._lock:
+            return self.requests[(method, path)]
+
+    def __enter__(self) -> CountingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# --- what the remediation tests read and plan ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: int
+    dag_id: str
+    run_id: str
+    state: str | None
+    end_date: Any
+    updated_at: Any
+    tasks: dict[str, tuple[str | None, Any, Any, Any]]  # task_id[map] -> (state, start, end, duration)
+    note: str | None
+    note_user: str | None
+
+
+def db_state(url: str) -> dict[str, RunRow]:
+    """Every run with its TIs and note, by run_id: compared before/after to prove what changed."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(make_url(url).set(drivername="postgresql+psycopg2"))
+    try:
+        with engine.connect() as conn:
+            tis: dict[tuple[str, str], dict[str, tuple[Any, ...]]] = {}
+            for r in conn.execute(
+                text(
+                    "SELECT dag_id, run_id, task_id, map_index, state, start_date, end_date, duration "
+                    "FROM task_instance"
+                )
+            ):
+                name = r.task_id if r.map_index < 0 else f"{r.task_id}[{r.map_index}]"
+                tis.setdefault((r.dag_id, r.run_id), {})[name] = (r.state, r.start_date, r.end_date, r.duration)
+            rows = conn.execute(
+                text(
+                    "SELECT dr.id, dr.dag_id, dr.run_id, dr.state, dr.end_date, dr.updated_at, n.content, n.user_id "
+                    "FROM dag_run dr LEFT JOIN dag_run_note n ON n.dag_run_id = dr.id"
+                )
+            )
+            return {
+                r.run_id: RunRow(
+                    r.id,
+                    r.dag_id,
+                    r.run_id,
+                    r.state,
+                    r.end_date,
+                    r.updated_at,
+                    tis.get((r.dag_id, r.run_id), {}),
+                    r.content,
+                    r.user_id,
+                )
+                for r in rows
+            }
+    finally:
+        engine.dispose()
+
+
+def sql(url: str, statement: str, **params: Any) -> None:
+    """A test-side write to the live database (e.g. a task that starts before the action)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(make_url(url).set(drivername="postgresql+psycopg2"))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(statement), params)
+    finally:
+        engine.dispose()
