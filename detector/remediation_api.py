@@ -352,7 +352,7 @@ class ApiBackend:
             if status == 403:
                 raise AirflowAuthError(
                     f"{what}: HTTP 403 {_detail(data)}: the Airflow user needs a role that may edit "
-                    "DAG runs and task instances (e.g. Op in the FAB auth manager, admin in simple auth)"
+                    "DAG runs and task instances (FAB: User, Op or Admin; simple auth manager: user or higher)"
                 )
             if status == 404:
                 raise _Gone(f"{what}: {_detail(data)}")
