@@ -125,9 +125,16 @@ def _creator(run: Run) -> str:
     return f"{job} on {host}"
 
 
+def _link(ui_url: str | None, run: Run) -> str | None:
+    """The run's UI link, or None when it could not fit a line anyway (names far beyond Airflow's limits)."""
+    if ui_url is None or len(ui_url) + 3 * (len(run.dag_id) + len(run.run_id)) > _LINK_LINE_LIMIT:
+        return None
+    return run_url(ui_url, run.dag_id, run.run_id)
+
+
 def _run_line(run: Run, ui_url: str | None, result: RemediationResult | None = None) -> str:
     label = f"`{_name(run.run_id)}`"
-    url = run_url(ui_url, run.dag_id, run.run_id)
+    url = _link(ui_url, run)
     linked = f"<{url}|{_name(run.run_id)}>" if url else label
     suffix = f" — {escape(_creator(run))}"
     if run.state:
@@ -336,11 +343,11 @@ def outcome_message(event: AlertEvent, ui_url: str | None = None, *, threaded: b
 
 def _digest_line(event: AlertEvent, ui_url: str | None) -> str:
     f = event.finding
-    kept_url = run_url(ui_url, f.dag_id, f.kept.run_id)
+    kept_url = _link(ui_url, f.kept)
     kept = f"<{kept_url}|kept>" if kept_url else "kept"
     dups = []
     for r in f.duplicates[:3]:
-        url = run_url(ui_url, r.dag_id, r.run_id)
+        url = _link(ui_url, r)
         dups.append(f"<{url}|{_name(r.run_id, 60)}>" if url else f"`{_name(r.run_id, 60)}`")
     more = f" +{len(f.duplicates) - 3}" if len(f.duplicates) > 3 else ""
     line = (
@@ -363,27 +370,40 @@ def digest_message(events: Sequence[AlertEvent], ui_url: str | None = None) -> M
             "Every group is logged in full as `duplicate_detected`."
         ),
     ]
-    lines = [_digest_line(e, ui_url) for e in events]
+    room = BLOCK_LIMIT - len(blocks) - 1  # one block kept for "… and N more"
     sections: list[list[str]] = [[]]
-    size = 0
-    for line in lines:
+    size = shown = 0
+    for event in events:  # lines are made only while there is room: storms can be huge
+        line = _digest_line(event, ui_url)
         if sections[-1] and size + len(line) + 1 > SECTION_LIMIT:
+            if len(sections) == room:
+                break
             sections.append([])
             size = 0
         sections[-1].append(line)
         size += len(line) + 1
-    room = BLOCK_LIMIT - len(blocks) - 1
-    shown = sections[:room]
-    blocks += [_section("\n".join(s)) for s in shown]
-    hidden = sum(len(s) for s in sections[room:])
+        shown += 1
+    blocks += [_section("\n".join(s)) for s in sections]
+    hidden = len(events) - shown
     if hidden:
         blocks.append(_context(f"… and {hidden} more groups, see the `duplicate_detected` logs"))
-    text = f"{len(events)} duplicate DAG run groups on {cluster}:\n" + "\n".join(
-        f"{e.finding.dag_id} ({e.finding.confidence.value}): kept {e.finding.kept.run_id}, duplicates "
-        + ", ".join(r.run_id for r in e.finding.duplicates)
-        for e in events
-    )
-    return Message(text=_fallback(text), blocks=tuple(blocks))
+    return Message(text=_fallback(_digest_text(events)), blocks=tuple(blocks))
+
+
+def _digest_text(events: Sequence[AlertEvent]) -> str:
+    """One line per group, built only as far as the fallback limit reaches (storms can be huge)."""
+    cluster = events[0].cluster if events else ""
+    out = [f"{len(events)} duplicate DAG run groups on {cluster}:"]
+    size = len(out[0])
+    for e in events:
+        f = e.finding
+        dups = ", ".join(clip(r.run_id, _NAME_LIMIT) for r in f.duplicates[:3])
+        line = clip(f"{f.dag_id} ({f.confidence.value}): kept {f.kept.run_id}, duplicates {dups}", 600)
+        out.append(line)
+        size += len(line) + 1
+        if size > TEXT_LIMIT:
+            break
+    return "\n".join(out)
 
 
 def digest_outcome_message(events: Sequence[AlertEvent]) -> Message:
@@ -477,7 +497,7 @@ def digest_payload(events: Sequence[AlertEvent], ui_url: str | None = None) -> d
         "cluster": cluster,
         "count": len(events),
         "groups": [group_json(e, ui_url) | {"remediation_mode": e.mode} for e in events],
-        "text": "\n\n".join(plain_text(e, ui_url) for e in events),
+        "text": _digest_text(events),
     }
 
 
