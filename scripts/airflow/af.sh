@@ -31,7 +31,6 @@ mkdir -p "$HOME_DIR/dags"
 declare -A ENVV=(
   [AIRFLOW_HOME]="$HOME_DIR"
   [AIRFLOW__DATABASE__SQL_ALCHEMY_CONN]="$CONN"
-  [AIRFLOW__CORE__SQL_ALCHEMY_CONN]="$CONN"      # 2.x reads [core] in old configs; harmless on 3.x
   [AIRFLOW__CORE__LOAD_EXAMPLES]=False
   [AIRFLOW__CORE__EXECUTOR]=LocalExecutor
   [AIRFLOW__CORE__DAGS_FOLDER]="$HOME_DIR/dags"
@@ -46,7 +45,7 @@ declare -A ENVV=(
 )
 for k in "${!ENVV[@]}"; do
   # caller's value wins, except AIRFLOW_HOME/connection which are what this helper is for
-  case "$k" in AIRFLOW_HOME|AIRFLOW__DATABASE__SQL_ALCHEMY_CONN|AIRFLOW__CORE__SQL_ALCHEMY_CONN) ;;
+  case "$k" in AIRFLOW_HOME|AIRFLOW__DATABASE__SQL_ALCHEMY_CONN) ;;
     *) if [ -n "${!k:-}" ]; then ENVV[$k]="${!k}"; fi ;;
   esac
 done

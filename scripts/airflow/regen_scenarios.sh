@@ -64,9 +64,14 @@ for ver in "${VERSIONS[@]}"; do
     psql "$SERVER/$chk" -qX -v ON_ERROR_STOP=1 -f "$schema" >/dev/null
     psql "$SERVER/$chk" -qX -v ON_ERROR_STOP=1 -f "$out/$sc.sql" >/dev/null
     want=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["all_run_ids"]))' "$out/$sc.json")
-    got=$(psql "$SERVER/$chk" -qXAt -c "SELECT count(*) FROM dag_run")
-    [ "$want" = "$got" ] || { echo "$sc: $got dag_run rows loaded, ground truth lists $want" >&2; exit 1; }
+    runs=$(psql "$SERVER/$chk" -qXAt -c "SELECT count(*) FROM dag_run")
+    [ "$want" = "$runs" ] || { echo "$sc: $runs dag_run rows loaded, ground truth lists $want" >&2; exit 1; }
+    # Cross-check (not the ground truth): asset runs sharing (dag_id, run_after) = expected groups.
+    want=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["expected_groups"]))' "$out/$sc.json")
+    got=$(psql "$SERVER/$chk" -qXAt -c "SELECT count(*) FROM (SELECT 1 FROM dag_run
+      WHERE run_type = 'asset_triggered' GROUP BY dag_id, run_after HAVING count(*) > 1) g")
+    [ "$want" = "$got" ] || { echo "$sc: $got same-run_after groups in the DB, ground truth has $want" >&2; exit 1; }
     psql "$BASE_URL" -qX -c "DROP DATABASE $chk" >/dev/null
-    echo "$out/$sc: $got runs, $size bytes, $(( $(date +%s) - t0 ))s"
+    echo "$out/$sc: $runs runs, $got duplicate groups, $size bytes, $(( $(date +%s) - t0 ))s"
   done
 done

@@ -496,8 +496,8 @@ def sc_and_premature() -> Scenario:
         af.create_runs(a)  # not ready yet (customers missing): no run
         af.emit("orders_producer", "orders")
         af.emit("customers_producer", "customers")
-        # Both schedulers look at the queue; the race machinery holds B after its read, but with
-        # ON CONFLICT DO NOTHING queue inserts B cannot see a newer row than A (see README note).
+        # Both schedulers take a turn (no hold: an interleaved B would either see the same rows as A,
+        # giving an exact duplicate, or an empty queue; see the description below).
         af.create_runs(a)
         af.create_runs(b)  # sees an empty queue
         time.sleep(0.05)
