@@ -2,7 +2,7 @@
 
 JSON (``format_version`` 1)::
 
-    {"format_version": 1, "dupguard_version": "...", "airflow_version": "3.1.2", "schema_family": "3.1",
+    {"format_version": 1, "dupguard_version": "...", "airflow_version": ">=3.1.0,<3.1.8", "schema_family": "3.1",
      "scanned_at": ISO, "since": ISO | null, "runs_examined": int,
      "summary": {"groups": n, "confirmed": n, "suspected": n, "duplicate_runs": n, "duplicate_task_seconds": x},
      "groups": [{"key", "dag_id", "kind", "confidence", "kept_run_id", "duplicate_run_ids", "shared_event_ids",

@@ -13,25 +13,27 @@ from detector.errors import UnsupportedSchema
 from detector.schema import Family
 
 
-def _load_heads() -> dict[str, str]:
-    """revision -> Airflow version(s), from Airflow's own ``_REVISION_HEADS_MAP`` (airflow/utils/db.py).
+def _load_ranges() -> dict[str, str]:
+    """revision -> the Airflow versions that end their migrations there, e.g. ">=3.1.0,<3.1.8".
 
-    Releases without a migration share their predecessor's head, so one revision can name several.
+    From Airflow's own ``_REVISION_HEADS_MAP`` (airflow/utils/db.py), extracted by
+    scripts/airflow/extract_revisions.py: releases without a migration share their predecessor's head.
     """
-    raw: dict[str, str] = json.loads(resources.files("detector").joinpath("airflow_revisions.json").read_text())
-    names: dict[str, list[str]] = {}
-    for version, revision in raw.items():
-        names.setdefault(revision, []).append(version)
-    return {rev: " / ".join(versions) for rev, versions in names.items()}
+    raw = json.loads(resources.files("detector").joinpath("airflow_revisions.json").read_text())
+    ranges: dict[str, str] = {}
+    for revision, span in raw["revisions"].items():
+        upper = span["next_head_version"]
+        ranges[revision] = f">={span['first_version']}" + (f",<{upper}" if upper else "")
+    return ranges
 
 
-REVISION_TO_VERSION = _load_heads()
+REVISION_TO_VERSIONS = _load_ranges()
 
 
 @dataclass(frozen=True, slots=True)
 class SchemaInfo:
     family: Family
-    airflow_version: str  # exact when the alembic head is known, else e.g. "3.1 (inferred)"
+    airflow_version: str  # a version range when the alembic head is known, e.g. ">=3.1.0,<3.1.8"
     revision: str | None
     exact: bool
 
@@ -73,8 +75,9 @@ def family_from_columns(columns: dict[str, set[str]]) -> Family:
 
 def identify(revision: str | None, columns: dict[str, set[str]]) -> SchemaInfo:
     """SchemaInfo from the alembic head, falling back to the columns (callers warn when not exact)."""
-    version = REVISION_TO_VERSION.get(revision or "")
-    if version is not None:
-        return SchemaInfo(family_of_version(version.split(" / ")[0]), version, revision, exact=True)
+    versions = REVISION_TO_VERSIONS.get(revision or "")
+    if versions is not None:
+        first = versions.split(",")[0].removeprefix(">=")
+        return SchemaInfo(family_of_version(first), versions, revision, exact=True)
     family = family_from_columns(columns)
     return SchemaInfo(family, f"{family.value} (inferred from columns)", revision, exact=False)

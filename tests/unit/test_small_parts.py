@@ -76,6 +76,8 @@ def test_not_an_airflow_database() -> None:
 def test_known_head_names_the_exact_version() -> None:
     """A known alembic head names the release; an unknown one is marked inferred."""
     exact = identify("cc92b33c6709", {})
-    assert (exact.airflow_version, exact.family, exact.exact) == ("3.1.2", Family.AIRFLOW_3_1, True)
+    assert (exact.airflow_version, exact.family, exact.exact) == (">=3.1.0,<3.1.8", Family.AIRFLOW_3_1, True)
+    newest = identify("d2f4e1b3c5a7", {})
+    assert (newest.airflow_version, newest.family) == (">=3.3.0", Family.AIRFLOW_3_3)
     guess = identify("ffffffffffff", {"dag_run": {"run_after"}})
     assert guess.family is Family.AIRFLOW_3_0 and not guess.exact
