@@ -10,6 +10,7 @@ no run is lost.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -18,13 +19,14 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs, queries
 from detector.config import Config
-from detector.db import AirflowDb, connect
+from detector.db import AirflowDb, connect, describe_error
 from detector.detect import DagFilter
-from detector.errors import DupguardError
+from detector.errors import DatabaseError, DupguardError
 from detector.incremental import IncrementalDetector, NewRowTracker
 from detector.metrics import Metrics
 from detector.model import Finding
@@ -95,6 +97,7 @@ class Daemon:
         self.db_ok = False
         self.last_tick = time.monotonic()
         self._consecutive_failures = 0
+        self._conn: Connection | None = None
         self._tally = _Tally()
         self._mode = Mode(config.remediation)
         self._filter = DagFilter(config.dags, config.exclude_dags)
@@ -156,6 +159,7 @@ class Daemon:
     def shutdown(self, timeout: float = 3.0) -> None:
         """Release the lock and drain alerts; bounded so SIGTERM finishes inside the grace period."""
         self.stop.set()
+        self._drop_poll_connection()
         self.parts.alerter.close(timeout)
         self.parts.leadership.release()
         self.parts.metrics.leader.set(0)
@@ -206,8 +210,7 @@ class Daemon:
         try:
             detector = self.detector or self._start_term(now)
             tracker_state = (detector.tracker.high, dict(detector.tracker.gaps))
-            with connect(self.parts.db.engine) as conn:
-                result = detector.poll(conn, now)
+            result = detector.poll(self._poll_connection(), now)
             for finding in result.findings:
                 self.handle(finding, now)
             if result.new_runs and self.parts.ledger.durable:
@@ -221,6 +224,23 @@ class Daemon:
         self._record_success(elapsed, len(result.new_runs), len(result.findings))
         self._last_batch_full = result.batch_full
         return True
+
+    def _poll_connection(self) -> Connection:
+        """One long-lived autocommit connection for polls: no pool checkout, ping or ROLLBACK per poll
+        (that overhead was most of an idle poll's cost). Dropped on any error and reopened next pass."""
+        if self._conn is None:
+            try:
+                self._conn = self.parts.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            except SQLAlchemyError as exc:
+                raise DatabaseError(describe_error(exc, self.parts.db.engine.url)) from None
+        return self._conn
+
+    def _drop_poll_connection(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(SQLAlchemyError):
+                self._conn.invalidate()
+                self._conn.close()
+            self._conn = None
 
     def _start_term(self, now: datetime) -> IncrementalDetector:
         """Where a new leader term starts reading: the durable watermark, else the look-back."""
@@ -243,6 +263,7 @@ class Daemon:
         return self.detector
 
     def _failed(self, exc: BaseException, tracker_state: tuple[int, dict[int, datetime]] | None) -> bool:
+        self._drop_poll_connection()
         if self.detector is not None and tracker_state is not None:
             self.detector.tracker.high, self.detector.tracker.gaps = tracker_state[0], tracker_state[1]
         self._consecutive_failures += 1
@@ -274,8 +295,9 @@ class Daemon:
         """Remediate first (it races the duplicate's tasks), then log and queue alerts."""
         ledger, m = self.parts.ledger, self.parts.metrics
         actions = plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started)
-        results = [self._execute(finding, a) for a in actions if ledger.claim(finding.key, f"action:{a.run.run_id}")]
-        first = ledger.claim(finding.key, "detected")
+        won = ledger.claim_all(finding.key, ["detected", *(f"action:{a.run.run_id}" for a in actions)])
+        results = [self._execute(finding, a) for a in actions if f"action:{a.run.run_id}" in won]
+        first = "detected" in won
         if first:
             m.groups_detected.labels(kind=finding.kind.value, confidence=finding.confidence.value).inc()
             for run in finding.duplicates:

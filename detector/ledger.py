@@ -66,6 +66,9 @@ class MemoryLedger:
             self._claims.add((group_key, subject))
             return True
 
+    def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
+        return {subject for subject in subjects if self.claim(group_key, subject)}
+
     def remember(self, group_key: str, name: str, value: str) -> None:
         with self._lock:
             self._notes[(group_key, name)] = value
@@ -99,6 +102,16 @@ class DbLedger:
         )
         with connect(self.engine) as conn, conn.begin():
             return conn.execute(stmt).first() is not None
+
+    def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
+        """Several claims in one round trip: the ones this call won."""
+        if not subjects:
+            return set()
+        now = datetime.now(UTC)
+        rows = [{"group_key": group_key, "subject": s, "claimed_at": now, "owner": self.owner} for s in subjects]
+        stmt = pg_insert(claims).values(rows).on_conflict_do_nothing().returning(claims.c.subject)
+        with connect(self.engine) as conn, conn.begin():
+            return {row.subject for row in conn.execute(stmt)}
 
     def remember(self, group_key: str, name: str, value: str) -> None:
         stmt = pg_insert(notes).values(group_key=group_key, name=name, value=value)

@@ -30,6 +30,10 @@ class Ledger(Protocol):
         """
         ...
 
+    def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
+        """``claim`` for several subjects at once (one round trip); returns the subjects won."""
+        ...
+
     def remember(self, group_key: str, name: str, value: str) -> None:
         """Keep a small value for the group (e.g. the Slack thread ts)."""
         ...

@@ -7,13 +7,14 @@ on is named beside it (shared/airflow-facts.md §1.5).
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Row, Select, and_, func, inspect, literal, or_, select, tuple_
+from sqlalchemy import Connection, Row, Select, and_, bindparam, func, inspect, literal, or_, select, tuple_
 from sqlalchemy.exc import NoSuchTableError
 
 from detector.model import ASSET_TRIGGERED, STARTED_TI_STATES, Run, TaskProgress
@@ -92,15 +93,25 @@ def max_run_id(conn: Connection, t: AirflowTables) -> int:
     return int(conn.execute(select(func.max(t.dag_run.c.id))).scalar_one_or_none() or 0)
 
 
+@functools.cache
+def _new_runs_statement(t: AirflowTables, with_gaps: bool) -> Select[Any]:
+    # Built once: the daemon runs this every poll, and constructing a Select costs more than the
+    # index probe it sends.
+    dr = t.dag_run
+    above = dr.c.id > bindparam("above")
+    condition = or_(above, dr.c.id.in_(bindparam("gaps", expanding=True))) if with_gaps else above
+    return _run_select(t).where(condition).order_by(dr.c.id).limit(bindparam("limit"))
+
+
 def new_runs(conn: Connection, t: AirflowTables, above: int, gaps: Sequence[int], limit: int) -> list[Run]:
     """Runs with id > ``above`` or id in ``gaps``, by id: the daemon's tail (dag_run_pkey only).
 
     ``gaps`` are ids below ``above`` that were not visible yet: their transactions may still commit.
     """
-    dr = t.dag_run
-    condition = or_(dr.c.id > above, dr.c.id.in_(list(gaps))) if gaps else dr.c.id > above
-    query = _run_select(t).where(condition).order_by(dr.c.id).limit(limit)
-    return [_run(r) for r in conn.execute(query)]
+    params: dict[str, Any] = {"above": above, "limit": limit}
+    if gaps:
+        params["gaps"] = list(gaps)
+    return [_run(r) for r in conn.execute(_new_runs_statement(t, bool(gaps)), params)]
 
 
 def first_run_id_since(conn: Connection, t: AirflowTables, since: datetime, not_below: int) -> int | None:
