@@ -218,6 +218,7 @@ class _Lane:
     queue: queue.Queue[Any] = field(default_factory=queue.Queue)
     thread: threading.Thread | None = None
     current: Item | None = None
+    reported: Item | None = None  # the in-flight item close() already logged as undelivered
 
 
 class Dispatcher:
@@ -233,11 +234,9 @@ class Dispatcher:
         storm_threshold: int = 5,
         storm_window: float = 60.0,
         digest_delay: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ledger, self.metrics, self.ui_url = ledger, metrics, ui_url
         self.storm_threshold, self.storm_window, self.digest_delay = storm_threshold, storm_window, digest_delay
-        self.clock = clock
         self._lanes = [_Lane(c) for c in channels]
         self._inbound: queue.Queue[Any] = queue.Queue()
         self._arrivals: deque[float] = deque()
@@ -307,14 +306,17 @@ class Dispatcher:
                     break
                 if item is not _STOP:
                     self._undelivered(lane.channel, item, "not sent before shutdown")
-            if lane.current is not None:
-                self._undelivered(lane.channel, lane.current, "still being sent at shutdown, may not arrive")
+            lane.queue.put(_STOP)  # the worker, once unstuck, must still find its way out
+            current = lane.current
+            if current is not None:
+                lane.reported = current
+                self._undelivered(lane.channel, current, "still being sent at shutdown, may not arrive")
 
     # -- router ------------------------------------------------------------------------------------
 
     def _route_loop(self) -> None:
         while True:
-            wait = None if self._digest_deadline is None else max(0.0, self._digest_deadline - self.clock())
+            wait = None if self._digest_deadline is None else max(0.0, self._digest_deadline - time.monotonic())
             try:
                 event = self._inbound.get(timeout=wait)
             except queue.Empty:
@@ -327,13 +329,13 @@ class Dispatcher:
             try:
                 if isinstance(event, AlertEvent):
                     self._route(event)
-                if self._digest_deadline is not None and self.clock() >= self._digest_deadline:
+                if self._digest_deadline is not None and time.monotonic() >= self._digest_deadline:
                     self._flush_digest()
             except Exception:  # noqa: BLE001 - the router must outlive any bad event
                 logs.get(LOGGER).exception("alert_routing_failed")
 
     def _route(self, event: AlertEvent) -> None:
-        now = self.clock()
+        now = time.monotonic()
         if event.kind is AlertKind.OUTCOME:
             if self._digest is not None and any(e.finding.key == event.finding.key for e in self._digest):
                 self._held.append(event)  # sent after the digest, so it can thread under it
@@ -379,7 +381,8 @@ class Dispatcher:
             try:
                 self._deliver(lane.channel, item)
             except Exception as exc:  # noqa: BLE001 - a failed alert is logged, never fatal
-                self._undelivered(lane.channel, item, str(exc) or type(exc).__name__)
+                if lane.reported is not item:
+                    self._undelivered(lane.channel, item, str(exc) or type(exc).__name__)
             finally:
                 lane.current = None
 
@@ -457,7 +460,9 @@ def build_alerter(
         return metrics.alerts.labels(channel=name, outcome="retried").inc
 
     channels: list[Channel] = []
+    slack_transport: str | None = None
     if config.slack_bot_token and config.slack_channel:
+        slack_transport = "bot"
         client = web_client or make_web_client(
             config.slack_bot_token,
             api_url=config.slack_api_url,
@@ -469,6 +474,7 @@ def build_alerter(
         if config.slack_webhook_url:
             log.warning("alert_transport_ignored", transport="slack_webhook", reason="a bot token is configured")
     elif config.slack_webhook_url:
+        slack_transport = "webhook"
         hook = webhook_client or make_webhook_client(
             config.slack_webhook_url, timeout=timeout, on_retry=counter("slack"), retries=retries
         )
@@ -481,13 +487,7 @@ def build_alerter(
     log.info(
         "alerts_configured",
         channels=["log", *(c.name for c in channels)],
-        slack_transport=(
-            "bot"
-            if isinstance(channels[0] if channels else None, SlackBotChannel)
-            else "webhook"
-            if any(isinstance(c, SlackWebhookChannel) for c in channels)
-            else None
-        ),
+        slack_transport=slack_transport,
         storm_threshold=config.alert_storm_threshold,
         timeout_seconds=timeout,
     )

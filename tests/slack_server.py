@@ -98,6 +98,7 @@ class SlackServer:
         self.generic_payloads: list[dict[str, Any]] = []
         self.rejected: list[tuple[str, str]] = []  # (path, reason)
         self.requests: list[str] = []  # every request's path, faults included
+        self.request_times: list[float] = []  # time.monotonic() of each request's arrival
         self.hanging = 0  # requests currently held by a hang
         self._faults: list[Fault] = []
         self._ts = itertools.count(1)
@@ -198,7 +199,8 @@ class SlackServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                server._record(lambda: server.requests.append(self.path))
+                arrived = time.monotonic()
+                server._record(lambda: (server.requests.append(self.path), server.request_times.append(arrived)))
                 fault = server._take_fault()
                 if fault and fault.hang is not None:
                     server._record(lambda: setattr(server, "hanging", server.hanging + 1))
