@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_init = sub.add_parser("init-db", help="create dupguard's ledger schema `dupguard` in the metadata DB")
     p_init.add_argument("--database-url", help="defaults to DUPGUARD_DATABASE_URL")
 
+    p_guard = sub.add_parser("guard", help="the in-scheduler guard (an Airflow cluster policy)")
+    guard_sub = p_guard.add_subparsers(dest="guard_command", required=True, metavar="GUARD_COMMAND")
+    guard_sub.add_parser(
+        "print-local-settings",
+        help="print the airflow_local_settings.py snippet (for the chart's airflowLocalSettings value)",
+    )
+
     p_demo = sub.add_parser("demo", help="detect duplicates in an embedded incident (no Airflow needed)")
     p_demo.add_argument("--db", type=Path, help="where to write the demo SQLite database (default: a temp dir)")
     p_demo.add_argument("--format", choices=("table", "json", "csv"), default="table")
@@ -84,6 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "init-db":
             return _init_db(args)
+        if args.command == "guard":
+            from detector.guard_cli import print_local_settings
+
+            print(print_local_settings(), end="")
+            return EXIT_OK
     except ConfigError as exc:
         print(f"dupguard: {exc}", file=sys.stderr)
         return EXIT_CONFIG

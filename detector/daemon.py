@@ -161,6 +161,7 @@ class Daemon:
         self.stop.set()
         self._drop_poll_connection()
         self.parts.alerter.close(timeout)
+        self.parts.remediator.close()
         self.parts.leadership.release()
         self.parts.metrics.leader.set(0)
 

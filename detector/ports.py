@@ -70,6 +70,10 @@ class Remediator(Protocol):
         """Carry out ``action`` (only ``action.writes`` ones change anything). Never raises."""
         ...
 
+    def close(self) -> None:
+        """Release connections (HTTP sessions); called once at shutdown."""
+        ...
+
 
 class AlertKind(enum.StrEnum):
     DETECTED = "detected"

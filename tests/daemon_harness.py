@@ -29,6 +29,9 @@ class RecordingRemediator:
         self.actions.append(action)
         return RemediationResult(action=action, result=Result.DRY_RUN)
 
+    def close(self) -> None:
+        return None
+
 
 @dataclass
 class RecordingAlerter:
