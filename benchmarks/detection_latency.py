@@ -88,8 +88,11 @@ def rss_mb(pid: int) -> float:
 
 
 def db_ms(url: str, db: str) -> float:
-    rows = admin(url, db=db, sql="SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements s JOIN pg_database d "
-                      f"ON d.oid = s.dbid WHERE d.datname = '{db}'")  # fmt: skip
+    sql = (
+        "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements s "
+        f"JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{db}'"
+    )
+    rows = admin(url, db=db, sql=sql)
     return float(rows[0][0])
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections import OrderedDict
 from datetime import UTC, datetime
 
 from sqlalchemy import Column, DateTime, Engine, MetaData, String, Table, Text, inspect, select, text
@@ -49,21 +50,29 @@ log = logs.get("dupguard.ledger")
 
 
 class MemoryLedger:
-    """In-process ledger (read-only users, SQLite, tests). Thread-safe."""
+    """In-process ledger (read-only users, SQLite, tests). Thread-safe.
+
+    Bounded for weeks of running: the oldest entries are forgotten past ``max_entries``. A group is
+    only re-judged while a sibling can still appear (seconds to minutes), so an entry that old is
+    never consulted again.
+    """
 
     durable = False
 
-    def __init__(self) -> None:
-        self._claims: set[tuple[str, str]] = set()
-        self._notes: dict[tuple[str, str], str] = {}
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self._claims: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._notes: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._watermark: int | None = None
+        self._max = max_entries
         self._lock = threading.Lock()
 
     def claim(self, group_key: str, subject: str) -> bool:
         with self._lock:
             if (group_key, subject) in self._claims:
                 return False
-            self._claims.add((group_key, subject))
+            self._claims[(group_key, subject)] = None
+            if len(self._claims) > self._max:
+                self._claims.popitem(last=False)
             return True
 
     def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
@@ -72,6 +81,8 @@ class MemoryLedger:
     def remember(self, group_key: str, name: str, value: str) -> None:
         with self._lock:
             self._notes[(group_key, name)] = value
+            if len(self._notes) > self._max:
+                self._notes.popitem(last=False)
 
     def recall(self, group_key: str, name: str) -> str | None:
         with self._lock:

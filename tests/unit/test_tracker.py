@@ -40,3 +40,15 @@ def test_gap_count_is_bounded() -> None:
     t.accept([1_000_000], T0)
     assert len(t.open_gaps()) == 100
     assert t.gaps_dropped == 1_000_000 - 1 - 100
+
+
+def test_memory_ledger_claims_once_and_stays_bounded() -> None:
+    """A claim is won once; the in-memory ledger forgets its oldest entries past its bound."""
+    from detector.ledger import MemoryLedger
+
+    ledger = MemoryLedger(max_entries=3)
+    assert ledger.claim_all("g1", ["detected", "action:r2"]) == {"detected", "action:r2"}
+    assert ledger.claim_all("g1", ["detected", "action:r3"]) == {"action:r3"}
+    for i in range(10):
+        ledger.claim(f"g{i + 2}", "detected")
+    assert len(ledger._claims) == 3
