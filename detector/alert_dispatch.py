@@ -126,10 +126,13 @@ class SlackBotChannel:
         self.bot, self.ledger, self.ui_url = bot, ledger, ui_url
 
     def _remember(self, key: str, posted: Posted, digest: bool = False) -> None:
-        self.ledger.remember(key, SLACK_TS, posted.ts)
-        self.ledger.remember(key, SLACK_CHANNEL_ID, posted.channel_id)
-        if digest:
-            self.ledger.remember(key, SLACK_DIGEST, posted.ts)
+        try:
+            self.ledger.remember(key, SLACK_TS, posted.ts)
+            self.ledger.remember(key, SLACK_CHANNEL_ID, posted.channel_id)
+            if digest:
+                self.ledger.remember(key, SLACK_DIGEST, posted.ts)
+        except Exception:  # noqa: BLE001 - the message is out; only its follow-ups lose their thread
+            logs.get(LOGGER).exception("alert_thread_not_remembered", channel=self.name, group_key=key)
 
     def _thread(self, key: str) -> Posted | None:
         ts = self.ledger.recall(key, SLACK_TS)
@@ -265,6 +268,9 @@ class Dispatcher:
         """Log ``event`` now and queue it for every channel. Returns at once; never raises."""
         try:
             log_event(event, self.ui_url)
+        except Exception:  # noqa: BLE001 - notify must never break detection
+            logs.get(LOGGER).exception("alert_log_failed", group_key=event.finding.key)
+        try:
             if self._lanes and not self._closed:
                 self._inbound.put_nowait(event)
             elif self._lanes:
