@@ -360,6 +360,18 @@ def test_generic_webhook_gets_versioned_payloads_with_retries(server: SlackServe
     assert _count(metrics, "webhook", "retried") == 1 and _count(metrics, "webhook", "sent") == 2
 
 
+def test_generic_webhook_honours_retry_after(server: SlackServer, ledger: SharedLedger) -> None:
+    """A 429 from the JSON webhook with Retry-After: 1 is retried no sooner than a second later."""
+    config = _config(server, slack_bot_token=None, slack_channel=None, webhook_url=server.generic_url)
+    server.fail_next(1, 429, retry_after=1)
+    alerter = _alerter(config, ledger)
+    alerter.notify(detected("g1"))
+    alerter.close(15)
+    assert len(server.generic_payloads) == 1
+    first, second = server.request_times[:2]
+    assert second - first >= 1.0
+
+
 def test_generic_webhook_client_error_is_not_retried(server: SlackServer, ledger: SharedLedger) -> None:
     """A 400 means the receiver rejected the payload: no retry, logged undelivered with its content."""
     config = _config(server, slack_bot_token=None, slack_channel=None, webhook_url=server.generic_url)
