@@ -17,11 +17,12 @@ LOGGER = "dupguard.alerts"
 
 
 def log_event(event: AlertEvent, ui_url: str | None = None) -> None:
-    """Write ``event`` as ``duplicate_detected`` or ``remediation_outcome``."""
+    """Write ``event`` as ``duplicate_detected`` and/or ``remediation_outcome`` (when it carries results)."""
     log = logs.get(LOGGER)
     if event.kind is AlertKind.DETECTED:
         log.warning("duplicate_detected", **log_fields(event, ui_url))
-        return
+        if not event.results:  # the daemon remediates before alerting, so a first event often has them
+            return
     fields = outcome_log_fields(event)
     if status_of(event.results).name == "failed":
         log.error("remediation_outcome", **fields)

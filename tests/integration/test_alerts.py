@@ -404,6 +404,24 @@ def test_log_sink_alone_logs_every_field(ledger: SharedLedger) -> None:
     assert o["status"] == "failed" and o["results"][0]["detail"] == "boom" and o["log_level"] == "error"
 
 
+def test_first_alert_already_carrying_results_shows_them(server: SlackServer, ledger: SharedLedger) -> None:
+    """The daemon remediates before alerting: a DETECTED event with results is one message showing the outcome,
+    and both duplicate_detected and remediation_outcome are logged."""
+    e = outcome(detected("g1"), Result.DONE)
+    e = replace(e, kind=AlertKind.DETECTED)
+    with capture_logs() as logs:
+        alerter = _alerter(_config(server), ledger)
+        alerter.notify(e)
+        alerter.close(10)
+    [message] = server.top_level()
+    assert "duplicate stopped" in json.dumps(message.blocks) and message.updates == []
+    assert server.replies(message.ts) == []
+    assert [x["event"] for x in logs if x["event"] in {"duplicate_detected", "remediation_outcome"}] == [
+        "duplicate_detected",
+        "remediation_outcome",
+    ]
+
+
 # --- secrets --------------------------------------------------------------------------------------
 
 
