@@ -116,7 +116,7 @@ def run_url(ui_url: str | None, dag_id: str, run_id: str) -> str | None:
 
 
 def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat(timespec="seconds")
+    return None if value is None else value.isoformat()  # microseconds: run_after is the group key
 
 
 def _creator(run: Run) -> str:
