@@ -52,7 +52,9 @@ except ImportError:  # read outside Airflow (docs, tests): the pluggy marker is 
 
 
 _DUPGUARD_RUN_ID_PREFIX = "asset_triggered__"
-_DUPGUARD_NOTE = "dupguard guard skipped this run as a duplicate of {kept} (HA scheduler race, apache/airflow#54491)"
+_DUPGUARD_NOTE = (
+    "dupguard guard skipped this run as a duplicate of {kept} (HA scheduler race, apache/airflow#54491)"
+)
 _DUPGUARD_NOTE_LIMIT = 1000  # dag_run_note.content is varchar(1000)
 _DUPGUARD_NOT_A_DUPLICATE = ""
 _DUPGUARD_LOG = logging.getLogger("dupguard.guard")
@@ -144,7 +146,9 @@ class _DupguardGuard:
             stale = self.stale_partition_rows(session, dag_id, partition_key)
             if stale:
                 statement = self.partitioned_statement(dag_id, partition_key, run_pk, stale)
-        kept, has_note = (_DUPGUARD_NOT_A_DUPLICATE, True) if statement is None else self._lookup(session, statement)
+        kept, has_note = (
+            (_DUPGUARD_NOT_A_DUPLICATE, True) if statement is None else self._lookup(session, statement)
+        )
         if kept and not has_note and not self.note_pending(session, run_pk):
             self.add_note(session, run_pk, kept)
         if kept:
@@ -202,7 +206,11 @@ class _DupguardGuard:
         for obj in list(session.identity_map.values()):
             if isinstance(obj, DagRun):
                 state = obj.__dict__
-                if state.get("run_id") == run_id and state.get("dag_id") == dag_id and state.get("id") is not None:
+                if (
+                    state.get("run_id") == run_id
+                    and state.get("dag_id") == dag_id
+                    and state.get("id") is not None
+                ):
                     if "run_after" not in state:
                         return None
                     return int(state["id"]), state["run_after"], state.get("partition_key")
@@ -253,7 +261,9 @@ class _DupguardGuard:
             .limit(1)
         )
 
-    def partitioned_statement(self, dag_id: str, partition_key: str, run_pk: int, stale_ids: list[int]) -> Any:
+    def partitioned_statement(
+        self, dag_id: str, partition_key: str, run_pk: int, stale_ids: list[int]
+    ) -> Any:
         """3.2: the committed run that consumed one of this session's stale pending partition rows.
 
         Its consumed events must equal the row's events (partitioned_asset_key_log), which are what this
@@ -298,7 +308,9 @@ class _DupguardGuard:
     def note_pending(self, session: Any, run_pk: int) -> bool:
         from airflow.models.dagrun import DagRunNote
 
-        return any(isinstance(obj, DagRunNote) and obj.__dict__.get("dag_run_id") == run_pk for obj in session.new)
+        return any(
+            isinstance(obj, DagRunNote) and obj.__dict__.get("dag_run_id") == run_pk for obj in session.new
+        )
 
     def add_note(self, session: Any, run_pk: int, kept_run_id: str) -> None:
         """The run note, added to the scheduler's session: written by the scheduler's own flush."""

@@ -331,7 +331,12 @@ def snippet_names_vs_settings(path: Path) -> dict[str, Any]:
     names = sorted(n for n in module.__dict__ if not n.startswith("__"))
     return {
         "names": names,
-        "collisions": {n: getattr(settings, n) is module.__dict__[n] for n in names if hasattr(settings, n)},
+        # The hook itself is registered as a policy plugin, never copied (settings keeps its dispatcher).
+        "collisions": {
+            n: getattr(settings, n) is module.__dict__[n]
+            for n in names
+            if hasattr(settings, n) and n != "task_instance_mutation_hook"
+        },
     }
 
 
