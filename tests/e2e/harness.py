@@ -1,0 +1,505 @@
+"""A real HA Airflow 3.1.2 with dupguard in front of it: start, run, drain, stop (issue 8).
+
+One ``Cluster`` is one run: a fresh PostgreSQL database (``e2e_<hex>`` on the test server),
+``airflow db migrate``, the API server, one DAG processor and **two schedulers**
+(``--skip-serve-logs``, LocalExecutor) from ``.airflow-venvs/<version>``, and ``dupguard run`` as a
+separate process, as in a scheduler pod (JSON logs to a file, durable ledger made by
+``dupguard init-db``, remediation through the API server or the ``db`` backend). No triggerer: the
+DAGs have no deferrable tasks and no AssetWatcher.
+
+Every process runs in its own session (``start_new_session``); teardown signals every process of
+those sessions (found through ``/proc``, so LocalExecutor workers and task processes that changed
+their process group are included), first SIGTERM, then SIGKILL. Logs stay in the run directory,
+whose path is in every error message. All traffic is on 127.0.0.1; ports are chosen free.
+
+DAGs (``tests/e2e/dags/``): the user's producer (sleep shortened) and consumer, ``consumer_fanout_<i>``
+and ``consumer_serial`` (``max_active_runs=1``). Fault injection and the worker pickup delay are
+in ``tests/e2e/site/sitecustomize.py`` (schedulers' ``PYTHONPATH`` only). The guard (issue 6), when
+on, is ``dupguard guard print-local-settings`` written to ``$AIRFLOW_HOME/config/airflow_local_settings.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine, make_url
+
+from tests.airflow_server import JWT_SECRET, AirflowServer, _wait_ready, free_port, venv_for
+from tests.pg import ROOT, admin_url, database_url, execute_admin
+
+HERE = Path(__file__).resolve().parent
+DAGS = HERE / "dags"
+SITE = HERE / "site"
+DUPGUARD = str(Path(sys.executable).parent / "dupguard")
+PRODUCER = "producer_asset_trigger"
+# Simple auth manager users (user:role). dupguard acts as its own user with role "user", the least
+# role that may edit DAG runs (docs/remediation.md); admin is for people looking at the UI.
+USERS = {"admin": "admin", "dupguard": "user"}
+
+
+class HarnessError(RuntimeError):
+    """Something in the cluster failed; the message names the run directory with every log."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of the matrix. ``fault_max_ms`` 0 means no fault injection."""
+
+    name: str = "e2e"
+    airflow_version: str = "3.1.2"
+    backend: str = "api"  # api | db
+    mode: str = "fail"  # fail | skip | dry-run | off
+    pickup_delay: float = 0.0  # seconds before a consumer task's ti_run (LocalExecutor worker)
+    guard: bool = False  # in-scheduler guard (issue 6) via airflow_local_settings.py
+    fault_max_ms: float = 0.0  # random 0..N ms between the unlocked ADRQ read and the DagModel lock
+    duration: float = 180.0  # seconds of producer activity (after the first asset event)
+    fanout: int = 1  # consumer_fanout_<i> DAGs besides the user's consumer and consumer_serial
+    producer_sleep: float = 2.0  # the user's producer slept 30 s
+    parallelism: int = 4  # per scheduler (LocalExecutor worker processes)
+    drain_timeout: float = 240.0
+
+    def consumers(self) -> list[str]:
+        return [
+            "consumer_asset_listener",
+            *(f"consumer_fanout_{i + 1}" for i in range(self.fanout)),
+            "consumer_serial",
+        ]
+
+    def dag_ids(self) -> list[str]:
+        return [PRODUCER, *self.consumers()]
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+@dataclass
+class Timings:
+    marks: dict[str, float] = field(default_factory=dict)
+    _t0: float = field(default_factory=time.monotonic)
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = round(time.monotonic() - self._t0, 1)
+
+
+def session_members(sid: int) -> list[int]:
+    """PIDs whose session id is ``sid`` (Linux /proc): the whole tree of a process we started."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp session ...; comm may contain spaces and parentheses
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[3]) == sid:
+            out.append(int(entry.name))
+    return out
+
+
+def kill_session(proc: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """SIGTERM every process of ``proc``'s session, wait up to ``grace`` s, then SIGKILL the rest."""
+    sid = proc.pid
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        members = session_members(sid)
+        if proc.poll() is None and sid not in members:
+            members.append(sid)
+        if not members:
+            break
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader so it leaves /proc
+            if not session_members(sid):
+                break
+            time.sleep(0.2)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=1)
+
+
+class Cluster:
+    """Start with ``start()``; always call ``stop()`` (``with Cluster(...) as c`` does)."""
+
+    def __init__(self, spec: RunSpec, run_dir: Path, *, keep_db: bool = False) -> None:
+        self.spec = spec
+        self.run_dir = run_dir
+        self.keep_db = keep_db
+        self.home = run_dir / "airflow-home"
+        self.venv = venv_for(spec.airflow_version)
+        self.db_name = f"e2e_{uuid.uuid4().hex[:10]}"
+        self.db_url = database_url(self.db_name)
+        self.procs: dict[str, Proc] = {}
+        self.api_port = 0
+        self.dupguard_http_port = 0
+        self.timings = Timings()
+        self._engine: Engine | None = None
+        self._db_created = False
+        self.dupguard_log = run_dir / "dupguard.log"
+        self.drained = False
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def fail(self, what: str, proc: Proc | None = None) -> HarnessError:
+        detail = f"\n--- last lines of {proc.log} ---\n{proc.tail()}" if proc else ""
+        return HarnessError(f"{what} (every log is in {self.run_dir}){detail}")
+
+    def start(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "spec.json").write_text(json.dumps(asdict(self.spec), indent=2))
+        admin_url()  # starts the test PostgreSQL if the test script did not
+        execute_admin(f'CREATE DATABASE "{self.db_name}"')
+        self._db_created = True
+        self._engine = create_engine(self._sa_url(), pool_size=2, max_overflow=2, pool_pre_ping=True)
+        self._write_home()
+        self._run_airflow("db-migrate", ["db", "migrate"], timeout=300)
+        self.timings.mark("migrated")
+        self.api_port = free_port()
+        self._spawn("api-server", [self._airflow, "api-server", "--host", "127.0.0.1", "--port", str(self.api_port)])
+        self._spawn("dag-processor", [self._airflow, "dag-processor"])
+        self._wait_api()
+        self.timings.mark("api_ready")
+        self._wait_dags()
+        self.timings.mark("dags_parsed")
+        self._start_dupguard()
+        self.timings.mark("dupguard_watching")
+        for i in (1, 2):
+            self._spawn(f"scheduler-{i}", [self._airflow, "scheduler", "--skip-serve-logs"], scheduler=True)
+        self._wait_schedulers()
+        self.timings.mark("schedulers_running")
+
+    def stop(self) -> None:
+        """Stop everything (schedulers first, so no run is created unseen), keep logs, drop the DB."""
+        order = ["scheduler-1", "scheduler-2", "dag-processor", "dupguard", "api-server"]
+        for name in order + [n for n in self.procs if n not in order]:
+            proc = self.procs.get(name)
+            if proc is not None:
+                kill_session(proc.popen)
+        leftovers = {n: session_members(p.popen.pid) for n, p in self.procs.items()}
+        leftovers = {n: pids for n, pids in leftovers.items() if pids}
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+        if self._db_created and not self.keep_db:
+            with contextlib.suppress(Exception):
+                execute_admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+            self._db_created = False
+        if leftovers:
+            raise HarnessError(f"processes left after teardown: {leftovers} (logs in {self.run_dir})")
+
+    # --- the run ---------------------------------------------------------------------------------
+    def run_workload(self) -> None:
+        """Wait for the first asset event, let the producer run ``duration`` s, then drain."""
+        deadline = time.monotonic() + 240
+        while self.scalar("SELECT count(*) FROM asset_event") == 0:
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise self.fail("no asset event within 240 s of the schedulers starting", self.procs["scheduler-1"])
+            time.sleep(1)
+        self.timings.mark("first_event")
+        end = time.monotonic() + self.spec.duration
+        while time.monotonic() < end:
+            self.check_alive()
+            time.sleep(2)
+        self.execute("UPDATE dag SET is_paused = true WHERE dag_id = :d", d=PRODUCER)
+        self.timings.mark("producer_paused")
+        self.drained = self._drain()
+        self.timings.mark("drained")
+        time.sleep(3)  # dupguard polls every 20 ms; give its last outcome lines time to land
+
+    def check_alive(self) -> None:
+        for proc in self.procs.values():
+            if not proc.alive():
+                raise self.fail(f"{proc.name} exited with code {proc.popen.returncode}", proc)
+
+    def _drain(self) -> bool:
+        """True once nothing is left to do: the producer's last task finished, no queued or running
+        consumer run, no queued asset, for 5 s in a row. (A paused DAG's running run is never
+        examined again, so the producer's own run may stay 'running'; only its tasks count.)"""
+        consumers = self.spec.consumers()
+        deadline = time.monotonic() + self.spec.drain_timeout
+        quiet_since: float | None = None
+        while time.monotonic() < deadline:
+            self.check_alive()
+            busy = self.scalar(
+                "SELECT (SELECT count(*) FROM dag_run WHERE dag_id = ANY(:c) AND state IN ('queued', 'running'))"
+                " + (SELECT count(*) FROM asset_dag_run_queue)"
+                " + (SELECT count(*) FROM task_instance WHERE dag_id = :p"
+                "    AND state IN ('scheduled', 'queued', 'running', 'up_for_retry', 'restarting'))",
+                c=consumers,
+                p=PRODUCER,
+            )
+            if busy:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= 5:
+                return True
+            time.sleep(1)
+        return False
+
+    # --- database helpers ------------------------------------------------------------------------
+    def _sa_url(self) -> str:
+        return make_url(self.db_url).set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+
+    def scalar(self, statement: str, **params: Any) -> Any:
+        assert self._engine is not None
+        with self._engine.connect() as conn:
+            return conn.execute(text(statement), params).scalar()
+
+    def execute(self, statement: str, **params: Any) -> None:
+        assert self._engine is not None
+        with self._engine.begin() as conn:
+            conn.execute(text(statement), params)
+
+    # --- Airflow ---------------------------------------------------------------------------------
+    @property
+    def _airflow(self) -> str:
+        return str(self.venv / "bin" / "airflow")
+
+    def _write_home(self) -> None:
+        (self.home / "dags").mkdir(parents=True, exist_ok=True)
+        (self.home / "config").mkdir(exist_ok=True)
+        for dag in DAGS.glob("*.py"):
+            shutil.copy(dag, self.home / "dags" / dag.name)
+        (self.home / "passwords.json").write_text(json.dumps({u: f"{u}-e2e-pw" for u in USERS}))
+        if self.spec.guard:
+            snippet = subprocess.run(
+                [DUPGUARD, "guard", "print-local-settings"], check=True, capture_output=True, text=True, timeout=60
+            ).stdout
+            (self.home / "config" / "airflow_local_settings.py").write_text(snippet)
+
+    def airflow_env(self, *, scheduler: bool = False) -> dict[str, str]:
+        spec = self.spec
+        base = f"http://127.0.0.1:{self.api_port or 8080}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DUPGUARD_", "PYTHON"))}
+        env |= {
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self._sa_url(),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_PRE_PING": "True",
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.home / "dags"),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(spec.parallelism),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW__DATABASE__LOAD_DEFAULT_CONNECTIONS": "False",
+            "AIRFLOW__SCHEDULER__USE_ROW_LEVEL_LOCKING": "True",
+            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",  # the DAG files never change
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in USERS.items()),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+            "AIRFLOW__API_AUTH__JWT_ISSUER": "airflow",  # facts §4.3: HTTP 500 without it
+            "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET,
+            "AIRFLOW__API__SECRET_KEY": JWT_SECRET,
+            "AIRFLOW__API__BASE_URL": base,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",  # facts §8
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "PATH": f"{self.venv / 'bin'}:{os.environ.get('PATH', '')}",
+            "VIRTUAL_ENV": str(self.venv),
+            "DUPGUARD_E2E_PRODUCER_SLEEP": str(spec.producer_sleep),
+            "DUPGUARD_E2E_FANOUT": str(spec.fanout),
+        }
+        if scheduler:
+            # Only the schedulers (and their forked LocalExecutor workers) see the harness hooks.
+            paths = [str(SITE)]
+            if spec.guard:
+                paths.append(str(self.home / "config"))
+            env["PYTHONPATH"] = ":".join(paths)
+            if spec.fault_max_ms:
+                env["DUPGUARD_E2E_FAULT_MAX_MS"] = str(spec.fault_max_ms)
+            if spec.pickup_delay:
+                env["DUPGUARD_E2E_PICKUP_DELAY"] = str(spec.pickup_delay)
+        return env
+
+    def _run_airflow(self, name: str, args: list[str], timeout: float) -> None:
+        log = self.run_dir / f"{name}.log"
+        with log.open("wb") as out:
+            try:
+                rc = subprocess.run(
+                    [self._airflow, *args],
+                    env=self.airflow_env(),
+                    cwd=self.home,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=timeout,
+                    start_new_session=True,
+                ).returncode
+            except subprocess.TimeoutExpired:
+                raise self.fail(f"airflow {' '.join(args)} took more than {timeout:.0f} s") from None
+        if rc != 0:
+            raise HarnessError(f"airflow {' '.join(args)} exited with {rc}; log {log}:\n{log.read_text()[-3000:]}")
+
+    def _spawn(self, name: str, argv: list[str], *, scheduler: bool = False, env: dict[str, str] | None = None) -> Proc:
+        log = self.run_dir / f"{name}.log"
+        with log.open("ab") as out:  # the child keeps its own descriptor
+            popen = subprocess.Popen(
+                argv,
+                env=env if env is not None else self.airflow_env(scheduler=scheduler),
+                cwd=self.home if env is None else self.run_dir,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        proc = Proc(name, popen, log)
+        self.procs[name] = proc
+        return proc
+
+    def _wait_api(self) -> None:
+        proc = self.procs["api-server"]
+        server = AirflowServer(
+            version=self.spec.airflow_version,
+            url=f"http://127.0.0.1:{self.api_port}",
+            port=self.api_port,
+            live_db=self.db_name,
+            sources={},
+            log_path=proc.log,
+            process=proc.popen,
+        )
+        try:
+            _wait_ready(server, 240.0)
+        except RuntimeError as exc:
+            raise self.fail(f"API server: {exc}") from None
+
+    def _wait_dags(self, timeout: float = 300.0) -> None:
+        want = set(self.spec.dag_ids())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            assert self._engine is not None
+            with self._engine.connect() as conn:
+                have = {r[0] for r in conn.execute(text("SELECT dag_id FROM serialized_dag"))}
+            if want <= have:
+                return
+            time.sleep(1)
+        missing = sorted(want - have)
+        raise self.fail(f"DAGs not parsed within {timeout:.0f} s: missing {missing}", self.procs["dag-processor"])
+
+    def _wait_schedulers(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            n = self.scalar(
+                "SELECT count(*) FROM job WHERE job_type = 'SchedulerJob' AND state = 'running'"
+                " AND latest_heartbeat > now() - interval '30 seconds'"
+            )
+            if n >= 2:
+                return
+            time.sleep(1)
+        raise self.fail(f"two schedulers not heartbeating within {timeout:.0f} s", self.procs["scheduler-2"])
+
+    # --- dupguard --------------------------------------------------------------------------------
+    def dupguard_env(self) -> dict[str, str]:
+        password_file = self.run_dir / "dupguard-airflow-password"
+        password_file.write_text(json.loads((self.home / "passwords.json").read_text())["dupguard"])
+        self.dupguard_http_port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DUPGUARD_", "AIRFLOW"))}
+        return env | {
+            "DUPGUARD_DATABASE_URL": self.db_url,
+            "DUPGUARD_LOG_FORMAT": "json",
+            "DUPGUARD_REMEDIATION": self.spec.mode,
+            "DUPGUARD_REMEDIATION_BACKEND": self.spec.backend,
+            "DUPGUARD_AIRFLOW_API_URL": f"http://127.0.0.1:{self.api_port}",
+            "DUPGUARD_AIRFLOW_USERNAME": "dupguard",
+            "DUPGUARD_AIRFLOW_PASSWORD_FILE": str(password_file),
+            "DUPGUARD_AIRFLOW_UI_URL": f"http://127.0.0.1:{self.api_port}",
+            "DUPGUARD_HTTP_PORT": str(self.dupguard_http_port),
+            "DUPGUARD_CLUSTER_NAME": f"e2e-{self.spec.name}",
+            "DUPGUARD_SUMMARY_INTERVAL": "30s",
+        }
+
+    def _start_dupguard(self) -> None:
+        env = self.dupguard_env()
+        init = subprocess.run(
+            [DUPGUARD, "init-db"], env=env, capture_output=True, text=True, timeout=120, cwd=self.run_dir
+        )
+        (self.run_dir / "dupguard-init-db.log").write_text(init.stdout + init.stderr)
+        if init.returncode != 0:
+            raise self.fail(f"dupguard init-db exited with {init.returncode}: {init.stderr.strip()[-2000:]}")
+        self._spawn("dupguard", [DUPGUARD, "run"], env=env)  # writes self.dupguard_log
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            self.check_alive()
+            if any(e.get("event") == "watching" for e in read_json_log(self.dupguard_log)):
+                return
+            time.sleep(0.5)
+        raise self.fail("dupguard did not log 'watching' within 120 s", self.procs["dupguard"])
+
+
+def read_json_log(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a log file (other lines, e.g. a traceback, are skipped)."""
+    out: list[dict[str, Any]] = []
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+    return out
+
+
+def run(spec: RunSpec, run_dir: Path, *, keep_db: bool = False) -> dict[str, Any]:
+    """Start a cluster, run the workload, stop it, and return the report (see ``tests.e2e.truth``)."""
+    from tests.e2e.truth import analyse
+
+    started = time.monotonic()
+    cluster = Cluster(spec, run_dir, keep_db=True)
+    try:
+        cluster.start()
+        cluster.run_workload()
+        for name in ("scheduler-1", "scheduler-2", "dag-processor", "dupguard"):
+            kill_session(cluster.procs[name].popen)
+        report = analyse(cluster.db_url, cluster.dupguard_log, spec)
+    except BaseException:
+        print(f"e2e run {spec.name} failed; logs in {run_dir}", file=sys.stderr)
+        raise
+    finally:
+        cluster.keep_db = keep_db
+        cluster.stop()
+    report["drained"] = cluster.drained
+    report["timings_s"] = cluster.timings.marks | {"total": round(time.monotonic() - started, 1)}
+    report["run_dir"] = str(run_dir)
+    (run_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    return report
+
+
+__all__ = ["ROOT", "Cluster", "HarnessError", "RunSpec", "read_json_log", "run"]

@@ -1,0 +1,343 @@
+"""Ground truth after an end-to-end run, from the database itself, next to what dupguard logged.
+
+Independent of dupguard's code on purpose: the duplicate groups come from one SQL query here
+(``GROUPS``: ``asset_triggered`` runs sharing dag_id and run_after, with the same non-empty set of
+consumed asset events), whether a run's tasks started from ``task_instance`` / ``task_instance_history``
+states, who touched a run from its ``dag_run_note`` (dupguard's sidecar note starts ``dupguard
+stopped``, the guard's ``dupguard guard skipped``). dupguard's side comes only from its JSON log:
+``duplicate_detected`` (``dag_id``, ``runs``, ``kept_run``, ``confidence``, ``detected_at``) and
+``remediation_outcome`` (``results[]``: ``run_id``, ``result``, ``committed_at``).
+
+Terms in the report:
+
+* a group's **kept run** is the run nobody stopped (when exactly one is left); the others are its
+  **duplicates**. If several were left, the kept run is the lowest id among those whose tasks ran
+  (dupguard's keep rule), else the lowest id;
+* a duplicate is **stopped before start** when no task instance of it ever reached running (or a
+  later state: success, failed, up_for_retry, ...) and it carries a dupguard note (sidecar) or the
+  guard's note (**prevented**); **caught after start** when its group was detected but a task ran;
+  **missed** when the group was never detected (and the guard did not prevent it);
+* **catch rate** = (prevented + stopped before start) / duplicates;
+* **remediations of kept runs** = runs touched by dupguard that were not duplicates: outside every
+  group, the run dupguard itself logged as kept, or the last run of a group whose every run was touched;
+* **latency** = the duplicate's ``queued_at`` (its creation) to the committed remediation:
+  ``dag_run.end_date`` for ``fail``; the first ``end_date`` of its skipped task instances for
+  ``skip`` (the note's ``created_at`` if none); the **deadline** of the same run is ``queued_at``
+  to the first ``start_date`` of a task instance that really started, over every consumer run that ran.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from tests.e2e.harness import PRODUCER, RunSpec, read_json_log
+
+STARTED = ("running", "success", "failed", "up_for_retry", "up_for_reschedule", "deferred", "restarting")
+SIDECAR_NOTE = "dupguard stopped"
+GUARD_NOTE = "dupguard guard skipped"
+
+# The ground truth: every group of >= 2 asset-triggered runs of one DAG with the same run_after and
+# the same (non-empty) consumed event set. Also the near misses (same run_after, different events).
+GROUPS = """
+WITH runs AS (
+    SELECT dr.id, dr.dag_id, dr.run_after,
+           COALESCE((SELECT array_agg(e.event_id ORDER BY e.event_id)
+                     FROM dagrun_asset_event e WHERE e.dag_run_id = dr.id), '{}') AS events
+    FROM dag_run dr
+    WHERE dr.run_type = 'asset_triggered'
+)
+SELECT dag_id, run_after, events, array_agg(id ORDER BY id) AS ids
+FROM runs
+WHERE cardinality(events) > 0
+GROUP BY dag_id, run_after, events
+HAVING count(*) > 1
+ORDER BY min(id)
+"""
+SAME_RUN_AFTER_DIFFERENT_EVENTS = """
+SELECT count(*) FROM (
+    SELECT dr.dag_id, dr.run_after FROM dag_run dr WHERE dr.run_type = 'asset_triggered'
+    GROUP BY dr.dag_id, dr.run_after HAVING count(*) > 1
+       AND count(DISTINCT (SELECT array_agg(e.event_id ORDER BY e.event_id)
+                           FROM dagrun_asset_event e WHERE e.dag_run_id = dr.id)) > 1
+) x
+"""
+RUNS = """
+SELECT dr.id, dr.dag_id, dr.run_id, dr.state, dr.queued_at, dr.start_date, dr.end_date,
+       n.content AS note, n.created_at AS note_at
+FROM dag_run dr LEFT JOIN dag_run_note n ON n.dag_run_id = dr.id
+WHERE dr.run_type = 'asset_triggered'
+"""
+TIS = """
+SELECT dag_id, run_id, task_id, state, start_date, end_date FROM task_instance
+WHERE run_id LIKE 'asset_triggered__%'
+"""
+TI_HISTORY = """
+SELECT DISTINCT dag_id, run_id FROM task_instance_history
+WHERE run_id LIKE 'asset_triggered__%' AND state = ANY(:started)
+"""
+
+
+def percentiles(values: list[float]) -> dict[str, float | int | None]:
+    """n, min, p50, p90, p99, max (nearest rank), in the unit given."""
+    if not values:
+        return {"n": 0, "min": None, "p50": None, "p90": None, "p99": None, "max": None}
+    v = sorted(values)
+
+    def rank(p: float) -> float:
+        return round(v[max(0, math.ceil(p / 100 * len(v)) - 1)], 1)
+
+    return {"n": len(v), "min": round(v[0], 1), "p50": rank(50), "p90": rank(90), "p99": rank(99), "max": rank(100)}
+
+
+def _ms(later: datetime | None, earlier: datetime | None) -> float | None:
+    if later is None or earlier is None:
+        return None
+    return (later - earlier).total_seconds() * 1000.0
+
+
+def _parse(ts: str | None) -> datetime | None:
+    return datetime.fromisoformat(ts) if ts else None
+
+
+def analyse(db_url: str, dupguard_log: Path, spec: RunSpec) -> dict[str, Any]:
+    engine = create_engine(make_url(db_url).set(drivername="postgresql+psycopg2"))
+    try:
+        with engine.connect() as conn:
+            events = conn.execute(text("SELECT count(*) FROM asset_event")).scalar_one()
+            producer_runs = conn.execute(
+                text("SELECT count(*) FROM dag_run WHERE dag_id = :p"), {"p": PRODUCER}
+            ).scalar_one()
+            groups = [dict(r._mapping) for r in conn.execute(text(GROUPS))]
+            near_misses = conn.execute(text(SAME_RUN_AFTER_DIFFERENT_EVENTS)).scalar_one()
+            runs = {r.id: dict(r._mapping) for r in conn.execute(text(RUNS))}
+            tis = [dict(r._mapping) for r in conn.execute(text(TIS))]
+            history = {(r.dag_id, r.run_id) for r in conn.execute(text(TI_HISTORY), {"started": list(STARTED)})}
+    finally:
+        engine.dispose()
+    return judge(events, producer_runs, groups, near_misses, runs, tis, history, read_json_log(dupguard_log), spec)
+
+
+def judge(
+    events: int,
+    producer_runs: int,
+    groups: list[dict[str, Any]],
+    near_misses: int,
+    runs: dict[int, dict[str, Any]],
+    tis: list[dict[str, Any]],
+    history: set[tuple[str, str]],
+    log: list[dict[str, Any]],
+    spec: RunSpec,
+) -> dict[str, Any]:
+    by_run_id = {(r["dag_id"], r["run_id"]): rid for rid, r in runs.items()}
+    tis_of: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for ti in tis:
+        rid = by_run_id.get((ti["dag_id"], ti["run_id"]))
+        if rid is not None:
+            tis_of[rid].append(ti)
+
+    def started(rid: int) -> bool:
+        r = runs[rid]
+        return (r["dag_id"], r["run_id"]) in history or any(t["state"] in STARTED for t in tis_of[rid])
+
+    def first_start(rid: int) -> datetime | None:
+        starts = [t["start_date"] for t in tis_of[rid] if t["state"] in STARTED and t["start_date"]]
+        return min(starts) if starts else None
+
+    def note(rid: int) -> str:
+        return runs[rid]["note"] or ""
+
+    # dupguard's view, from its log
+    detected = [e for e in log if e.get("event") == "duplicate_detected"]
+    outcomes = [e for e in log if e.get("event") == "remediation_outcome"]
+    remediation_lines = [e for e in log if e.get("event") == "remediation"]
+    logged_done: dict[int, datetime | None] = {}
+    for e in outcomes:
+        for res in e.get("results", []):
+            rid = by_run_id.get((e["dag_id"], res["run_id"]))
+            if rid is not None and res.get("result") == "done":
+                logged_done[rid] = _parse(res.get("committed_at"))
+    logged_kept = {by_run_id.get((e["dag_id"], e["kept_run"])) for e in detected} - {None}
+
+    sidecar_touched = {rid for rid in runs if note(rid).startswith(SIDECAR_NOTE)} | set(logged_done)
+    guard_touched = {rid for rid in runs if note(rid).startswith(GUARD_NOTE)}
+    touched = sidecar_touched | guard_touched
+
+    member_of: dict[int, int] = {}
+    for gi, g in enumerate(groups):
+        for rid in g["ids"]:
+            member_of[rid] = gi
+
+    # detection: recall and false positives (by run ids, not by dupguard's keys)
+    detected_runs_of: dict[int, set[int]] = defaultdict(set)
+    false_positives = []
+    for e in detected:
+        rids = {by_run_id.get((e["dag_id"], r["run_id"])) for r in e.get("runs", [])}
+        gis = {member_of.get(rid) for rid in rids}
+        if None in rids or None in gis or len(gis) != 1:
+            false_positives.append({"dag_id": e["dag_id"], "runs": [r["run_id"] for r in e.get("runs", [])]})
+            continue
+        gi = gis.pop()
+        assert gi is not None
+        detected_runs_of[gi] |= {rid for rid in rids if rid is not None}
+    detected_groups = {gi for gi, g in enumerate(groups) if set(g["ids"]) <= detected_runs_of[gi]}
+    confidences = defaultdict(int)
+    for e in detected:
+        confidences[e.get("confidence", "?")] += 1
+
+    # actions on kept runs
+    kept_violations = []
+    for rid in sorted(sidecar_touched):
+        if rid not in member_of:
+            kept_violations.append({"run_id": runs[rid]["run_id"], "why": "not in any duplicate group"})
+        elif rid in logged_kept:
+            kept_violations.append({"run_id": runs[rid]["run_id"], "why": "dupguard's own kept run"})
+    for g in groups:
+        if all(rid in touched for rid in g["ids"]):
+            kept_violations.append({"run_id": runs[g["ids"][-1]]["run_id"], "why": "every run of its group stopped"})
+    guard_outside = sorted(runs[rid]["run_id"] for rid in guard_touched if rid not in member_of)
+
+    # per duplicate
+    per_dup: list[dict[str, Any]] = []
+    counts: dict[str, int] = defaultdict(int)
+    latency: list[float] = []
+    latency_log: list[float] = []
+    for gi, g in enumerate(groups):
+        ids = list(g["ids"])
+        left = [rid for rid in ids if rid not in touched]
+        if len(left) == 1:
+            kept = left[0]
+        else:
+            pool = left or ids
+            ran = [rid for rid in pool if started(rid)]
+            kept = min(ran or pool)
+        for rid in ids:
+            if rid == kept:
+                continue
+            r = runs[rid]
+            ran = started(rid)
+            if rid in guard_touched and not ran:
+                cat = "prevented_by_guard"
+            elif rid in sidecar_touched and not ran:
+                cat = "stopped_before_start"
+            elif gi in detected_groups and ran:
+                cat = "caught_after_start"
+            elif gi not in detected_groups and rid not in guard_touched:
+                cat = "missed"
+            else:
+                cat = "not_started_not_stopped"
+            counts[cat] += 1
+            committed = None
+            if rid in sidecar_touched:
+                if spec.mode == "fail" and r["state"] == "failed":
+                    committed = r["end_date"]
+                else:
+                    ends = [t["end_date"] for t in tis_of[rid] if t["state"] == "skipped" and t["end_date"]]
+                    committed = min(ends) if ends else r["note_at"]
+                ms = _ms(committed, r["queued_at"])
+                if ms is not None and cat == "stopped_before_start":
+                    latency.append(ms)
+                log_ms = _ms(logged_done.get(rid), r["queued_at"])
+                if log_ms is not None:
+                    latency_log.append(log_ms)
+            per_dup.append(
+                {
+                    "dag_id": r["dag_id"],
+                    "run_id": r["run_id"],
+                    "kept_run_id": runs[kept]["run_id"],
+                    "category": cat,
+                    "queued_at": r["queued_at"],
+                    "first_task_start": first_start(rid),
+                    "remediation_committed": committed,
+                    "latency_ms": _ms(committed, r["queued_at"]),
+                }
+            )
+
+    # detection latency: queued_at of the last run of the group -> detected_at
+    detection_latency = []
+    for e in detected:
+        qs = [_parse(r.get("queued_at")) for r in e.get("runs", [])]
+        qs = [q for q in qs if q]
+        det = _parse(e.get("detected_at"))
+        if qs and det:
+            detection_latency.append((det - max(qs)).total_seconds() * 1000.0)
+
+    # the deadline: creation -> first task start, for every consumer run whose tasks ran
+    deadline_all, deadline_serial = [], []
+    for rid, r in runs.items():
+        fs = first_start(rid)
+        if fs is None or r["queued_at"] is None:
+            continue
+        ms = _ms(fs, r["queued_at"])
+        assert ms is not None
+        (deadline_serial if r["dag_id"] == "consumer_serial" else deadline_all).append(ms)
+    by_dag = defaultdict(lambda: defaultdict(int))
+    for d in per_dup:
+        by_dag[d["dag_id"]][d["category"]] += 1
+
+    duplicates = len(per_dup)
+    caught = counts["prevented_by_guard"] + counts["stopped_before_start"]
+    results_count: dict[str, int] = defaultdict(int)
+    for e in remediation_lines:
+        results_count[str(e.get("result"))] += 1
+    return {
+        "spec": spec.__dict__,
+        "fault_injection": bool(spec.fault_max_ms),
+        "asset_events": events,
+        "producer_runs": producer_runs,
+        "consumer_runs": len(runs),
+        "duplicate_groups": len(groups),
+        "duplicate_runs": duplicates,
+        "same_run_after_different_events": near_misses,
+        "groups_detected": len(detected_groups),
+        "recall": (len(detected_groups) / len(groups)) if groups else None,
+        "undetected_groups": [
+            [runs[i]["run_id"] for i in g["ids"]] for gi, g in enumerate(groups) if gi not in detected_groups
+        ],
+        "detected_log_events": len(detected),
+        "detected_confidence": dict(confidences),
+        "false_positives": len(false_positives),
+        "false_positive_details": false_positives,
+        "remediations_of_kept_runs": len(kept_violations),
+        "kept_run_violations": kept_violations,
+        "guard_notes_outside_groups": guard_outside,
+        "prevented_by_guard": counts["prevented_by_guard"],
+        "stopped_before_start": counts["stopped_before_start"],
+        "caught_after_start": counts["caught_after_start"],
+        "missed": counts["missed"],
+        "not_started_not_stopped": counts["not_started_not_stopped"],
+        "catch_rate": (caught / duplicates) if duplicates else None,
+        "by_dag": {k: dict(v) for k, v in by_dag.items()},
+        "remediation_results": dict(results_count),
+        "latency_ms": percentiles(latency),
+        "latency_log_committed_ms": percentiles(latency_log),
+        "detection_latency_ms": percentiles(detection_latency),
+        "deadline_ms": percentiles(deadline_all),
+        "deadline_serial_ms": percentiles(deadline_serial),
+        "duplicates": per_dup,
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """One human line per run (the test prints it; the benchmark's table has the same figures)."""
+    lat, dl = report["latency_ms"], report["deadline_ms"]
+    return (
+        f"e2e {report['spec']['name']}: events={report['asset_events']} consumer_runs={report['consumer_runs']} "
+        f"groups={report['duplicate_groups']} detected={report['groups_detected']} "
+        f"false_positives={report['false_positives']} kept_runs_touched={report['remediations_of_kept_runs']} | "
+        f"duplicates={report['duplicate_runs']} prevented_by_guard={report['prevented_by_guard']} "
+        f"stopped_before_start={report['stopped_before_start']} caught_after_start={report['caught_after_start']} "
+        f"missed={report['missed']} catch_rate={_pct(report['catch_rate'])} | "
+        f"latency p50/p99={lat['p50']}/{lat['p99']} ms deadline p50/p99={dl['p50']}/{dl['p99']} ms "
+        f"(fault injection {'on' if report['fault_injection'] else 'off'})"
+    )
