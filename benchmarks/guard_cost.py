@@ -14,7 +14,7 @@ is timed. Also timed: ``TaskInstance.refresh_from_task`` on existing task instan
 scheduler calls for task instances it schedules and which calls the hook (the guard returns at
 once for them). Rounds default to 10 (below max_active_runs = 16).
 
-    .venv/bin/python -m benchmarks.guard_cost [--version 3.1.2] [--consumers 50] [--rounds 10]
+    .venv/bin/python -m benchmarks.guard_cost [--version 3.1.2] [--consumers 50] [--rounds 10] [--repeat 3]
 
 Prints a table and writes benchmarks/results/guard_cost.json. Needs the test PostgreSQL
 (scripts/postgres.sh start) and .airflow-venvs/<version>.
@@ -95,6 +95,7 @@ def worker(args: argparse.Namespace) -> None:
         af = scenarios_asset.AF()
         af.sync_dags(home / "dags")
         runner = af.new_scheduler("bench-scheduler")
+        in_guard = time_guard_calls()
         calls: list[dict[str, float]] = []
         for _ in range(args.rounds):
             for a in range(ASSETS):
@@ -117,11 +118,33 @@ def worker(args: argparse.Namespace) -> None:
             "calls": calls,
             "refresh_from_task_us": refresh,
             "guard_queries": getattr(state, "queries", None),
+            "guard_seconds_in_hook": in_guard["seconds"] if state is not None else None,
+            "guard_calls": in_guard["calls"] if state is not None else None,
             "guard_skipped_runs": getattr(state, "skipped_runs", None),
         }
         Path(args.out).write_text(json.dumps(out))
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def time_guard_calls() -> dict[str, float]:
+    """Wrap the loaded guard's hook body with a timer: the guard's own time inside the scheduler."""
+    totals = {"seconds": 0.0, "calls": 0}
+    guard = getattr(sys.modules.get("airflow_local_settings"), "_dupguard_guard", None)
+    if guard is None:
+        return totals
+    body = guard.mutate
+
+    def timed(task_instance: Any) -> None:
+        started = time.perf_counter()
+        try:
+            body(task_instance)
+        finally:
+            totals["seconds"] += time.perf_counter() - started
+            totals["calls"] += 1
+
+    guard.mutate = timed
+    return totals
 
 
 def count_runs(af: Any) -> int:
@@ -164,6 +187,7 @@ def main() -> None:
     parser.add_argument("--version", default="3.1.2")
     parser.add_argument("--consumers", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=3, help="fresh databases per mode, interleaved")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--db-url", help=argparse.SUPPRESS)
@@ -187,7 +211,7 @@ def main() -> None:
     snippet.write_text(print_local_settings())
     template = f"guard_bench_tpl_{uuid.uuid4().hex[:6]}"
     databases = [template]
-    results: dict[str, Any] = {}
+    results: dict[str, list[dict[str, Any]]] = {}
     try:
         admin(f'CREATE DATABASE "{template}"')
         migrate_env = {
@@ -200,16 +224,17 @@ def main() -> None:
         }
         migrate = [str(python), "-m", "airflow", "db", "migrate"]
         subprocess.run(migrate, env=migrate_env, check=True, capture_output=True)
-        for mode in MODES:
-            db = f"guard_bench_{uuid.uuid4().hex[:8]}"
-            admin(f'CREATE DATABASE "{db}" TEMPLATE "{template}"')
-            databases.append(db)
-            out = work / f"{mode}.json"
-            cmd = [str(python), str(Path(__file__).resolve()), "--worker", "--mode", mode, "--db-url", database_url(db)]
-            cmd += ["--snippet", str(snippet), "--out", str(out), "--consumers", str(args.consumers)]
-            cmd += ["--rounds", str(args.rounds)]
-            subprocess.run(cmd, env=env, check=True, cwd=ROOT)
-            results[mode] = json.loads(out.read_text())
+        for attempt in range(args.repeat):
+            for mode in MODES:
+                db = f"guard_bench_{uuid.uuid4().hex[:8]}"
+                admin(f'CREATE DATABASE "{db}" TEMPLATE "{template}"')
+                databases.append(db)
+                out = work / f"{mode}-{attempt}.json"
+                cmd = [str(python), str(Path(__file__).resolve()), "--worker", "--mode", mode]
+                cmd += ["--db-url", database_url(db), "--snippet", str(snippet), "--out", str(out)]
+                cmd += ["--consumers", str(args.consumers), "--rounds", str(args.rounds)]
+                subprocess.run(cmd, env=env, check=True, cwd=ROOT)
+                results.setdefault(mode, []).append(json.loads(out.read_text()))
     finally:
         for db in databases:
             admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
@@ -220,38 +245,44 @@ def main() -> None:
     (RESULTS / "guard_cost.json").write_text(json.dumps({"summary": summary, "raw": results}, indent=2) + "\n")
 
 
-def report(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "airflow_version": args.version,
         "consumers": args.consumers,
         "rounds": args.rounds,
+        "repeat": args.repeat,
         "host_cpus": os.cpu_count(),
+        "host_load_1min": round(os.getloadavg()[0], 2),
     }
     print(
-        f"Airflow {args.version}, {args.consumers} asset-scheduled DAGs (5 TIs per run), {args.rounds} rounds; "
-        "_create_dagruns_for_dags calls of up to 10 runs"
+        f"Airflow {args.version}, {args.consumers} asset-scheduled DAGs (5 TIs per run), {args.rounds} rounds "
+        f"x {args.repeat} fresh databases per mode; _create_dagruns_for_dags calls of up to 10 runs"
     )
-    print(
-        f"{'mode':<10} {'calls':>5} {'runs':>5} {'median ms/call':>15} {'p90 ms/call':>12} {'ms/run':>7} "
-        f"{'refresh_from_task us':>21} {'guard queries':>13}"
+    header = (
+        f"{'mode':<10} {'calls':>5} {'runs':>5} {'median ms/call':>14} {'p90 ms/call':>11} {'ms/run':>7} "
+        f"{'refresh_from_task us':>20} {'queries':>7} {'in guard ms/run':>15}"
     )
+    print(header)
     for mode in MODES:
-        r = results[mode]
-        per_call = sorted(c["seconds"] * 1000 for c in r["calls"])
-        runs = sum(c["runs"] for c in r["calls"])
+        attempts = results[mode]
+        per_call = sorted(c["seconds"] * 1000 for r in attempts for c in r["calls"])
+        runs = sum(c["runs"] for r in attempts for c in r["calls"])
+        in_guard = [r["guard_seconds_in_hook"] for r in attempts if r.get("guard_seconds_in_hook") is not None]
         row = {
             "calls": len(per_call),
             "runs": runs,
             "median_ms_per_call": round(statistics.median(per_call), 2),
             "p90_ms_per_call": round(per_call[int(0.9 * (len(per_call) - 1))], 2),
             "ms_per_run": round(sum(per_call) / runs, 3),
-            "refresh_from_task_us": round(r["refresh_from_task_us"], 2),
-            "guard_queries": r["guard_queries"],
+            "refresh_from_task_us": round(statistics.median(r["refresh_from_task_us"] for r in attempts), 2),
+            "guard_queries": sum(r["guard_queries"] or 0 for r in attempts) if in_guard else None,
+            "in_guard_ms_per_run": round(sum(in_guard) * 1000 / runs, 3) if in_guard else None,
         }
         summary[mode] = row
         print(
-            f"{mode:<10} {row['calls']:>5} {runs:>5} {row['median_ms_per_call']:>15} {row['p90_ms_per_call']:>12} "
-            f"{row['ms_per_run']:>7} {row['refresh_from_task_us']:>21} {row['guard_queries']!s:>13}"
+            f"{mode:<10} {row['calls']:>5} {runs:>5} {row['median_ms_per_call']:>14} {row['p90_ms_per_call']:>11} "
+            f"{row['ms_per_run']:>7} {row['refresh_from_task_us']:>20} {row['guard_queries']!s:>7} "
+            f"{row['in_guard_ms_per_run']!s:>15}"
         )
     return summary
 

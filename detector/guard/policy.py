@@ -198,8 +198,9 @@ class _DupguardGuard:
     def find_run(self, session: Any, dag_id: str, run_id: str) -> tuple[int, Any, str | None] | None:
         """(id, run_after, partition_key) of the run being created, from the session's identity map.
 
-        Found only in the session that created (and flushed) it: that proves the hook runs inside the
-        creating transaction. Attributes are read from ``__dict__`` so nothing is lazily loaded.
+        Found only in a session that holds the flushed run: the creating transaction, or a scheduler
+        session working on the run later (mapped task instances expanded later). Anywhere else the
+        guard does nothing. Attributes are read from ``__dict__`` so nothing is lazily loaded.
         """
         from airflow.models.dagrun import DagRun
 
