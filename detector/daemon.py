@@ -129,16 +129,20 @@ class Daemon:
             self._loop()
         finally:
             scheduler.shutdown(wait=False)
+            self._drop_poll_connection()
         return 0
 
     def _run_once(self) -> int:
         if not self.parts.leadership.is_leader(self.clock()):
             log.info("not_leader", detail="another replica holds the leader lock; nothing done")
             return 0
-        while self.poll_pass():
-            if not self._last_batch_full:
-                return 0
-        return 1
+        try:
+            while self.poll_pass():
+                if not self._last_batch_full:
+                    return 0
+            return 1
+        finally:
+            self._drop_poll_connection()
 
     def _loop(self) -> None:
         interval = self.config.poll_interval.total_seconds()
@@ -159,7 +163,6 @@ class Daemon:
     def shutdown(self, timeout: float = 3.0) -> None:
         """Release the lock and drain alerts; bounded so SIGTERM finishes inside the grace period."""
         self.stop.set()
-        self._drop_poll_connection()
         self.parts.alerter.close(timeout)
         self.parts.remediator.close()
         self.parts.leadership.release()
@@ -237,11 +240,12 @@ class Daemon:
         return self._conn
 
     def _drop_poll_connection(self) -> None:
-        if self._conn is not None:
+        """Only the polling thread calls this (a pass that failed, or the loop's end)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
             with contextlib.suppress(SQLAlchemyError):
-                self._conn.invalidate()
-                self._conn.close()
-            self._conn = None
+                conn.invalidate()
+                conn.close()
 
     def _start_term(self, now: datetime) -> IncrementalDetector:
         """Where a new leader term starts reading: the durable watermark, else the look-back."""
