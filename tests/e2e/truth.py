@@ -22,7 +22,9 @@ Terms in the report:
   group, the run dupguard itself logged as kept, or the last run of a group whose every run was touched;
 * **latency** = the duplicate's ``queued_at`` (its creation) to the committed remediation:
   ``dag_run.end_date`` for ``fail``; the first ``end_date`` of its skipped task instances for
-  ``skip`` (the note's ``created_at`` if none); the **deadline** of the same run is ``queued_at``
+  ``skip`` (the note's ``created_at`` if none), over every duplicate dupguard stopped (a task can
+  start between dupguard's re-read and an API call; such a run counts as caught after start, its
+  latency is still a latency); the **deadline** of the same run is ``queued_at``
   to the first ``start_date`` of a task instance that really started, over every consumer run that ran.
 """
 
@@ -241,7 +243,7 @@ def judge(
                     ends = [t["end_date"] for t in tis_of[rid] if t["state"] == "skipped" and t["end_date"]]
                     committed = min(ends) if ends else r["note_at"]
                 ms = _ms(committed, r["queued_at"])
-                if ms is not None and cat == "stopped_before_start":
+                if ms is not None:
                     latency.append(ms)
                 log_ms = _ms(logged_done.get(rid), r["queued_at"])
                 if log_ms is not None:
