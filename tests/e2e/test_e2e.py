@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import RunSpec, run
+from tests.e2e.harness import ROOT, RunSpec, run
 from tests.e2e.truth import summary_line
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.airflow]
@@ -28,6 +28,13 @@ DURATION = float(os.environ.get("DUPGUARD_E2E_DURATION", "150"))
 def test_ha_airflow_duplicates_are_detected_and_only_duplicates_stopped(tmp_path: Path) -> None:
     """Two real schedulers race on the user's DAGs; dupguard detects every duplicate group, reports
     no false positive and never touches a kept run."""
+    venv = ROOT / ".airflow-venvs" / "3.1.2"
+    if not (venv / ".ready").exists():
+        pytest.fail(
+            f"{venv} is missing or incomplete: run scripts/airflow/venv.sh 3.1.2 "
+            "(the end-to-end test needs a real Airflow 3.1.2 to run two schedulers)",
+            pytrace=False,
+        )
     spec = RunSpec(name="ci-short", backend="api", mode="fail", fault_max_ms=500, duration=DURATION)
     report = run(spec, tmp_path / "run")
     (tmp_path / "e2e-report.json").write_text(json.dumps(report, indent=2, default=str))

@@ -1,0 +1,130 @@
+"""The end-to-end judge (``tests/e2e/truth.judge``) on hand-made rows: no Airflow, no database.
+
+The e2e test's hard guarantees are only as good as this bookkeeping, so each category is pinned
+here: stopped before start, prevented by the guard, caught after start, missed, false positive,
+and the three ways a kept run can be touched.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tests.e2e.harness import RunSpec
+from tests.e2e.truth import GUARD_NOTE, SIDECAR_NOTE, judge, percentiles
+
+T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
+
+
+def ms(n: float) -> datetime:
+    return T0 + timedelta(milliseconds=n)
+
+
+def run(
+    rid: int, dag: str, *, state: str = "success", note: str | None = None, end: float | None = None
+) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "dag_id": dag,
+        "run_id": f"asset_triggered__r{rid}",
+        "state": state,
+        "queued_at": ms(0),
+        "start_date": ms(10),
+        "end_date": ms(end) if end is not None else ms(900),
+        "note": note,
+        "note_at": ms(end) if end is not None else None,
+    }
+
+
+def ti(rid: int, dag: str, state: str, start: float | None, end: float | None = None) -> dict[str, Any]:
+    return {
+        "dag_id": dag,
+        "run_id": f"asset_triggered__r{rid}",
+        "task_id": "t",
+        "state": state,
+        "start_date": ms(start) if start is not None else None,
+        "end_date": ms(end) if end is not None else None,
+    }
+
+
+def detected(dag: str, *rids: int, kept: int) -> dict[str, Any]:
+    return {
+        "event": "duplicate_detected",
+        "dag_id": dag,
+        "kept_run": f"asset_triggered__r{kept}",
+        "confidence": "confirmed",
+        "detected_at": ms(30).isoformat(),
+        "runs": [{"run_id": f"asset_triggered__r{r}", "queued_at": ms(0).isoformat()} for r in rids],
+    }
+
+
+def verdict(
+    runs: list[dict[str, Any]], groups: list[list[int]], tis: list[dict[str, Any]], log: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return judge(
+        events=3,
+        producer_runs=3,
+        groups=[{"ids": g} for g in groups],
+        near_misses=0,
+        runs={r["id"]: r for r in runs},
+        tis=tis,
+        history=set(),
+        log=log,
+        spec=RunSpec(mode="fail"),
+    )
+
+
+def test_a_stopped_duplicate_counts_as_caught_with_its_latency() -> None:
+    """Group (1, 2): 1 ran, 2 was failed by dupguard 120 ms after creation with its task skipped."""
+    runs = [run(1, "a"), run(2, "a", state="failed", note=SIDECAR_NOTE + " ...", end=120)]
+    tis = [ti(1, "a", "success", 100), ti(2, "a", "skipped", 120, 120)]
+    r = verdict(runs, [[1, 2]], tis, [detected("a", 1, 2, kept=1)])
+    assert (r["recall"], r["false_positives"], r["remediations_of_kept_runs"]) == (1.0, 0, 0)
+    assert (r["stopped_before_start"], r["catch_rate"]) == (1, 1.0)
+    assert r["latency_ms"]["p50"] == 120.0
+    assert r["deadline_ms"]["p50"] == 100.0
+
+
+def test_the_guard_prevents_and_a_started_duplicate_is_caught_late() -> None:
+    """Group (1, 2) prevented by the guard; group (3, 4) detected but 4's task ran (too late)."""
+    runs = [run(1, "a"), run(2, "a", note=GUARD_NOTE + " ..."), run(3, "b"), run(4, "b")]
+    tis = [ti(1, "a", "success", 50), ti(2, "a", "skipped", None), ti(3, "b", "success", 60), ti(4, "b", "success", 70)]
+    log = [detected("a", 1, 2, kept=1), detected("b", 3, 4, kept=3)]
+    r = verdict(runs, [[1, 2], [3, 4]], tis, log)
+    assert (r["prevented_by_guard"], r["caught_after_start"], r["missed"]) == (1, 1, 0)
+    assert r["catch_rate"] == 0.5
+
+
+def test_an_undetected_group_is_missed_and_fails_recall() -> None:
+    """Nothing logged for group (1, 2): recall 0, the duplicate is missed."""
+    r = verdict([run(1, "a"), run(2, "a")], [[1, 2]], [ti(1, "a", "success", 5), ti(2, "a", "success", 6)], [])
+    assert (r["recall"], r["missed"], r["undetected_groups"]) == (
+        0.0,
+        1,
+        [["asset_triggered__r1", "asset_triggered__r2"]],
+    )
+
+
+def test_false_positives_and_touched_kept_runs_are_counted() -> None:
+    """A logged group of two unrelated runs is a false positive; stopping a run outside every group,
+    stopping dupguard's own kept run, and stopping every run of a group are kept-run violations."""
+    note = SIDECAR_NOTE + " ..."
+    runs = [
+        run(1, "a", note=note, state="failed", end=50),  # kept by dupguard's own log, yet stopped
+        run(2, "a", note=note, state="failed", end=60),
+        run(5, "c", note=note, state="failed", end=70),  # in no group
+        run(6, "d"),
+        run(7, "d"),
+    ]
+    log = [detected("a", 1, 2, kept=1), detected("d", 6, 7, kept=6)]
+    r = verdict(runs, [[1, 2]], [], log)
+    assert r["false_positives"] == 1  # (6, 7) is not a ground-truth group
+    whys = sorted(v["why"] for v in r["kept_run_violations"])
+    assert whys == ["dupguard's own kept run", "every run of its group stopped", "not in any duplicate group"]
+
+
+def test_percentiles_use_nearest_rank() -> None:
+    """p50 of 1..10 is 5, p99 is 10; an empty list has no figures."""
+    p = percentiles([float(x) for x in range(1, 11)])
+    assert (p["n"], p["p50"], p["p99"], p["max"]) == (10, 5.0, 10.0, 10.0)
+    assert percentiles([])["p50"] is None
