@@ -118,7 +118,7 @@ SETTINGS: tuple[Setting, ...] = (
         "(direct connection) or a transaction-scoped lock held in an open transaction (PgBouncer).",
     ),
     Setting("lock_key", 7_355_608_201, int, "PostgreSQL advisory lock key (Airflow uses 1 and 2)."),
-    Setting("poll_interval", timedelta(milliseconds=20), _positive_duration, "Time between polls for new runs."),
+    Setting("poll_interval", timedelta(milliseconds=10), _positive_duration, "Time between polls for new runs."),
     Setting(
         "leader_check_interval",
         timedelta(seconds=1),

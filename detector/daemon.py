@@ -1,7 +1,7 @@
 """``dupguard run``: the loop beside every scheduler. Polls for new runs, and on the leader hands each
 finding to the ledger, the remediator and the alerter.
 
-Threads: the detection loop (this module, a plain loop: at a 20 ms cadence a job scheduler's
+Threads: the detection loop (this module, a plain loop: at a 10 ms cadence a job scheduler's
 per-run overhead would cost more than the poll itself); APScheduler runs the slow periodic jobs (leader
 heartbeat, summary line) with ``max_instances=1, coalesce=True``; the health server; the alerter's
 sender. A failing pass never ends the loop: it is retried with back-off and the tracker is rewound so
