@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg2
 
+from tests.pg import schema_sql
 from tests.writer import AirflowWriter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,8 +70,7 @@ def admin(url: str, sql: str, db: str = "postgres") -> list[tuple[Any, ...]]:
 def fresh_db(url: str, name: str) -> str:
     admin(url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     admin(url, f"CREATE DATABASE {name}")
-    schema = (ROOT / "tests/fixtures/schema/airflow-3.1.2.sql").read_text().splitlines()
-    admin(url, "\n".join(line for line in schema if not line.startswith("\\")), db=name)
+    admin(url, schema_sql("3.1.2"), db=name)
     admin(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", db=name)
     return url.rsplit("/", 1)[0] + "/" + name
 

@@ -32,8 +32,8 @@ def admin_url() -> str:
     return url
 
 
-def _sql(path: Path) -> str:
-    # pg_dump >= 15.14 writes psql-only \restrict lines; they carry no SQL.
+def fixture_sql(path: Path) -> str:
+    """A committed pg_dump fixture as SQL psycopg2 can run (pg_dump >= 15.14 adds psql-only \\restrict lines)."""
     return "\n".join(line for line in path.read_text().splitlines() if not line.startswith("\\"))
 
 
@@ -61,7 +61,7 @@ class Templates:
         if version not in self.made:
             name = f"tpl_{version.replace('.', '_')}_{uuid.uuid4().hex[:6]}"
             execute_admin(f'CREATE DATABASE "{name}"')
-            execute_admin(_sql(FIXTURES / "schema" / f"airflow-{version}.sql"), dbname=name)
+            execute_admin(schema_sql(version), dbname=name)
             self.made[version] = name
         return self.made[version]
 
@@ -70,12 +70,17 @@ class Templates:
         name = f"t_{uuid.uuid4().hex[:12]}"
         execute_admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template_for(version)}"')
         if scenario is not None:
-            execute_admin(_sql(FIXTURES / "scenarios" / version / f"{scenario}.sql"), dbname=name)
+            execute_admin(fixture_sql(FIXTURES / "scenarios" / version / f"{scenario}.sql"), dbname=name)
         return database_url(name)
 
     def drop_all(self) -> None:
         for name in self.made.values():
             execute_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def schema_sql(version: str) -> str:
+    """The `airflow db migrate` schema of ``version``, ready to execute."""
+    return fixture_sql(FIXTURES / "schema" / f"airflow-{version}.sql")
 
 
 def ground_truth(version: str, scenario: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import pytest
 
 from detector.cli import main
 from tests.daemon_harness import wait_for
-from tests.pg import ROOT, Templates, ground_truth
+from tests.pg import ROOT, Templates, ground_truth, schema_sql
 from tests.writer import AirflowWriter
 
 pytestmark = pytest.mark.integration
@@ -149,8 +149,7 @@ def test_postgres_restart_under_running_daemon(tmp_path: Path, procs: list) -> N
 
         conn = psycopg2.connect(admin)
         conn.autocommit = True
-        schema = (ROOT / "tests/fixtures/schema/airflow-3.1.2.sql").read_text().splitlines()
-        conn.cursor().execute("\n".join(line for line in schema if not line.startswith("\\")))
+        conn.cursor().execute(schema_sql("3.1.2"))
         conn.close()
         port = free_port()
         log = tmp_path / "restart.log"
