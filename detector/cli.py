@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_init = sub.add_parser("init-db", help="create dupguard's ledger schema `dupguard` in the metadata DB")
     p_init.add_argument("--database-url", help="defaults to DUPGUARD_DATABASE_URL")
+    p_init.add_argument("--drop", action="store_true", help="remove the `dupguard` schema instead (uninstall)")
 
     p_guard = sub.add_parser("guard", help="the in-scheduler guard (an Airflow cluster policy)")
     guard_sub = p_guard.add_subparsers(dest="guard_command", required=True, metavar="GUARD_COMMAND")
@@ -192,12 +193,17 @@ def _run(args: argparse.Namespace) -> int:
 def _init_db(args: argparse.Namespace) -> int:
     import os
 
-    from detector.ledger import SCHEMA, init_db
+    from detector.ledger import SCHEMA, drop_db, init_db
 
     raw = args.database_url or os.environ.get("DUPGUARD_DATABASE_URL")
     if not raw:
         raise ConfigError(["--database-url or DUPGUARD_DATABASE_URL is required"])
     url = parse_url(raw)
-    init_db(make_engine(url))
-    print(f"ledger schema {SCHEMA!r} ready in {url.render_as_string(hide_password=True)}")
+    where = url.render_as_string(hide_password=True)
+    if args.drop:
+        drop_db(make_engine(url))
+        print(f"ledger schema {SCHEMA!r} removed from {where}")
+    else:
+        init_db(make_engine(url))
+        print(f"ledger schema {SCHEMA!r} ready in {where}")
     return EXIT_OK

@@ -156,6 +156,12 @@ def init_db(engine: Engine) -> None:
         _md.create_all(conn)
 
 
+def drop_db(engine: Engine) -> None:
+    """Remove schema ``dupguard`` and everything in it; Airflow's tables are never touched."""
+    with connect(engine) as conn, conn.begin():
+        conn.execute(text(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"))
+
+
 def ledger_exists(engine: Engine) -> bool:
     if engine.url.get_backend_name() != "postgresql":
         return False

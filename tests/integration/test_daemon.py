@@ -179,3 +179,25 @@ def test_health_endpoints(db_url: str) -> None:
     finally:
         server.close()
         d.stop()
+
+
+def test_init_db_creates_only_its_schema_and_drop_removes_it(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`init-db` adds schema dupguard (3 tables) and nothing in public; `init-db --drop` removes it."""
+    from detector.cli import main
+
+    def tables() -> set[tuple[str, str]]:
+        conn = psycopg2.connect(db_url)
+        with conn.cursor() as cur:
+            cur.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema <> "
+                        "'information_schema' AND table_schema NOT LIKE 'pg_%'")  # fmt: skip
+            found = set(cur.fetchall())
+        conn.close()
+        return found
+
+    before = tables()
+    assert main(["init-db", "--database-url", db_url]) == 0
+    added = tables() - before
+    assert added == {("dupguard", "claims"), ("dupguard", "notes"), ("dupguard", "state")}
+    assert main(["init-db", "--database-url", db_url, "--drop"]) == 0
+    assert tables() == before
+    assert "removed" in capsys.readouterr().out
