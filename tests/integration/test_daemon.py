@@ -201,3 +201,23 @@ def test_init_db_creates_only_its_schema_and_drop_removes_it(db_url: str, capsys
     assert main(["init-db", "--database-url", db_url, "--drop"]) == 0
     assert tables() == before
     assert "removed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("version", "scenario"), [("3.2.2", "race_partitioned"), ("3.1.2", "race_asset_fanout")])
+def test_airflow_made_race_appearing_while_running(
+    version: str, scenario: str, pg_templates: Templates, daemons: list[Running]
+) -> None:
+    """Rows of a race made by Airflow's own scheduler code land in a watched database: every group of
+    the ground truth is detected once, with Airflow's first run kept (partitioned path included)."""
+    from tests.pg import FIXTURES, execute_admin, fixture_sql, ground_truth
+
+    url = pg_templates.clone(version)
+    d = start_daemon(url)
+    daemons.append(d)
+    wait_for(lambda: d.daemon.detector is not None, what="watching")
+    execute_admin(fixture_sql(FIXTURES / "scenarios" / version / f"{scenario}.sql"), dbname=url.rsplit("/", 1)[1])
+    truth = ground_truth(version, scenario)["expected_groups"]
+    wait_for(lambda: len(d.alerter.detected()) == len(truth), what="every group")
+    time.sleep(0.3)
+    found = sorted((e.finding.dag_id, e.finding.kept.run_id, e.finding.kind.value) for e in d.alerter.detected())
+    assert found == sorted((g["dag_id"], g["first_run_id"], g["kind"]) for g in truth)
