@@ -1,0 +1,73 @@
+"""Leader lock on real PostgreSQL, in both modes: one holder at a time, release hands it over,
+a lost connection ends leadership at once, and the lease stops a leader whose heartbeat is stale."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import psycopg2
+import pytest
+
+from detector.db import make_engine, parse_url
+from detector.leader import AdvisoryLock
+from tests.pg import Templates
+
+pytestmark = pytest.mark.integration
+LEASE = timedelta(seconds=3)
+
+
+def _lock(url: str, mode: str) -> AdvisoryLock:
+    return AdvisoryLock(make_engine(parse_url(url), pool_size=1), 4242, mode=mode, lease=LEASE)
+
+
+@pytest.mark.parametrize("mode", ["session", "transaction"])
+def test_one_holder_and_handover(mode: str, pg_templates: Templates) -> None:
+    """Only one of two contenders holds the lock; releasing it lets the other take it."""
+    url = pg_templates.clone("3.1.2")
+    now = datetime.now(UTC)
+    a, b = _lock(url, mode), _lock(url, mode)
+    try:
+        assert a.ensure(now) is True
+        assert b.ensure(now) is False
+        assert a.ensure(now) is True  # heartbeat keeps it
+        a.release()
+        assert b.ensure(now) is True
+        assert a.ensure(now) is False
+    finally:
+        a.release()
+        b.release()
+
+
+@pytest.mark.parametrize("mode", ["session", "transaction"])
+def test_terminated_backend_ends_leadership_and_frees_lock(mode: str, pg_templates: Templates) -> None:
+    """When the lock's backend dies, the holder notices at its next heartbeat and the lock is free."""
+    url = pg_templates.clone("3.1.2")
+    now = datetime.now(UTC)
+    a, b = _lock(url, mode), _lock(url, mode)
+    try:
+        assert a.ensure(now)
+        admin = psycopg2.connect(url)
+        admin.autocommit = True
+        with admin.cursor() as cur:
+            cur.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+        admin.close()
+        assert a.ensure(now) is False
+        assert b.ensure(now) is True
+    finally:
+        a.release()
+        b.release()
+
+
+def test_stale_heartbeat_is_not_leadership(pg_templates: Templates) -> None:
+    """A holder whose last successful heartbeat is older than the lease does not act (no two leaders)."""
+    a = _lock(pg_templates.clone("3.1.2"), "session")
+    now = datetime.now(UTC)
+    try:
+        assert a.ensure(now)
+        assert a.is_leader(now + LEASE)
+        assert not a.is_leader(now + LEASE + timedelta(milliseconds=1))
+    finally:
+        a.release()
