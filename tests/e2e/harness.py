@@ -169,8 +169,8 @@ class Cluster:
     def __enter__(self) -> Cluster:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.stop(strict=exc_type is None)
 
     def fail(self, what: str, proc: Proc | None = None) -> HarnessError:
         detail = f"\n--- last lines of {proc.log} ---\n{proc.tail()}" if proc else ""
@@ -200,8 +200,11 @@ class Cluster:
         self._wait_schedulers()
         self.timings.mark("schedulers_running")
 
-    def stop(self) -> None:
-        """Stop everything (schedulers first, so no run is created unseen), keep logs, drop the DB."""
+    def stop(self, *, strict: bool = True) -> None:
+        """Stop everything (schedulers first, so no run is created unseen), keep logs, drop the DB.
+
+        ``strict``: raise if a process survived SIGKILL (off while another error is on its way out,
+        so that error is the one reported)."""
         order = ["scheduler-1", "scheduler-2", "dag-processor", "dupguard", "api-server"]
         for name in order + [n for n in self.procs if n not in order]:
             proc = self.procs.get(name)
@@ -216,7 +219,7 @@ class Cluster:
             with contextlib.suppress(Exception):
                 execute_admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
             self._db_created = False
-        if leftovers:
+        if leftovers and strict:
             raise HarnessError(f"processes left after teardown: {leftovers} (logs in {self.run_dir})")
 
     # --- the run ---------------------------------------------------------------------------------
@@ -491,10 +494,11 @@ def run(spec: RunSpec, run_dir: Path, *, keep_db: bool = False) -> dict[str, Any
         report = analyse(cluster.db_url, cluster.dupguard_log, spec)
     except BaseException:
         print(f"e2e run {spec.name} failed; logs in {run_dir}", file=sys.stderr)
-        raise
-    finally:
         cluster.keep_db = keep_db
-        cluster.stop()
+        cluster.stop(strict=False)
+        raise
+    cluster.keep_db = keep_db
+    cluster.stop()
     report["drained"] = cluster.drained
     report["timings_s"] = cluster.timings.marks | {"total": round(time.monotonic() - started, 1)}
     report["run_dir"] = str(run_dir)
