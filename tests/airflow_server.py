@@ -9,6 +9,10 @@ Airflow's ``pool_pre_ping`` reconnects, so one server (~20 s to start) serves a 
 Auth: simple auth manager with ``admin`` (role admin) and ``viewer`` (role viewer), passwords from a
 file we write (facts §8), ``jwt_issuer`` set (facts §4.3 pitfall: HTTP 500 otherwise).
 
+TLS (``tls=TlsFiles(...)``): ``airflow api-server --ssl-cert/--ssl-key``, ``url`` becomes https; the
+readiness probe verifies the certificate against ``tls.ca_cert``. ``make_test_ca`` writes a throw-away CA
+and a server certificate for 127.0.0.1/localhost with the ``openssl`` CLI.
+
 ``CountingProxy`` sits in front of the server to count requests per path (token requests in the
 wrong-credentials test) and to inject 5xx answers or delays.
 """
@@ -21,6 +25,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -48,6 +53,47 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A throw-away CA and the server certificate it signed (PEM files)."""
+
+    ca_cert: Path
+    cert: Path
+    key: Path
+    other_ca_cert: Path  # a second CA that did not sign the server certificate
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def make_test_ca(directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> TlsFiles:
+    """A CA and a server certificate (SAN: ``hosts``) signed by it, plus an unrelated CA; all EC P-256."""
+    directory.mkdir(parents=True, exist_ok=True)
+    d = directory
+    for name, subject in (("ca", "dupguard test CA"), ("other-ca", "dupguard unrelated CA")):
+        _openssl(
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.pem"), "-days", "2",
+            "-subj", f"/CN={subject}",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        )  # fmt: skip
+    san = ",".join(f"IP:{h}" if h.replace(".", "").isdigit() else f"DNS:{h}" for h in hosts)
+    (d / "server.ext").write_text(
+        f"subjectAltName={san}\nbasicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+    )
+    _openssl(
+        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", str(d / "server.key"), "-out", str(d / "server.csr"), "-subj", "/CN=127.0.0.1",
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", str(d / "server.csr"), "-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key"),
+        "-CAcreateserial", "-days", "2", "-extfile", str(d / "server.ext"), "-out", str(d / "server.pem"),
+    )  # fmt: skip
+    return TlsFiles(ca_cert=d / "ca.pem", cert=d / "server.pem", key=d / "server.key", other_ca_cert=d / "other-ca.pem")
+
+
 def venv_for(version: str) -> Path:
     venv = ROOT / ".airflow-venvs" / version
     if not (venv / "bin" / "airflow").exists() or not (venv / ".ready").exists():
@@ -70,6 +116,7 @@ class AirflowServer:
     process: subprocess.Popen[bytes]
     scenario: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    ca_cert: Path | None = None  # with tls: the CA that signed the server's certificate
 
     @property
     def db_url(self) -> str:
@@ -98,7 +145,12 @@ def _wait_ready(server: AirflowServer, timeout: float) -> None:
     while time.monotonic() < deadline:
         if not server.alive():
             raise RuntimeError(f"airflow api-server exited with {server.process.returncode}:\n{server.log_tail()}")
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=2)
+        conn: http.client.HTTPConnection
+        if server.url.startswith("https:"):
+            context = ssl.create_default_context(cafile=str(server.ca_cert) if server.ca_cert else None)
+            conn = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=2, context=context)
+        else:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=2)
         try:
             conn.request("GET", "/api/v2/monitor/health")
             if conn.getresponse().status == 200:
@@ -120,8 +172,12 @@ def airflow_api_server(
     *,
     jwt_expiration: int = 3600,
     env: dict[str, str] | None = None,
+    tls: TlsFiles | None = None,
 ) -> Iterator[AirflowServer]:
-    """Start ``airflow api-server`` for ``version`` with the first scenario loaded; stop it on exit."""
+    """Start ``airflow api-server`` for ``version`` with the first scenario loaded; stop it on exit.
+
+    ``tls``: serve HTTPS with that certificate (``url`` is then ``https://127.0.0.1:<port>``).
+    """
     venv = venv_for(version)
     sources = {name: make_url(templates.clone(version, name)).database or "" for name in scenarios}
     live = f"live_{uuid.uuid4().hex[:10]}"
@@ -132,6 +188,7 @@ def airflow_api_server(
     passwords.write_text(json.dumps(USERS))
     conn = make_url(database_url(live)).set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
     port = free_port()
+    scheme = "https" if tls is not None else "http"
     environ = {
         **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
         "AIRFLOW_HOME": str(home),
@@ -147,8 +204,8 @@ def airflow_api_server(
         "AIRFLOW__API_AUTH__JWT_EXPIRATION_TIME": str(jwt_expiration),
         "AIRFLOW__API_AUTH__JWT_LEEWAY": "0",
         "AIRFLOW__API__SECRET_KEY": JWT_SECRET,
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__API__BASE_URL": f"{scheme}://127.0.0.1:{port}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{scheme}://127.0.0.1:{port}/execution/",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_PRE_PING": "True",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
@@ -157,8 +214,12 @@ def airflow_api_server(
     }
     log_path = workdir / f"api-server-{version}-{port}.log"
     log_file = log_path.open("wb")
+    command = [str(venv / "bin" / "airflow"), "api-server", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--workers", "1"]
+    if tls is not None:
+        command += ["--ssl-cert", str(tls.cert), "--ssl-key", str(tls.key)]
     process = subprocess.Popen(
-        [str(venv / "bin" / "airflow"), "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        command,
         env=environ,
         cwd=str(home),
         stdout=log_file,
@@ -167,13 +228,14 @@ def airflow_api_server(
     )
     server = AirflowServer(
         version=version,
-        url=f"http://127.0.0.1:{port}",
+        url=f"{scheme}://127.0.0.1:{port}",
         port=port,
         live_db=live,
         sources=sources,
         log_path=log_path,
         process=process,
         scenario=scenarios[0],
+        ca_cert=tls.ca_cert if tls is not None else None,
     )
     try:
         started = time.monotonic()
