@@ -35,6 +35,7 @@ from detector.ports import Alerter, AlertEvent, AlertKind, Ledger, RemediationRe
 
 log = logs.get("dupguard.daemon")
 MAX_BACKOFF = 5.0
+EXIT_DB = 3  # as ``dupguard scan``: the database failed
 STARTUP_SCAN_LIMIT = 100_000  # ids below max(id) searched for the start of the look-back
 
 
@@ -98,6 +99,7 @@ class Daemon:
         self.last_tick = time.monotonic()
         self._consecutive_failures = 0
         self._conn: Connection | None = None
+        self._last_batch_full = False
         self._tally = _Tally()
         self._mode = Mode(config.remediation)
         self._filter = DagFilter(config.dags, config.exclude_dags)
@@ -140,7 +142,7 @@ class Daemon:
             while self.poll_pass():
                 if not self._last_batch_full:
                     return 0
-            return 1
+            return EXIT_DB
         finally:
             self._drop_poll_connection()
 
@@ -203,8 +205,6 @@ class Daemon:
         )
 
     # --- one pass -----------------------------------------------------------------------------
-
-    _last_batch_full = False
 
     def poll_pass(self) -> bool:
         """One poll and the handling of its findings. False (and nothing lost) if it failed."""
