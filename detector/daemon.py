@@ -180,6 +180,8 @@ class Daemon:
         if leader != was:
             log.info("leadership_changed", leader=leader)
         self._ping_db()
+        if leader:
+            self.parts.remediator.prepare()
 
     def _ping_db(self) -> None:
         try:

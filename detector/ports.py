@@ -70,6 +70,11 @@ class Remediator(Protocol):
         """Carry out ``action`` (only ``action.writes`` ones change anything). Never raises."""
         ...
 
+    def prepare(self) -> None:
+        """Get ready to act at once (e.g. refresh an API token); called every leader check, off the
+        detection path, while this replica leads. Never raises."""
+        ...
+
     def close(self) -> None:
         """Release connections (HTTP sessions); called once at shutdown."""
         ...

@@ -184,6 +184,12 @@ class GuardedRemediator:
         if close is not None:
             close()
 
+    def prepare(self) -> None:
+        """Let the backend get ready off the detection path (the API backend fetches its token)."""
+        prepare = getattr(self.backend, "prepare", None)
+        if prepare is not None:
+            prepare()
+
     @property
     def backend_name(self) -> str:
         return self.backend.name if self.backend is not None else "none"

@@ -242,6 +242,15 @@ class ApiBackend:
     def close(self) -> None:
         self.client.rest_client.pool_manager.clear()
 
+    def prepare(self) -> None:
+        """Hold a fresh token before any duplicate needs it: POST /auth/token costs ~0.5 s, longer than
+        the ~100 ms a duplicate's first task waits. A no-op while the cached token is fresh; wrong
+        credentials stay behind TokenSource's back-off, so this never becomes a login storm."""
+        try:
+            self.tokens.get(_Budget())
+        except (AirflowApiError, _Transient) as exc:
+            log.warning("airflow_token_unavailable", error=str(exc))
+
     # --- one action ---------------------------------------------------------------------------------
 
     def apply(self, action: Action, work: Work, recheck: Recheck) -> Applied:

@@ -29,6 +29,11 @@ class RecordingRemediator:
         self.actions.append(action)
         return RemediationResult(action=action, result=Result.DRY_RUN)
 
+    prepared: int = 0
+
+    def prepare(self) -> None:
+        self.prepared += 1
+
     def close(self) -> None:
         return None
 

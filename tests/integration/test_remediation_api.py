@@ -438,3 +438,28 @@ def test_partitioned_duplicate_on_3_2_is_failed_through_the_api(af322: AirflowSe
         _unchanged_except(before, after, {action.run.run_id})
     finally:
         h.close()
+
+
+def test_prepare_fetches_the_token_before_any_duplicate_needs_it(h: Harness) -> None:
+    """prepare() (the daemon calls it every leader check) logs in ahead of time, once: the first
+    remediation then sends no token request, and a further prepare() with a fresh token sends none."""
+    remediator = h.remediator(Mode.FAIL)
+    backend = remediator.backend
+    assert isinstance(backend, ApiBackend)
+    remediator.prepare()
+    assert backend.tokens.requests_sent == 1
+    remediator.prepare()
+    assert backend.tokens.requests_sent == 1
+    action = next(a for a in h.actions(Mode.FAIL) if a.writes)
+    assert remediator.execute(action).result is Result.DONE
+    assert backend.tokens.requests_sent == 1
+
+
+def test_prepare_with_wrong_credentials_never_raises_nor_storms(h: Harness) -> None:
+    """Wrong credentials: prepare() logs and backs off instead of asking again every second."""
+    remediator = h.remediator(Mode.FAIL, airflow_password="wrong")
+    backend = remediator.backend
+    assert isinstance(backend, ApiBackend)
+    for _ in range(5):
+        remediator.prepare()
+    assert backend.tokens.requests_sent == 1
