@@ -128,3 +128,14 @@ def test_percentiles_use_nearest_rank() -> None:
     p = percentiles([float(x) for x in range(1, 11)])
     assert (p["n"], p["p50"], p["p99"], p["max"]) == (10, 5.0, 10.0, 10.0)
     assert percentiles([])["p50"] is None
+
+
+def test_a_remediation_that_airflow_overwrote_is_counted() -> None:
+    """dupguard's skip of run 2 committed at 50 ms, yet its task started at 200 ms (the scheduler set
+    it back to scheduled): caught after start, and counted as remediated_then_ran."""
+    runs = [run(1, "a"), run(2, "a", note=SIDECAR_NOTE + " ...", end=50)]
+    runs[1]["end_date"] = ms(900)  # the run itself finished normally
+    tis = [ti(1, "a", "success", 100), ti(2, "a", "success", 200, 300)]
+    r = verdict(runs, [[1, 2]], tis, [detected("a", 1, 2, kept=1)])
+    assert (r["caught_after_start"], r["remediated_then_ran"], r["remediated_after_start"]) == (1, 1, 0)
+    assert r["remediations_of_kept_runs"] == 0

@@ -17,7 +17,9 @@ Terms in the report:
   later state: success, failed, up_for_retry, ...) and it carries a dupguard note (sidecar) or the
   guard's note (**prevented**); **caught after start** when its group was detected but a task ran;
   **missed** when the group was never detected (and the guard did not prevent it);
-* **catch rate** = (prevented + stopped before start) / duplicates;
+* **catch rate** = (prevented + stopped before start) / duplicates; among the caught after start,
+  ``remediated_then_ran`` counts those whose remediation was committed *before* their first task
+  started (Airflow overwrote it) and ``remediated_after_start`` those committed after;
 * **remediations of kept runs** = runs touched by dupguard that were not duplicates: outside every
   group, the run dupguard itself logged as kept, or the last run of a group whose every run was touched;
 * **latency** = the duplicate's ``queued_at`` (its creation) to the committed remediation:
@@ -236,6 +238,7 @@ def judge(
                 cat = "not_started_not_stopped"
             counts[cat] += 1
             committed = None
+            first = first_start(rid)
             if rid in sidecar_touched:
                 if spec.mode == "fail" and r["state"] == "failed":
                     committed = r["end_date"]
@@ -245,6 +248,10 @@ def judge(
                 ms = _ms(committed, r["queued_at"])
                 if ms is not None:
                     latency.append(ms)
+                if cat == "caught_after_start" and committed is not None and first is not None:
+                    # committed before the task started, yet it ran: Airflow overwrote the change
+                    # (e.g. schedule_tis' unguarded UPDATE ... SET state='scheduled' after an API skip)
+                    counts["remediated_then_ran" if committed < first else "remediated_after_start"] += 1
                 log_ms = _ms(logged_done.get(rid), r["queued_at"])
                 if log_ms is not None:
                     latency_log.append(log_ms)
@@ -255,7 +262,7 @@ def judge(
                     "kept_run_id": runs[kept]["run_id"],
                     "category": cat,
                     "queued_at": r["queued_at"],
-                    "first_task_start": first_start(rid),
+                    "first_task_start": first,
                     "remediation_committed": committed,
                     "latency_ms": _ms(committed, r["queued_at"]),
                 }
@@ -313,6 +320,8 @@ def judge(
         "stopped_before_start": counts["stopped_before_start"],
         "caught_after_start": counts["caught_after_start"],
         "missed": counts["missed"],
+        "remediated_then_ran": counts["remediated_then_ran"],
+        "remediated_after_start": counts["remediated_after_start"],
         "not_started_not_stopped": counts["not_started_not_stopped"],
         "catch_rate": (caught / duplicates) if duplicates else None,
         "by_dag": {k: dict(v) for k, v in by_dag.items()},
