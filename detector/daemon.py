@@ -14,6 +14,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -36,6 +37,7 @@ from detector.ports import Alerter, AlertEvent, AlertKind, Ledger, RemediationRe
 log = logs.get("dupguard.daemon")
 MAX_BACKOFF = 5.0
 EXIT_DB = 3  # as ``dupguard scan``: the database failed
+REMEDIATION_WORKERS = 4
 STARTUP_SCAN_LIMIT = 100_000  # ids below max(id) searched for the start of the look-back
 
 
@@ -100,6 +102,8 @@ class Daemon:
         self._consecutive_failures = 0
         self._conn: Connection | None = None
         self._last_batch_full = False
+        # Bounded by the engine's pool (2 + 2 overflow): each remediation re-reads the run first.
+        self._pool = ThreadPoolExecutor(max_workers=REMEDIATION_WORKERS, thread_name_prefix="dupguard-remediate")
         self._tally = _Tally()
         self._mode = Mode(config.remediation)
         self._filter = DagFilter(config.dags, config.exclude_dags)
@@ -165,6 +169,7 @@ class Daemon:
     def shutdown(self, timeout: float = 3.0) -> None:
         """Release the lock and drain alerts; bounded so SIGTERM finishes inside the grace period."""
         self.stop.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
         self.parts.alerter.close(timeout)
         self.parts.remediator.close()
         self.parts.leadership.release()
@@ -217,8 +222,8 @@ class Daemon:
             detector = self.detector or self._start_term(now)
             tracker_state = (detector.tracker.high, dict(detector.tracker.gaps))
             result = detector.poll(self._poll_connection(), now)
-            for finding in result.findings:
-                self.handle(finding, now)
+            if result.findings:
+                self.handle(result.findings, now)
             if result.new_runs and self.parts.ledger.durable:
                 self.parts.ledger.save_watermark(_safe_watermark(detector.tracker))
         except (DupguardError, SQLAlchemyError) as exc:
@@ -298,13 +303,32 @@ class Daemon:
 
     # --- acting on a finding --------------------------------------------------------------------
 
-    def handle(self, finding: Finding, now: datetime) -> None:
-        """Remediate first (it races the duplicate's tasks), then log and queue alerts."""
-        ledger, m = self.parts.ledger, self.parts.metrics
-        actions = plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started)
-        won = ledger.claim_all(finding.key, ["detected", *(f"action:{a.run.run_id}" for a in actions)])
-        results = [self._execute(finding, a) for a in actions if f"action:{a.run.run_id}" in won]
-        first = "detected" in won
+    def handle(self, findings: list[Finding], now: datetime) -> None:
+        """Remediate first (it races the duplicates' tasks), all at once, then log and queue alerts.
+
+        One asset event duplicates every consumer DAG in the same race, and an API remediation takes
+        ~100 ms: handled one after another, the last groups miss their window (docs/e2e.md). The
+        claims are taken first, so concurrency never lets two workers act on one run.
+        """
+        ledger = self.parts.ledger
+        claimed: list[tuple[Finding, list[Action], list[Action], bool]] = []
+        for finding in findings:
+            actions = plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started)
+            # Unconfirmed/disabled actions claim nothing: a later verdict on the same group may still act.
+            decided = [a for a in actions if a.outcome not in (Outcome.NOT_CONFIRMED, Outcome.DISABLED)]
+            won = ledger.claim_all(finding.key, ["detected", *(f"action:{a.run.run_id}" for a in decided)])
+            todo = [a for a in decided if f"action:{a.run.run_id}" in won]
+            claimed.append((finding, actions, todo, "detected" in won))
+        work = [action for _, _, todo, _ in claimed for action in todo]
+        run = self._pool.map if len(work) > 1 else map
+        results = iter(list(run(self._execute, work)))  # in the order of ``work``
+        for finding, actions, todo, first in claimed:
+            self._report(finding, actions, [next(results) for _ in todo], first, now)
+
+    def _report(
+        self, finding: Finding, actions: list[Action], results: list[RemediationResult], first: bool, now: datetime
+    ) -> None:
+        m = self.parts.metrics
         if first:
             m.groups_detected.labels(kind=finding.kind.value, confidence=finding.confidence.value).inc()
             for run in finding.duplicates:
@@ -323,11 +347,14 @@ class Daemon:
         )
         self.parts.alerter.notify(event)
 
-    def _execute(self, finding: Finding, action: Action) -> RemediationResult:
+    def _execute(self, action: Action) -> RemediationResult:
         if action.outcome in (Outcome.REMEDIATE, Outcome.WOULD_REMEDIATE):
             return self.parts.remediator.execute(action)
-        result = Result.TOO_LATE if action.outcome is Outcome.TOO_LATE else Result.SKIPPED
-        return RemediationResult(action=action, result=result, detail=action.outcome.value)
+        if action.outcome is Outcome.TOO_LATE:
+            return RemediationResult(action=action, result=Result.TOO_LATE, detail="its tasks had started")
+        return RemediationResult(
+            action=action, result=Result.ALREADY, detail="prevented: created with every task skipped (guard)"
+        )
 
 
 def _safe_watermark(tracker: NewRowTracker) -> int:

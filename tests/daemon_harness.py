@@ -21,12 +21,22 @@ from detector.ports import AlertEvent, AlertKind, RemediationResult, Result
 
 @dataclass
 class RecordingRemediator:
-    """Fake remediator: records what it was asked to do and changes nothing."""
+    """Fake remediator: records what it was asked to do (and the most calls at once); changes nothing."""
 
     actions: list[Action] = field(default_factory=list)
+    delay: float = 0.0
+    running: int = 0
+    most_at_once: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def execute(self, action: Action) -> RemediationResult:
-        self.actions.append(action)
+        with self.lock:
+            self.actions.append(action)
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        time.sleep(self.delay)
+        with self.lock:
+            self.running -= 1
         return RemediationResult(action=action, result=Result.DRY_RUN)
 
     prepared: int = 0
@@ -72,7 +82,9 @@ class Running:
         return self.metrics.leader._value.get() == 1  # type: ignore[attr-defined]
 
 
-def start_daemon(url: str, *, durable: bool = True, **overrides: Any) -> Running:
+def start_daemon(
+    url: str, *, durable: bool = True, remediator: RecordingRemediator | None = None, **overrides: Any
+) -> Running:
     settings: dict[str, Any] = {
         "database_url": url,
         "poll_interval": timedelta(milliseconds=20),
@@ -86,7 +98,8 @@ def start_daemon(url: str, *, durable: bool = True, **overrides: Any) -> Running
         init_db(engine)
     lease = config.leader_check_interval * 3
     lock = AdvisoryLock(make_engine(parse_url(url), pool_size=1), config.lock_key, mode=config.lock_mode, lease=lease)
-    metrics, alerter, remediator = Metrics(), RecordingAlerter(), RecordingRemediator()
+    metrics, alerter = Metrics(), RecordingAlerter()
+    remediator = remediator or RecordingRemediator()
     parts = Parts(
         db=open_airflow_db(engine),
         leadership=lock,

@@ -221,3 +221,22 @@ def test_airflow_made_race_appearing_while_running(
     time.sleep(0.3)
     found = sorted((e.finding.dag_id, e.finding.kept.run_id, e.finding.kind.value) for e in d.alerter.detected())
     assert found == sorted((g["dag_id"], g["first_run_id"], g["kind"]) for g in truth)
+
+
+def test_groups_of_one_race_are_remediated_concurrently(pg_templates: Templates, daemons: list[Running]) -> None:
+    """One event duplicated three consumers (Airflow-made race): their remediations overlap instead of
+    queueing behind each other, and each duplicate is acted on exactly once."""
+    from tests.daemon_harness import RecordingRemediator
+    from tests.pg import FIXTURES, execute_admin, fixture_sql, ground_truth
+
+    url = pg_templates.clone("3.1.2")
+    slow = RecordingRemediator(delay=0.3)
+    d = start_daemon(url, remediator=slow)
+    daemons.append(d)
+    wait_for(lambda: d.daemon.detector is not None, what="watching")
+    execute_admin(fixture_sql(FIXTURES / "scenarios/3.1.2/race_asset_fanout.sql"), dbname=url.rsplit("/", 1)[1])
+    truth = ground_truth("3.1.2", "race_asset_fanout")["expected_groups"]
+    wait_for(lambda: len(d.alerter.detected()) == len(truth), what="every group")
+    assert slow.most_at_once >= 2
+    duplicates = sorted(r for g in truth for r in g["run_ids"] if r != g["first_run_id"])
+    assert sorted(a.run.run_id for a in slow.actions) == duplicates
