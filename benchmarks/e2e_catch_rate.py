@@ -14,7 +14,8 @@ Writes ``benchmarks/results/e2e_<tag>.json`` (every report, per-duplicate rows i
 ``benchmarks/results/e2e_<tag>.md`` (the table for docs/e2e.md), rewritten after every cell so an
 interrupted matrix keeps what it measured. ``--cells`` picks explicit cells instead of the product:
 ``backend:mode:pickup:guard:fault[:duration]`` separated by commas, e.g.
-``api:fail:0:off:on,db:skip:1:off:off:600``.
+``api:fail:0:off:on,db:skip:1:off:off:600``. ``--airflow 3.2.2 --dags partitioned`` runs the cells on
+another Airflow with the partitioned producer/consumer pair (``tests/e2e/dags_partitioned/``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def cells(args: argparse.Namespace) -> list[RunSpec]:
         "fanout": args.fanout,
         "producer_sleep": args.producer_sleep,
         "fault_max_ms": 0.0,
+        "airflow_version": args.airflow,
+        "dags": args.dags,
     }
     raw: list[tuple[str, str, float, bool, bool, float]]
     if args.cells:
@@ -65,7 +68,9 @@ def cells(args: argparse.Namespace) -> list[RunSpec]:
         raw = [(*cell, args.duration) for cell in product]
     out = []
     for backend, mode, pickup, guard, fault, seconds in raw:
-        name = f"{backend}-{mode}-pickup{pickup:g}s-guard{'on' if guard else 'off'}-fault{'on' if fault else 'off'}"
+        prefix = "" if args.dags == "asset" and args.airflow == "3.1.2" else f"{args.airflow}-{args.dags}-"
+        onoff = {True: "on", False: "off"}
+        name = f"{prefix}{backend}-{mode}-pickup{pickup:g}s-guard{onoff[guard]}-fault{onoff[fault]}"
         out.append(
             RunSpec(
                 name=name,
@@ -124,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cells", help="explicit cells backend:mode:pickup:guard:fault,... (instead of the product)")
     p.add_argument("--duration", type=float, default=240.0, help="seconds of producer activity per cell")
     p.add_argument("--fanout", type=int, default=1)
+    p.add_argument("--airflow", default="3.1.2", help="Airflow version (.airflow-venvs/<version>)")
+    p.add_argument("--dags", choices=["asset", "partitioned"], default="asset", help="DAG set (partitioned: 3.2+)")
     p.add_argument("--producer-sleep", type=float, default=2.0)
     p.add_argument("--tag", default=datetime.now(UTC).strftime("%Y%m%dT%H%M%S"))
     p.add_argument("--workdir", type=Path, help="where run directories (logs) go (default: a temp dir)")
@@ -136,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "tag": args.tag,
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "airflow": "3.1.2",
+        "airflow": args.airflow,
+        "dags": args.dags,
         "machine": f"{platform.node()} {platform.machine()}, {__import__('os').cpu_count()} CPUs",
         "argv": sys.argv[1:] if argv is None else argv,
         "workdir": str(workdir),

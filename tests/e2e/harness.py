@@ -13,9 +13,13 @@ their process group are included), first SIGTERM, then SIGKILL. Logs stay in the
 whose path is in every error message. All traffic is on 127.0.0.1; ports are chosen free.
 
 DAGs (``tests/e2e/dags/``): the user's producer (sleep shortened) and consumer, ``consumer_fanout_<i>``
-and ``consumer_serial`` (``max_active_runs=1``). Fault injection and the worker pickup delay are
-in ``tests/e2e/site/sitecustomize.py`` (schedulers' ``PYTHONPATH`` only). The guard (issue 6), when
-on, is ``dupguard guard print-local-settings`` written to ``$AIRFLOW_HOME/config/airflow_local_settings.py``.
+and ``consumer_serial`` (``max_active_runs=1``). With ``RunSpec(dags="partitioned")`` (Airflow 3.2+)
+the DAG set is ``tests/e2e/dags_partitioned/`` instead: ``producer_partitioned`` (``schedule=None``,
+triggered by the harness through the REST API every ``producer_sleep + 1`` s with a new
+``partition_key``) and ``consumer_partitioned`` (``PartitionedAssetTimetable``, identity mapper).
+Fault injection and the worker pickup delay are in ``tests/e2e/site/sitecustomize.py`` (schedulers'
+``PYTHONPATH`` only). The guard (issue 6), when on, is ``dupguard guard print-local-settings``
+written to ``$AIRFLOW_HOME/config/airflow_local_settings.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,9 +47,11 @@ from tests.pg import ROOT, admin_url, database_url, execute_admin
 
 HERE = Path(__file__).resolve().parent
 DAGS = HERE / "dags"
+DAGS_PARTITIONED = HERE / "dags_partitioned"
 SITE = HERE / "site"
 DUPGUARD = str(Path(sys.executable).parent / "dupguard")
 PRODUCER = "producer_asset_trigger"
+PRODUCER_PARTITIONED = "producer_partitioned"
 # Simple auth manager users (user:role). dupguard acts as its own user with role "user", the least
 # role that may edit DAG runs (docs/remediation.md); admin is for people looking at the UI.
 USERS = {"admin": "admin", "dupguard": "user"}
@@ -69,8 +77,23 @@ class RunSpec:
     producer_sleep: float = 2.0  # the user's producer slept 30 s
     parallelism: int = 4  # per scheduler (LocalExecutor worker processes)
     drain_timeout: float = 240.0
+    dags: str = "asset"  # asset (tests/e2e/dags) | partitioned (tests/e2e/dags_partitioned, Airflow 3.2+)
+
+    @property
+    def partitioned(self) -> bool:
+        return self.dags == "partitioned"
+
+    @property
+    def producer(self) -> str:
+        return PRODUCER_PARTITIONED if self.partitioned else PRODUCER
+
+    @property
+    def dags_dir(self) -> Path:
+        return DAGS_PARTITIONED if self.partitioned else DAGS
 
     def consumers(self) -> list[str]:
+        if self.partitioned:
+            return ["consumer_partitioned"]
         return [
             "consumer_asset_listener",
             *(f"consumer_fanout_{i + 1}" for i in range(self.fanout)),
@@ -78,7 +101,7 @@ class RunSpec:
         ]
 
     def dag_ids(self) -> list[str]:
-        return [PRODUCER, *self.consumers()]
+        return [self.producer, *self.consumers()]
 
 
 @dataclass
@@ -164,6 +187,9 @@ class Cluster:
         self._db_created = False
         self.dupguard_log = run_dir / "dupguard.log"
         self.drained = False
+        self._token = ""
+        self._next_trigger = 0.0
+        self.partitions_triggered = 0
 
     # --- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> Cluster:
@@ -228,19 +254,38 @@ class Cluster:
         deadline = time.monotonic() + 240
         while self.scalar("SELECT count(*) FROM asset_event") == 0:
             self.check_alive()
+            self._trigger_partition()
             if time.monotonic() > deadline:
                 raise self.fail("no asset event within 240 s of the schedulers starting", self.procs["scheduler-1"])
-            time.sleep(1)
+            time.sleep(0.5 if self.spec.partitioned else 1)
         self.timings.mark("first_event")
         end = time.monotonic() + self.spec.duration
         while time.monotonic() < end:
             self.check_alive()
-            time.sleep(2)
-        self.execute("UPDATE dag SET is_paused = true WHERE dag_id = :d", d=PRODUCER)
+            self._trigger_partition()
+            time.sleep(0.5 if self.spec.partitioned else 2)
+        self.execute("UPDATE dag SET is_paused = true WHERE dag_id = :d", d=self.spec.producer)
         self.timings.mark("producer_paused")
         self.drained = self._drain()
         self.timings.mark("drained")
         time.sleep(3)  # dupguard polls every 20 ms; give its last outcome lines time to land
+
+    def _trigger_partition(self) -> None:
+        """Partitioned DAG set only: trigger one producer run with a new partition_key when due."""
+        if not self.spec.partitioned or time.monotonic() < self._next_trigger:
+            return
+        self._next_trigger = time.monotonic() + self.spec.producer_sleep + 1.0
+        base = f"http://127.0.0.1:{self.api_port}"
+        if not self._token:
+            password = json.loads((self.home / "passwords.json").read_text())["admin"]
+            self._token = _post_json(f"{base}/auth/token", {"username": "admin", "password": password})["access_token"]
+        key = f"p{self.partitions_triggered:05d}"
+        _post_json(
+            f"{base}/api/v2/dags/{self.spec.producer}/dagRuns",
+            {"logical_date": None, "partition_key": key},
+            token=self._token,
+        )
+        self.partitions_triggered += 1
 
     def check_alive(self) -> None:
         for proc in self.procs.values():
@@ -259,10 +304,15 @@ class Cluster:
             busy = self.scalar(
                 "SELECT (SELECT count(*) FROM dag_run WHERE dag_id = ANY(:c) AND state IN ('queued', 'running'))"
                 " + (SELECT count(*) FROM asset_dag_run_queue)"
-                " + (SELECT count(*) FROM task_instance WHERE dag_id = :p"
+                + (
+                    " + (SELECT count(*) FROM asset_partition_dag_run WHERE created_dag_run_id IS NULL)"
+                    if self.spec.partitioned
+                    else ""
+                )
+                + " + (SELECT count(*) FROM task_instance WHERE dag_id = :p"
                 "    AND state IN ('scheduled', 'queued', 'running', 'up_for_retry', 'restarting'))",
                 c=consumers,
-                p=PRODUCER,
+                p=self.spec.producer,
             )
             if busy:
                 quiet_since = None
@@ -295,7 +345,7 @@ class Cluster:
     def _write_home(self) -> None:
         (self.home / "dags").mkdir(parents=True, exist_ok=True)
         (self.home / "config").mkdir(exist_ok=True)
-        for dag in DAGS.glob("*.py"):
+        for dag in self.spec.dags_dir.glob("*.py"):
             shutil.copy(dag, self.home / "dags" / dag.name)
         (self.home / "passwords.json").write_text(json.dumps({u: f"{u}-e2e-pw" for u in USERS}))
         if self.spec.guard:
@@ -466,6 +516,17 @@ class Cluster:
         raise self.fail("dupguard did not log 'watching' within 120 s", self.procs["dupguard"])
 
 
+def _post_json(url: str, body: dict[str, Any], *, token: str = "") -> dict[str, Any]:
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {token}"} if token else {})
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 (http://127.0.0.1 only)
+            result: dict[str, Any] = json.loads(response.read())
+            return result
+    except urllib.error.HTTPError as exc:
+        raise HarnessError(f"POST {url} -> {exc.code}: {exc.read()[:500]!r}") from None
+
+
 def read_json_log(path: Path) -> list[dict[str, Any]]:
     """The JSON lines of a log file (other lines, e.g. a traceback, are skipped)."""
     out: list[dict[str, Any]] = []
@@ -500,6 +561,8 @@ def run(spec: RunSpec, run_dir: Path, *, keep_db: bool = False) -> dict[str, Any
     cluster.keep_db = keep_db
     cluster.stop()
     report["drained"] = cluster.drained
+    if spec.partitioned:
+        report["partitions_triggered"] = cluster.partitions_triggered
     report["timings_s"] = cluster.timings.marks | {"total": round(time.monotonic() - started, 1)}
     report["run_dir"] = str(run_dir)
     (run_dir / "report.json").write_text(json.dumps(report, indent=2, default=str))

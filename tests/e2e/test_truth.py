@@ -1,7 +1,8 @@
 """The end-to-end judge (``tests/e2e/truth.judge``) on hand-made rows: no Airflow, no database.
 
 The e2e test's hard guarantees are only as good as this bookkeeping, so each category is pinned
-here: stopped before start, prevented by the guard, caught after start, missed, false positive,
+here: the grouping rule (run_after, or partition_key for partitioned runs), stopped before start,
+prevented by the guard, caught after start, missed, false positive,
 and the three ways a kept run can be touched.
 """
 
@@ -11,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.e2e.harness import RunSpec
-from tests.e2e.truth import GUARD_NOTE, SIDECAR_NOTE, judge, percentiles
+from tests.e2e.truth import GUARD_NOTE, SIDECAR_NOTE, duplicate_groups, judge, percentiles
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 
@@ -139,3 +140,43 @@ def test_a_remediation_that_airflow_overwrote_is_counted() -> None:
     r = verdict(runs, [[1, 2]], tis, [detected("a", 1, 2, kept=1)])
     assert (r["caught_after_start"], r["remediated_then_ran"], r["remediated_after_start"]) == (1, 1, 0)
     assert r["remediations_of_kept_runs"] == 0
+
+
+def key_row(
+    rid: int, dag: str, run_after: float, events: list[int], partition_key: str | None = None
+) -> dict[str, Any]:
+    return {"id": rid, "dag_id": dag, "run_after": ms(run_after), "partition_key": partition_key, "events": events}
+
+
+def test_groups_share_dag_run_after_and_a_non_empty_event_set() -> None:
+    """The existing rule: same dag_id, run_after and (non-empty) events. Different events, another
+    DAG, another run_after, or no events at all make no group."""
+    rows = [
+        key_row(1, "a", 0, [10, 11]),
+        key_row(2, "a", 0, [11, 10]),  # same set, other order
+        key_row(3, "a", 0, [12]),  # same run_after, different events: a near miss
+        key_row(4, "b", 0, [10, 11]),  # another DAG
+        key_row(5, "a", 5, [10, 11]),  # another run_after
+        key_row(6, "c", 0, []),
+        key_row(7, "c", 0, []),  # no consumed events
+    ]
+    assert [g["ids"] for g in duplicate_groups(rows)] == [[1, 2]]
+
+
+def test_partitioned_runs_group_by_partition_key_not_run_after() -> None:
+    """Partitioned runs (partition_key set): each gets its own run_after, so they group by dag_id +
+    partition_key + identical non-empty events; another key or other events make no group."""
+    rows = [
+        key_row(1, "p", 0, [20], "k1"),
+        key_row(2, "p", 7, [20], "k1"),  # the duplicate: same key and events, later run_after
+        key_row(3, "p", 9, [21], "k2"),
+        key_row(4, "p", 9, [22], "k2"),  # same key, different events (a re-processed partition)
+        key_row(5, "p", 12, [], "k3"),
+        key_row(6, "p", 12, [], "k3"),  # no consumed events
+        key_row(7, "q", 0, [20], "k1"),  # another DAG
+    ]
+    groups = duplicate_groups(rows)
+    assert [g["ids"] for g in groups] == [[1, 2]]
+    assert groups[0]["partition"] == "k1"
+    # a partitioned run never groups with a non-partitioned one of the same run_after and events
+    assert duplicate_groups([key_row(1, "p", 0, [20], "k1"), key_row(2, "p", 0, [20])]) == []

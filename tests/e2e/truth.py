@@ -1,10 +1,13 @@
 """Ground truth after an end-to-end run, from the database itself, next to what dupguard logged.
 
-Independent of dupguard's code on purpose: the duplicate groups come from one SQL query here
-(``GROUPS``: ``asset_triggered`` runs sharing dag_id and run_after, with the same non-empty set of
-consumed asset events), whether a run's tasks started from ``task_instance`` / ``task_instance_history``
-states, who touched a run from its ``dag_run_note`` (dupguard's sidecar note starts ``dupguard
-stopped``, the guard's ``dupguard guard skipped``). dupguard's side comes only from its JSON log:
+Independent of dupguard's code on purpose: the duplicate groups come from the runs read by one SQL
+query here (``RUN_KEYS``) grouped by ``duplicate_groups``: ``asset_triggered`` runs sharing dag_id and
+run_after, with the same non-empty set of consumed asset events; a partitioned run (Airflow 3.2+,
+``partition_key`` set) is grouped by dag_id and partition_key instead of run_after (the scheduler
+stamps each partitioned run with its own ``utcnow()``), with the same rule on events), whether a
+run's tasks started from ``task_instance`` / ``task_instance_history`` states, who touched a
+run from its ``dag_run_note`` (dupguard's sidecar note starts ``dupguard stopped``, the guard's
+``dupguard guard skipped``). dupguard's side comes only from its JSON log:
 ``duplicate_detected`` (``dag_id``, ``runs``, ``kept_run``, ``confidence``, ``detected_at``) and
 ``remediation_outcome`` (``results[]``: ``run_id``, ``result``, ``committed_at``).
 
@@ -41,7 +44,7 @@ from typing import Any
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from tests.e2e.harness import PRODUCER, RunSpec, read_json_log
+from tests.e2e.harness import RunSpec, read_json_log
 
 STARTED = ("running", "success", "failed", "up_for_retry", "up_for_reschedule", "deferred", "restarting")
 SIDECAR_NOTE = "dupguard stopped"
@@ -49,20 +52,17 @@ GUARD_NOTE = "dupguard guard skipped"
 
 # The ground truth: every group of >= 2 asset-triggered runs of one DAG with the same run_after and
 # the same (non-empty) consumed event set. Also the near misses (same run_after, different events).
-GROUPS = """
-WITH runs AS (
-    SELECT dr.id, dr.dag_id, dr.run_after,
-           COALESCE((SELECT array_agg(e.event_id ORDER BY e.event_id)
-                     FROM dagrun_asset_event e WHERE e.dag_run_id = dr.id), '{}') AS events
-    FROM dag_run dr
-    WHERE dr.run_type = 'asset_triggered'
-)
-SELECT dag_id, run_after, events, array_agg(id ORDER BY id) AS ids
-FROM runs
-WHERE cardinality(events) > 0
-GROUP BY dag_id, run_after, events
-HAVING count(*) > 1
-ORDER BY min(id)
+# Partitioned runs (dag_run.partition_key, Airflow 3.2+) use the same rule keyed by partition_key.
+RUN_KEYS = """
+SELECT dr.id, dr.dag_id, dr.run_after, {partition_key} AS partition_key,
+       COALESCE((SELECT array_agg(e.event_id ORDER BY e.event_id)
+                 FROM dagrun_asset_event e WHERE e.dag_run_id = dr.id), '{{}}') AS events
+FROM dag_run dr
+WHERE dr.run_type = 'asset_triggered'
+"""
+HAS_PARTITION_KEY = """
+SELECT count(*) FROM information_schema.columns
+WHERE table_schema = current_schema() AND table_name = 'dag_run' AND column_name = 'partition_key'
 """
 SAME_RUN_AFTER_DIFFERENT_EVENTS = """
 SELECT count(*) FROM (
@@ -110,15 +110,41 @@ def _parse(ts: str | None) -> datetime | None:
     return datetime.fromisoformat(ts) if ts else None
 
 
+def duplicate_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Groups of >= 2 runs (``id``, ``dag_id``, ``run_after``, ``partition_key``, ``events``) of one DAG
+    with the same non-empty event set and the same run_after -- or, for partitioned runs, the same
+    partition_key. Ordered by their lowest id; ``ids`` ascending."""
+    by_key: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+    for r in rows:
+        events = tuple(sorted(r["events"] or ()))
+        if not events:
+            continue
+        pk = r.get("partition_key")
+        key = (
+            (r["dag_id"], "partition", pk, events)
+            if pk is not None
+            else (r["dag_id"], "run_after", r["run_after"], events)
+        )
+        by_key[key].append(r["id"])
+    groups = [
+        {"dag_id": k[0], k[1]: k[2], "events": list(k[3]), "ids": sorted(ids)}
+        for k, ids in by_key.items()
+        if len(ids) > 1
+    ]
+    return sorted(groups, key=lambda g: g["ids"][0])
+
+
 def analyse(db_url: str, dupguard_log: Path, spec: RunSpec) -> dict[str, Any]:
     engine = create_engine(make_url(db_url).set(drivername="postgresql+psycopg2"))
     try:
         with engine.connect() as conn:
             events = conn.execute(text("SELECT count(*) FROM asset_event")).scalar_one()
             producer_runs = conn.execute(
-                text("SELECT count(*) FROM dag_run WHERE dag_id = :p"), {"p": PRODUCER}
+                text("SELECT count(*) FROM dag_run WHERE dag_id = :p"), {"p": spec.producer}
             ).scalar_one()
-            groups = [dict(r._mapping) for r in conn.execute(text(GROUPS))]
+            partitioned = conn.execute(text(HAS_PARTITION_KEY)).scalar_one() > 0
+            keys = RUN_KEYS.format(partition_key="dr.partition_key" if partitioned else "NULL")
+            groups = duplicate_groups([dict(r._mapping) for r in conn.execute(text(keys))])
             near_misses = conn.execute(text(SAME_RUN_AFTER_DIFFERENT_EVENTS)).scalar_one()
             runs = {r.id: dict(r._mapping) for r in conn.execute(text(RUNS))}
             tis = [dict(r._mapping) for r in conn.execute(text(TIS))]
