@@ -96,10 +96,10 @@ class IncrementalDetector:
                 alone = alone and sibling.id == run.id
         if alone:
             return []  # the common case: every new run is the only one of its trigger
-        ids = list(candidates)
-        events = queries.consumed_events(conn, t, ids)
-        progress = queries.task_progress(conn, t, ids, now)
         new_ids = {r.id for r in watched}
+        ids = list(candidates)
+        events.update(queries.consumed_events(conn, t, [i for i in ids if i not in new_ids]))  # new ones are read
+        progress = queries.task_progress(conn, t, ids, now)
         return [
             f
             for f in find_duplicates(
