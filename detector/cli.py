@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from detector import __version__, demo, logs, render
-from detector.config import SETTINGS
+from detector import __version__, config, demo, logs, render
+from detector.config import SETTINGS, SETTINGS_BY_NAME
 from detector.db import make_engine, open_airflow_db, parse_url
 from detector.detect import DagFilter
 from detector.durations import parse_duration
-from detector.errors import ConfigError, DatabaseError
+from detector.errors import DatabaseError, DupguardError
 from detector.plan import Mode, Outcome, plan
 from detector.scan import Progress, ScanReport, scan
 
@@ -44,11 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p_scan = sub.add_parser("scan", help="audit history for duplicate groups (one shot)")
-    p_scan.add_argument("--database-url", required=True, help="Airflow metadata DB (postgresql://… or sqlite:///…)")
-    p_scan.add_argument("--since", type=_duration, help="only runs whose run_after is this recent (e.g. 1d, 6h)")
+    p_scan.add_argument("--database-url", help=SETTINGS_BY_NAME["database_url"].help_text)
+    p_scan.add_argument(
+        "--since", type=_duration, help="only runs whose run_after is this recent (e.g. 1d, 6h) [default: all history]"
+    )
     p_scan.add_argument("--dag", action="append", default=[], metavar="GLOB", help="only these DAGs (repeatable)")
     p_scan.add_argument("--exclude-dag", action="append", default=[], metavar="GLOB", help="skip these DAGs")
-    p_scan.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p_scan.add_argument("--format", choices=("table", "json", "csv"), default="table", help="[default: table]")
     p_scan.add_argument(
         "--suspect-window",
         type=_duration,
@@ -58,12 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_run = sub.add_parser("run", help="the sidecar daemon: detect, alert and remediate continuously")
     p_run.add_argument("--once", action="store_true", help="one pass over the look-back window, then exit")
-    p_run.add_argument("--config", help="YAML file of settings (also DUPGUARD_CONFIG)")
-    for setting in SETTINGS:
-        p_run.add_argument(setting.flag, dest=f"setting_{setting.name}", metavar="VALUE", help=setting.help)
+    _add_settings(p_run)
+
+    p_check = sub.add_parser(
+        "check-config",
+        help="print the effective configuration of `run` (secrets redacted); exit 2 listing every problem",
+    )
+    _add_settings(p_check)
 
     p_init = sub.add_parser("init-db", help="create dupguard's ledger schema `dupguard` in the metadata DB")
-    p_init.add_argument("--database-url", help="defaults to DUPGUARD_DATABASE_URL")
+    p_init.add_argument("--database-url", help=SETTINGS_BY_NAME["database_url"].help_text)
     p_init.add_argument("--drop", action="store_true", help="remove the `dupguard` schema instead (uninstall)")
 
     p_guard = sub.add_parser("guard", help="the in-scheduler guard (an Airflow cluster policy)")
@@ -74,9 +80,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p_demo = sub.add_parser("demo", help="detect duplicates in an embedded incident (no Airflow needed)")
-    p_demo.add_argument("--db", type=Path, help="where to write the demo SQLite database (default: a temp dir)")
-    p_demo.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p_demo.add_argument(
+        "--db",
+        type=Path,
+        help="where to write the demo SQLite database; an existing file is replaced only if an earlier "
+        "`dupguard demo` wrote it [default: a new temp dir]",
+    )
+    p_demo.add_argument("--format", choices=("table", "json", "csv"), default="table", help="[default: table]")
     return parser
+
+
+def _add_settings(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML file of settings [env DUPGUARD_CONFIG; default none]")
+    for setting in SETTINGS:
+        parser.add_argument(setting.flag, dest=f"setting_{setting.name}", metavar="VALUE", help=setting.help_text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _demo(args)
         if args.command == "run":
             return _run(args)
+        if args.command == "check-config":
+            return _check_config(args)
         if args.command == "init-db":
             return _init_db(args)
         if args.command == "guard":
@@ -97,12 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(print_local_settings(), end="")
             return EXIT_OK
-    except ConfigError as exc:
+    except DupguardError as exc:  # the one place an expected failure becomes a message and an exit code
         print(f"dupguard: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except DatabaseError as exc:
-        print(f"dupguard: {exc}", file=sys.stderr)
-        return EXIT_DB
+        return EXIT_DB if isinstance(exc, DatabaseError) else EXIT_CONFIG
     parser.error(f"unknown command {args.command}")
     return EXIT_CONFIG  # pragma: no cover - parser.error exits
 
@@ -136,8 +152,8 @@ def _print_report(report: ScanReport, fmt: str) -> None:
 
 
 def _scan(args: argparse.Namespace) -> int:
-    url = parse_url(args.database_url)
-    db = open_airflow_db(make_engine(url))
+    url = parse_url(config.database_url(args.database_url))
+    db = open_airflow_db(make_engine(url, read_only=True))
     if not db.info.exact:
         print(
             f"dupguard: warning: unknown alembic revision {db.info.revision!r}; "
@@ -183,22 +199,36 @@ def _demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _flags(args: argparse.Namespace) -> dict[str, str | None]:
+    return {name[len("setting_") :]: value for name, value in vars(args).items() if name.startswith("setting_")}
+
+
 def _run(args: argparse.Namespace) -> int:
     from detector.run import run_daemon
 
-    flags = {name[len("setting_") :]: value for name, value in vars(args).items() if name.startswith("setting_")}
-    return run_daemon(flags, config_file=args.config, once=args.once)
+    return run_daemon(_flags(args), config_file=args.config, once=args.once)
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    """The effective configuration as YAML (a valid ``--config`` file once secrets are filled in), each
+    line commented with where the value came from. Reads no database: usable offline, e.g. in CI."""
+    import yaml
+
+    sources: dict[str, str] = {}
+    cfg = config.load(_flags(args), None, args.config, sources)
+    for name, shown in cfg.redacted().items():
+        value = getattr(cfg, name)
+        if isinstance(value, timedelta | tuple):  # as a user writes them: 10ms, a,b
+            shown = config.format_value(value) if value != () else None
+        line = yaml.safe_dump({name: shown}, default_flow_style=True, width=10_000).strip()[1:-1]
+        print(f"{line}  # {sources.get(name, 'default')}")
+    return EXIT_OK
 
 
 def _init_db(args: argparse.Namespace) -> int:
-    import os
-
     from detector.ledger import SCHEMA, drop_db, init_db
 
-    raw = args.database_url or os.environ.get("DUPGUARD_DATABASE_URL")
-    if not raw:
-        raise ConfigError(["--database-url or DUPGUARD_DATABASE_URL is required"])
-    url = parse_url(raw)
+    url = parse_url(config.database_url(args.database_url))
     where = url.render_as_string(hide_password=True)
     if args.drop:
         drop_db(make_engine(url))

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
+from detector import redact as _redact
 from detector.db import parse_url, redact
 from detector.durations import parse_duration
 from detector.errors import ConfigError
@@ -46,15 +48,22 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+def _int(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError("not a whole number") from None
+
+
 def _port(text: str) -> int:
-    value = int(text)
+    value = _int(text)
     if not 0 <= value <= 65535:
         raise ValueError(f"{value} is not a TCP port")
     return value
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _int(text)
     if value < 1:
         raise ValueError(f"{value} must be at least 1")
     return value
@@ -70,7 +79,24 @@ def _positive_duration(text: str) -> timedelta:
 def _url(text: str) -> str:
     if not text.startswith(("http://", "https://")):
         raise ValueError("must start with http:// or https://")
+    try:
+        parts = urlsplit(text)
+        _ = parts.port
+    except ValueError:
+        raise ValueError("has an invalid host or port") from None
+    if not parts.hostname:
+        raise ValueError("has no host")
     return text.rstrip("/")
+
+
+def _file(text: str) -> str:
+    try:
+        ok = Path(text).is_file()
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        ok = False
+    if not ok:
+        raise ValueError("no such file")
+    return text
 
 
 def _db_url(text: str) -> str:
@@ -93,6 +119,30 @@ class Setting:
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    @property
+    def help_text(self) -> str:
+        """The ``--help`` line: meaning, env var (and ``_FILE`` for secrets) and default (never a value set)."""
+        env = self.env + (f" or {self.env}_FILE" if self.secret else "")
+        return f"{self.help} [env {env}; default {format_value(self.default)}]".replace("%", "%%")
+
+
+def format_duration(value: timedelta) -> str:
+    """A duration as ``parse_duration`` reads it back (``10ms``, ``900s``)."""
+    ms = value / timedelta(milliseconds=1)
+    return f"{ms:g}ms" if ms < 1000 else f"{value.total_seconds():g}s"
+
+
+def format_value(value: Any) -> str:
+    if value is None or value == ():
+        return "none"
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -167,7 +217,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("airflow_username", None, str, "Airflow user for POST /auth/token."),
     Setting("airflow_password", None, str, "Password of that user.", secret=True),
     Setting("airflow_token", None, str, "A static Airflow API JWT instead of username/password.", secret=True),
-    Setting("airflow_ca_bundle", None, str, "CA bundle file for the API's TLS certificate."),
+    Setting("airflow_ca_bundle", None, _file, "CA bundle file for the API's TLS certificate."),
     Setting("airflow_verify_tls", True, _bool, "Verify the API's TLS certificate."),
     Setting("airflow_timeout", timedelta(seconds=5), _positive_duration, "Timeout of each Airflow API call."),
     Setting("airflow_ui_url", None, _url, "Airflow UI base URL for links in alerts."),
@@ -230,7 +280,7 @@ class Config:
         return cls(**({s.name: s.default for s in SETTINGS} | overrides))
 
     def redacted(self) -> dict[str, Any]:
-        """Every setting as loggable values: secrets masked, URLs without passwords."""
+        """Every setting as loggable values: secrets masked, URLs without passwords (parsed, not replaced)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -240,7 +290,9 @@ class Config:
             elif f.name in {"database_url", "lock_database_url"}:
                 out[f.name] = redact(parse_url(value))
             elif setting.secret:
-                out[f.name] = "***"
+                out[f.name] = _redact.MASK
+            elif setting.parse is _url:
+                out[f.name] = _redact.web_url(value)
             elif isinstance(value, timedelta):
                 out[f.name] = value.total_seconds()
             else:
@@ -252,9 +304,14 @@ def load(
     flags: Mapping[str, str | None] | None = None,
     env: Mapping[str, str] | None = None,
     config_file: str | None = None,
+    sources: dict[str, str] | None = None,
 ) -> Config:
-    """Build the Config; raises ConfigError listing every problem (never a secret value)."""
+    """Build the Config; raises ConfigError listing every problem (never a secret value).
+
+    ``sources``, when given, receives where each setting came from (flag, env var, file, default).
+    """
     flags = flags or {}
+    sources = {} if sources is None else sources
     env = os.environ if env is None else env
     problems: list[str] = []
     file_values: dict[str, Any] = {}
@@ -265,6 +322,7 @@ def load(
     values: dict[str, Any] = {}
     for s in SETTINGS:
         raw, origin = _raw_value(s, flags, env, file_values, problems)
+        sources[s.name] = origin
         if raw is None:
             values[s.name] = s.default
             continue
@@ -272,8 +330,8 @@ def load(
             values[s.name] = s.parse(raw)
         except ConfigError as exc:
             problems.extend(f"{origin}: {p}" for p in exc.problems)
-        except (ValueError, TypeError) as exc:
-            shown = "(hidden)" if s.secret else repr(raw)
+        except (ValueError, TypeError, OverflowError) as exc:
+            shown = "(hidden)" if s.secret else repr(raw if len(raw) <= 80 else raw[:80] + "…")
             problems.append(f"{origin}: invalid value {shown}: {exc}" if not s.secret else f"{origin}: invalid value")
 
     problems.extend(_cross_checks(values))
@@ -284,9 +342,15 @@ def load(
 
 def _read_file(path: Path, problems: list[str]) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except OSError as exc:
-        problems.append(f"config file {path}: cannot read ({exc.strerror})")
+        problems.append(f"config file {path}: cannot read ({exc.strerror or type(exc).__name__})")
+        return {}
+    except UnicodeDecodeError:
+        problems.append(f"config file {path}: not UTF-8 text")
+        return {}
+    except ValueError:  # a NUL byte in the path
+        problems.append("config file: the path is not a valid file name")
         return {}
     except yaml.YAMLError as exc:
         problems.append(f"config file {path}: not valid YAML ({exc.__class__.__name__})")
@@ -294,8 +358,8 @@ def _read_file(path: Path, problems: list[str]) -> dict[str, Any]:
     if not isinstance(data, dict):
         problems.append(f"config file {path}: must be a mapping of setting: value")
         return {}
-    unknown = sorted(set(data) - set(SETTINGS_BY_NAME))
-    problems.extend(f"config file {path}: unknown setting {k!r}" for k in unknown)
+    unknown = sorted(repr(k) for k in data if k not in SETTINGS_BY_NAME)
+    problems.extend(f"config file {path}: unknown setting {k}" for k in unknown)
     return {k: v for k, v in data.items() if k in SETTINGS_BY_NAME}
 
 
@@ -313,14 +377,21 @@ def _raw_value(
     file_env = s.env + "_FILE"
     if s.secret and env.get(file_env):
         try:
-            return Path(env[file_env]).read_text().strip(), file_env
+            return Path(env[file_env]).read_text(encoding="utf-8").strip(), file_env
         except OSError as exc:
-            problems.append(f"{file_env}: cannot read {env[file_env]} ({exc.strerror})")
-            return None, file_env
+            problems.append(f"{file_env}: cannot read {env[file_env]} ({exc.strerror or type(exc).__name__})")
+        except UnicodeDecodeError:
+            problems.append(f"{file_env}: {env[file_env]} is not UTF-8 text")
+        except ValueError:
+            problems.append(f"{file_env}: not a valid file name")
+        return None, file_env
     if s.name in file_values and file_values[s.name] is not None:
         value = file_values[s.name]
         if isinstance(value, list):
             value = ",".join(map(str, value))
+        elif isinstance(value, dict):
+            problems.append(f"config file key {s.name}: expected a single value, not a mapping")
+            return None, f"config file key {s.name}"
         return str(value), f"config file key {s.name}"
     return None, "default"
 
@@ -337,11 +408,28 @@ def _cross_checks(v: Mapping[str, Any]) -> list[str]:
                 "the api backend needs DUPGUARD_AIRFLOW_TOKEN, "
                 "or DUPGUARD_AIRFLOW_USERNAME and DUPGUARD_AIRFLOW_PASSWORD"
             )
+    url = v.get("database_url") or ""
+    if v.get("remediation_backend") == "db" and v.get("remediation") in {"fail", "skip"} and url.startswith("sqlite"):
+        problems.append("DUPGUARD_REMEDIATION_BACKEND=db cannot write to SQLite: dupguard opens SQLite read-only")
     if v.get("slack_bot_token") and not v.get("slack_channel"):
         problems.append("DUPGUARD_SLACK_BOT_TOKEN needs DUPGUARD_SLACK_CHANNEL")
-    if v.get("airflow_ca_bundle") and not Path(v["airflow_ca_bundle"]).is_file():
-        problems.append(f"DUPGUARD_AIRFLOW_CA_BUNDLE: no such file {v['airflow_ca_bundle']}")
     return problems
+
+
+def database_url(flag: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The database URL the way ``run`` reads it (flag > env > ``_FILE``), for ``scan`` and ``init-db``."""
+    env = os.environ if env is None else env
+    problems: list[str] = []
+    raw, origin = _raw_value(SETTINGS_BY_NAME["database_url"], {"database_url": flag}, env, {}, problems)
+    if problems:
+        raise ConfigError(problems)
+    if raw is None:
+        raise ConfigError(["--database-url, DUPGUARD_DATABASE_URL or DUPGUARD_DATABASE_URL_FILE is required"])
+    try:
+        parse_url(raw)
+    except ConfigError as exc:
+        raise ConfigError([f"{origin}: {p}" for p in exc.problems]) from None
+    return raw
 
 
 def flag_names() -> Sequence[str]:

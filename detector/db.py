@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from detector import queries
+from detector import redact as _redact
 from detector.errors import ConfigError, DatabaseError
 from detector.schema import AirflowTables, airflow_tables
 from detector.versions import SchemaInfo, identify
@@ -20,11 +24,18 @@ _FAMILY_TABLES = ("dag_run", "asset_partition_dag_run")
 
 
 def parse_url(raw: str) -> URL:
-    """A SQLAlchemy URL for Airflow's metadata DB; ``postgres://`` and driverless URLs use psycopg2."""
+    """A SQLAlchemy URL for Airflow's metadata DB; ``postgres://`` and driverless URLs use psycopg2.
+
+    A raw ``@`` in the password is split at the last ``@`` (as ``urllib.parse`` and libpq do):
+    SQLAlchemy splits at the first, which would send the password's tail to DNS as a host name.
+    """
+    text = raw.strip()
     try:
-        url = make_url(raw.strip())
-    except ArgumentError:
-        raise ConfigError(["database URL is not a URL (expected postgresql://user:pass@host:5432/db)"]) from None
+        text = _escape_userinfo(text)
+        url = make_url(text)
+        _ = url.port  # a non-numeric port raises here or in make_url
+    except (ArgumentError, ValueError):
+        raise ConfigError([_why_not_a_url(text)]) from None
     if url.drivername in _POSTGRES_SCHEMES:
         return url.set(drivername="postgresql+psycopg2")
     if url.drivername in {"sqlite", "sqlite+pysqlite"}:
@@ -32,27 +43,55 @@ def parse_url(raw: str) -> URL:
     raise ConfigError([f"database URL scheme {url.drivername!r} is not supported (postgresql:// or sqlite:///)"])
 
 
+def _escape_userinfo(text: str) -> str:
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme.startswith("sqlite"):
+        return text
+    netloc_end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc = rest[:netloc_end]
+    if netloc.count("@") < 2:
+        return text
+    userinfo, _, hostport = netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    escaped = quote(user, safe="%") + colon + quote(password, safe="%")
+    return f"{scheme}://{escaped}@{hostport}{rest[netloc_end:]}"
+
+
+def _why_not_a_url(text: str) -> str:
+    try:
+        parts = urlsplit(text)
+        _ = parts.port
+    except ValueError:
+        return "database URL has an invalid host or port (the port must be a number 1-65535)"
+    return "database URL is not a URL (expected postgresql://user:pass@host:5432/db or sqlite:////path/airflow.db)"
+
+
 def redact(url: URL | str) -> str:
-    """The URL as text with any password masked: safe for logs and error messages."""
-    parsed = url if isinstance(url, URL) else make_url(url)
-    return parsed.render_as_string(hide_password=True)
+    """The URL as text with its password and secret query values masked: safe for logs and errors."""
+    return _redact.db_url(url)
 
 
-def scrub(message: str, url: URL) -> str:
-    """``message`` with the URL's password removed, whatever the driver echoed back."""
-    if url.password:
-        message = message.replace(str(url.password), "***")
-    return message
+def sqlite_path(url: URL) -> Path | None:
+    """The file behind a ``sqlite:///`` URL (None for in-memory databases)."""
+    database = url.database or ""
+    return None if database in ("", ":memory:") or database.startswith("file:") else Path(database)
 
 
-def make_engine(url: URL, *, connect_timeout: float = 5.0, pool_size: int = 2) -> Engine:
+def make_engine(url: URL, *, connect_timeout: float = 5.0, pool_size: int = 2, read_only: bool = False) -> Engine:
     """An engine with timeouts on: a hung database must never hang dupguard.
+
+    ``read_only`` opens a SQLite file with ``mode=ro``: reading a wrong path must neither create an
+    empty file nor change a real one (``scan`` and ``run`` only read).
 
     No ``options``/``SET`` at connect: PgBouncer rejects the startup parameter, and in transaction
     pooling a session SET would leak into Airflow's own connections. TCP keepalives and
     ``tcp_user_timeout`` (libpq parameters, fine through PgBouncer) detect a dead server in ~9 s.
     """
     if url.get_backend_name() == "sqlite":
+        path = sqlite_path(url)
+        if read_only and path is not None:
+            uri = f"file:{quote(str(path.absolute()))}?mode=ro"
+            return create_engine(url, creator=lambda: sqlite3.connect(uri, uri=True, timeout=connect_timeout))
         return create_engine(url, connect_args={"timeout": connect_timeout})
     return create_engine(
         url,
@@ -73,12 +112,19 @@ def make_engine(url: URL, *, connect_timeout: float = 5.0, pool_size: int = 2) -
 
 
 def describe_error(exc: BaseException, url: URL) -> str:
-    """One line an operator can act on, without the password."""
+    """One line an operator can act on, without the password.
+
+    The URL is rendered by parsing (``redact``); the driver's own text cannot be parsed, so it is
+    withheld whole if it contains one of the URL's secrets.
+    """
     if isinstance(exc, DBAPIError) and exc.orig is not None:
         detail = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
     else:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return scrub(f"database {redact(url)}: {detail}", url)
+    path = sqlite_path(url) if url.get_backend_name() == "sqlite" else None
+    if path is not None and not path.exists():
+        detail = "no such file"
+    return f"database {redact(url)}: {_redact.withhold(detail, _redact.url_secrets(url))}"
 
 
 @contextlib.contextmanager

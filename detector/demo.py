@@ -17,12 +17,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, insert
+from sqlalchemy.exc import SQLAlchemyError
 
+from detector.errors import ConfigError
 from detector.schema import Family, airflow_tables
 
 REVISION_3_1_2 = "cc92b33c6709"
 INCIDENT_START = datetime(2026, 3, 12, 11, 30, 0, 0, tzinfo=UTC)
 T = airflow_tables(Family.AIRFLOW_3_1)
+# SQLite's application_id (header offset 68, https://www.sqlite.org/fileformat.html#application_id):
+# the mark that a file is a demo database dupguard wrote, the only kind ``build`` replaces.
+APPLICATION_ID = 0x64706764  # "dpgd"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 @dataclass
@@ -208,10 +214,33 @@ def _seed_lookalikes(s: _Seeder) -> None:
     s.run("consumer_asset_listener", base + timedelta(seconds=9), events=[e_late], clear_number=1)
 
 
+def is_demo_db(path: Path) -> bool:
+    """True if ``path`` is a SQLite file an earlier ``build`` wrote (read from its header, not opened)."""
+    try:
+        with path.open("rb") as f:
+            header = f.read(72)
+    except OSError:
+        return False
+    return header[:16] == _SQLITE_MAGIC and int.from_bytes(header[68:72], "big") == APPLICATION_ID
+
+
 def build(path: Path) -> Engine:
-    """A fresh demo database at ``path``."""
-    if path.exists():
+    """A fresh demo database at ``path``. Replaces only a file an earlier demo wrote: a user's own file
+    (say a real ``airflow.db``) is never deleted. ConfigError for a folder or a missing folder."""
+    if path.is_dir():
+        raise ConfigError([f"--db {path}: is a folder; name a file, e.g. {path / 'airflow.db'}"])
+    if not path.parent.is_dir():
+        raise ConfigError([f"--db {path}: the folder {path.parent} does not exist"])
+    if path.exists() or path.is_symlink():
+        if not is_demo_db(path):
+            raise ConfigError([f"--db {path}: refusing to replace a file that `dupguard demo` did not write"])
         path.unlink()
     engine = create_engine(f"sqlite:///{path}")
-    seed(engine)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"PRAGMA application_id = {APPLICATION_ID}")
+        seed(engine)
+    except SQLAlchemyError as exc:
+        detail = str(getattr(exc, "orig", exc)).splitlines()[0]
+        raise ConfigError([f"--db {path}: cannot write the demo database ({detail})"]) from None
     return engine

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# Longer than any history or interval makes sense for; also far from the limits of timedelta and of
+# ``now - duration`` (year 1), which a huge value would otherwise hit as an OverflowError.
+MAX_DURATION = timedelta(days=36_500)
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse ``text``; a bare number means seconds. Raises ValueError with the offending text."""
+    """Parse ``text``; a bare number means seconds. Raises ValueError with the offending text.
+
+    Only durations from 0 to ``MAX_DURATION`` (100 years) are accepted.
+    """
     raw = text.strip().lower()
     try:
-        return timedelta(seconds=float(raw))
-    except ValueError:
-        pass
+        return _bounded(float(raw), text)
+    except ValueError as exc:
+        if "duration" in str(exc):
+            raise
     pos, total = 0, 0.0
     for match in _PART.finditer(raw):
         if match.start() != pos:
@@ -24,4 +32,12 @@ def parse_duration(text: str) -> timedelta:
         pos = match.end()
     if pos != len(raw) or not raw:
         raise ValueError(f"{text!r} is not a duration (examples: 500ms, 90s, 15m, 1h30m, 1d)")
-    return timedelta(seconds=total)
+    return _bounded(total, text)
+
+
+def _bounded(seconds: float, text: str) -> timedelta:
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"{text!r} is not a duration (it must be zero or more)")
+    if seconds > MAX_DURATION.total_seconds():
+        raise ValueError(f"{text!r} is too long a duration (at most {MAX_DURATION.days}d)")
+    return timedelta(seconds=seconds)

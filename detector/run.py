@@ -11,13 +11,13 @@ from types import FrameType
 
 from detector import __version__, config, logs
 from detector.daemon import Daemon
-from detector.db import make_engine, parse_url
-from detector.errors import ConfigError
+from detector.db import make_engine, open_airflow_db, parse_url
+from detector.errors import ConfigError, DatabaseError
 from detector.health import HealthServer
 from detector.metrics import Metrics
 from detector.wiring import Startup, build_parts, connect_with_backoff
 
-EXIT_OK, EXIT_CONFIG = 0, 2
+EXIT_OK, EXIT_CONFIG, EXIT_DB = 0, 2, 3
 
 
 def run_daemon(
@@ -30,10 +30,24 @@ def run_daemon(
     stop: threading.Event | None = None,
 ) -> int:
     try:
-        cfg = config.load(flags, os.environ if env is None else env, config_file)
+        return _run(flags, config_file, once, env, install_signals, stop)
     except ConfigError as exc:
         print(f"dupguard: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except DatabaseError as exc:
+        print(f"dupguard: {exc}", file=sys.stderr)
+        return EXIT_DB
+
+
+def _run(
+    flags: Mapping[str, str | None],
+    config_file: str | None,
+    once: bool,
+    env: Mapping[str, str] | None,
+    install_signals: bool,
+    stop: threading.Event | None,
+) -> int:
+    cfg = config.load(flags, os.environ if env is None else env, config_file)
     logs.configure(cfg.log_level, cfg.log_format)
     log = logs.get("dupguard.main")
     log.info("config_loaded", version=__version__, settings=cfg.redacted())
@@ -52,9 +66,14 @@ def run_daemon(
     startup = Startup()
     server = None
     if cfg.http_port and not once:
-        server = HealthServer(cfg.http_port, metrics.registry, startup.live, startup.ready).start()
+        try:
+            server = HealthServer(cfg.http_port, metrics.registry, startup.live, startup.ready).start()
+        except OSError as exc:  # the port is taken or not ours to bind: the operator's setting
+            raise ConfigError([f"DUPGUARD_HTTP_PORT {cfg.http_port}: cannot listen ({exc.strerror})"]) from None
     try:
-        db = connect_with_backoff(make_engine(parse_url(cfg.database_url)), stop)
+        engine = make_engine(parse_url(cfg.database_url), read_only=True)
+        # --once is a check or a cron job: an unusable database is its answer (exit 3), not a reason to wait.
+        db = open_airflow_db(engine) if once else connect_with_backoff(engine, stop)
         if db is None:
             return EXIT_OK
         if not db.info.exact:

@@ -204,5 +204,5 @@ def test_verify_tls_false_works_without_a_ca_and_urllib3_warns(live: Live) -> No
 
 def test_the_ca_bundle_setting_must_name_a_file(live: Live, tmp_path: Path) -> None:
     """A CA bundle path that does not exist is a configuration error at start-up, not a TLS failure later."""
-    with pytest.raises(ConfigError, match="DUPGUARD_AIRFLOW_CA_BUNDLE: no such file"):
+    with pytest.raises(ConfigError, match=r"DUPGUARD_AIRFLOW_CA_BUNDLE: invalid value .*: no such file"):
         live.remediator(Mode.FAIL, DUPGUARD_AIRFLOW_CA_BUNDLE=str(tmp_path / "missing.pem"))

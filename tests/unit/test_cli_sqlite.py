@@ -85,5 +85,6 @@ def test_unsupported_url_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_not_airflow_database_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An empty SQLite file is not an Airflow database: exit 3 with a clear message."""
+    (tmp_path / "empty.db").touch()
     assert main(["scan", "--database-url", f"sqlite:///{tmp_path / 'empty.db'}"]) == 3
     assert "not an Airflow metadata database" in capsys.readouterr().err
