@@ -88,3 +88,47 @@ def test_not_airflow_database_exit_3(tmp_path: Path, capsys: pytest.CaptureFixtu
     (tmp_path / "empty.db").touch()
     assert main(["scan", "--database-url", f"sqlite:///{tmp_path / 'empty.db'}"]) == 3
     assert "not an Airflow metadata database" in capsys.readouterr().err
+
+
+def test_scan_never_creates_or_changes_a_sqlite_file(tmp_path: Path, demo_db: str) -> None:
+    """scan opens SQLite read-only: a wrong path is exit 3 and no file appears; a real one is unchanged."""
+    missing = tmp_path / "missing.db"
+    assert main(["scan", "--database-url", f"sqlite:///{missing}"]) == 3
+    assert not missing.exists()
+    path = Path(demo_db.removeprefix("sqlite:///"))
+    before = path.read_bytes()
+    assert main(["scan", "--database-url", demo_db]) == 1
+    assert path.read_bytes() == before
+
+
+def test_demo_replaces_only_its_own_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A second demo run at the same path replaces the first demo's file; a user's file is left alone (exit 2)."""
+    own = tmp_path / "demo.db"
+    assert main(["demo", "--db", str(own)]) == 0
+    assert demo.is_demo_db(own)
+    assert main(["demo", "--db", str(own)]) == 0
+    for content in (b"", b"not sqlite", b"SQLite format 3\x00" + bytes(100)):
+        user = tmp_path / "airflow.db"
+        user.write_bytes(content)
+        capsys.readouterr()
+        assert main(["demo", "--db", str(user)]) == 2
+        assert "refusing" in capsys.readouterr().err
+        assert user.read_bytes() == content
+
+
+def test_scan_reads_the_database_url_from_env_and_file(
+    demo_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """scan, like run, takes DUPGUARD_DATABASE_URL, then DUPGUARD_DATABASE_URL_FILE; the flag wins."""
+    monkeypatch.setenv("DUPGUARD_DATABASE_URL", demo_db)
+    assert main(["scan", "--format", "json"]) == 1
+    monkeypatch.delenv("DUPGUARD_DATABASE_URL")
+    secret = tmp_path / "url"
+    secret.write_text(demo_db + "\n")
+    monkeypatch.setenv("DUPGUARD_DATABASE_URL_FILE", str(secret))
+    assert main(["scan", "--format", "json"]) == 1
+    assert main(["scan", "--database-url", f"sqlite:///{tmp_path / 'missing.db'}"]) == 3
+    monkeypatch.delenv("DUPGUARD_DATABASE_URL_FILE")
+    capsys.readouterr()
+    assert main(["scan"]) == 2
+    assert "DUPGUARD_DATABASE_URL" in capsys.readouterr().err
