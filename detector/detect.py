@@ -6,8 +6,23 @@ daemon's incremental poll, which passes only the neighbourhood of newly seen run
 Why these rules (see shared/airflow-facts.md §2):
 - 3.0/3.1 (apache/airflow#54491, #63507): the second scheduler acts on a stale, unlocked read of
   ``asset_dag_run_queue`` and creates a run with the *same* ``run_after`` (max queue created_at) and
-  the *same* consumed events. ``(dag_id, run_after)`` is the group key; identical, non-empty event
-  sets confirm it.
+  the *same* consumed events -- or, when its stale snapshot is *older* than the first scheduler's
+  (a DAG on ``a1 | a2``: B read only a1's row, A read both), a run with an *earlier* ``run_after``
+  that consumes some of the first run's events again. Non-partitioned asset runs of one DAG are
+  therefore linked when they share ``run_after`` or a consumed event; a group is a connected set.
+  Legitimate runs of one DAG never share an event: each run consumes the events in
+  ``(max(run_after) of the DAG's earlier asset runs, its own run_after]``
+  (``_create_dag_runs_asset_triggered``: 3.0.6 scheduler_job_runner.py L1633-1653, 3.1.2 L1679-1707,
+  3.2.2 L2162-2191, 3.3.2 L2600-2641), windows that do not overlap as long as runs are created in
+  ``run_after`` order -- which the stale read breaks. Partitioned runs are not linked by events: one
+  event legitimately maps to several partition keys of one DAG (3.2.2 airflow/assets/manager.py
+  L431-467: a mapper's ``to_downstream`` may return several keys, each gets its own run).
+  A group is ``confirmed`` when every run consumed events and one run consumed every event of the
+  group: that run is kept, so stopping the others leaves no event unprocessed. Otherwise (disjoint
+  events under one run_after, a partial overlap, a run without events) it is only ``suspected``.
+  A producer transaction that commits its queue row after a later run was made also breaks the
+  order (no race): that run then holds the late event, which no other run has, so it is kept out of
+  ``confirmed`` by the same rule.
 - 3.2 partitioned path (apache/airflow#68045): two schedulers read the same pending
   ``asset_partition_dag_run``; each stamps its own ``utcnow()`` as run_after, so the key is
   ``(dag_id, partition_key)`` and identical, non-empty event sets confirm it. Runs of one partition
@@ -19,7 +34,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -78,17 +93,17 @@ def find_duplicates(
     """
     progress = progress or {}
     unique = {r.id: r for r in runs if r.run_type == ASSET_TRIGGERED and dag_filter.selects(r.dag_id)}
-    by_asset_key: dict[tuple[str, object], list[Run]] = defaultdict(list)
+    asset_runs: dict[str, list[Run]] = defaultdict(list)
     by_partition: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for run in unique.values():
         if run.partition_key is None:
-            by_asset_key[(run.dag_id, run.run_after)].append(run)
+            asset_runs[run.dag_id].append(run)
         else:
             by_partition[(run.dag_id, run.partition_key)].append(run)
 
     findings: list[Finding] = []
-    for group in by_asset_key.values():
-        if len(group) > 1:
+    for dag_runs in asset_runs.values():
+        for group in _linked_groups(dag_runs, events):
             findings.append(_asset_finding(group, events, progress))
     for group in by_partition.values():
         if len(group) > 1:
@@ -101,14 +116,48 @@ def _event_set(run: Run, events: Mapping[int, frozenset[int]]) -> frozenset[int]
     return events.get(run.id, frozenset())
 
 
+def _linked_groups(dag_runs: Sequence[Run], events: Mapping[int, frozenset[int]]) -> list[list[Run]]:
+    """Connected sets (>= 2 runs, by id) of one DAG's runs linked by a shared run_after or event."""
+    parent = {r.id: r.id for r in dag_runs}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def link(a: int, b: int) -> None:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    first_with: dict[object, int] = {}
+    for run in sorted(dag_runs, key=lambda r: r.id):
+        for mark in (("run_after", run.run_after), *(("event", e) for e in _event_set(run, events))):
+            if mark in first_with:
+                link(first_with[mark], run.id)
+            else:
+                first_with[mark] = run.id
+    members: dict[int, list[Run]] = defaultdict(list)
+    for run in dag_runs:
+        members[root(run.id)].append(run)
+    return [sorted(g, key=lambda r: r.id) for g in members.values() if len(g) > 1]
+
+
 def _asset_finding(
     group: list[Run], events: Mapping[int, frozenset[int]], progress: Mapping[int, TaskProgress]
 ) -> Finding:
-    sets = {_event_set(r, events) for r in group}
-    only = next(iter(sets))
-    confirmed = len(sets) == 1 and bool(only)
-    shared = frozenset.intersection(*sets)
-    first = group[0]
+    sets = {r.id: _event_set(r, events) for r in group}
+    consumed = frozenset().union(*sets.values())
+    # Only a run that consumed every event of the group may be kept: stopping the others then leaves
+    # no event without a run. Without such a run (or with a run that consumed nothing) no stop is safe.
+    covering = frozenset(r.id for r in group if sets[r.id] == consumed)
+    confirmed = bool(covering) and all(sets.values())
+    counts = Counter(e for s in sets.values() for e in s)
+    shared = frozenset(e for e, n in counts.items() if n > 1)
+    # The lowest id is the run committed first (the DagModel row lock serialises the creators), so it
+    # never changes as the group grows, and its run_after is the one key of an exact pair (as before).
+    first = min(group, key=lambda r: r.id)
     return _finding(
         key=f"asset|{first.dag_id}|{first.run_after.isoformat()}",
         kind=Kind.ASSET,
@@ -116,6 +165,7 @@ def _asset_finding(
         group=group,
         shared=shared,
         progress=progress,
+        preferred=covering,
     )
 
 
@@ -187,8 +237,10 @@ def _finding(
     group: Sequence[Run],
     shared: frozenset[int],
     progress: Mapping[int, TaskProgress],
+    preferred: frozenset[int] | None = None,
 ) -> Finding:
-    ordered = sorted(group, key=lambda r: keep_order(r, progress))
+    """``preferred``: the only runs that may be kept when not every run may be (None: every run)."""
+    ordered = sorted(group, key=lambda r: (preferred is not None and r.id not in preferred, keep_order(r, progress)))
     kept, duplicates = ordered[0], tuple(sorted(ordered[1:], key=lambda r: r.id))
     return Finding(
         key=key,

@@ -245,8 +245,17 @@ def _utcnow() -> datetime:
 # --------------------------------------------------------------------------------------------------
 
 
-def race(af: AF, sched_a: Any, sched_b: Any) -> None:
-    """A and B both run the run-creation step; B read the ADRQ before A committed."""
+def race(af: AF, sched_a: Any, sched_b: Any, between: Callable[[], object] | None = None) -> None:
+    """A and B both run the run-creation step; B read the ADRQ before A committed.
+
+    ``between`` (optional) runs while B is held after its unlocked queue read and before A starts:
+    whatever it commits (e.g. a second asset's event) is seen by A but not by B's stale snapshot.
+    With it, ``race`` is the overlap race of ``sc_race_overlap``: for a DAG on ``a1 | a2`` B read the
+    queue when only a1's row existed (triggered_date t1), A reads both rows (t2 > t1), creates
+    run_after t2 with events {e1, e2} and commits; B then creates run_after t1 and consumes {e1}
+    again, because its event window ``(max(run_after < t1), t1]`` does not see A's later run
+    (3.0.6 scheduler_job_runner.py L1633-1653, 3.1.2 L1679-1707).
+    """
     b_has_read_queue = threading.Event()
     a_committed = threading.Event()
     original = af.SerializedDagModel.get_latest_serialized_dags  # bound classmethod
@@ -275,6 +284,13 @@ def race(af: AF, sched_a: Any, sched_b: Any) -> None:
         tb.start()
         if not b_has_read_queue.wait(60):
             raise TimeoutError("scheduler-b never reached the queue read")
+        if between is not None and not errors:
+            try:
+                between()
+            except BaseException:
+                a_committed.set()  # let B finish rather than wait out its timeout
+                tb.join(60)
+                raise
         ta = threading.Thread(target=run, args=(sched_a,), name="scheduler-a")
         ta.start()
         ta.join(60)
@@ -618,7 +634,65 @@ def sc_race_or_disjoint() -> Scenario:
     )
 
 
+def sc_race_overlap() -> Scenario:
+    files = (
+        DAG_HEADER
+        + producer_dag("orders_producer", ORDERS)
+        + producer_dag("customers_producer", CUSTOMERS)
+        + consumer_dag("orders_or_customers", f"({ORDERS} | {CUSTOMERS})")
+    )
+
+    def body(af: AF) -> list[dict[str, Any]]:
+        a, b = af.new_scheduler("scheduler-a"), af.new_scheduler("scheduler-b")
+        af.emit("orders_producer", "orders")
+        af.create_runs(a)  # an ordinary earlier run: the event window of the race has a real floor
+        (earlier,) = af.runs("orders_or_customers")
+        set_run_outcome(af, "orders_or_customers", earlier["run_id"], {"extract": 3, "load": 4}, True)
+        time.sleep(0.05)
+        e1 = af.emit("orders_producer", "orders")
+        before = max(r["id"] for r in af.runs())
+        time.sleep(0.05)
+        emitted: list[int] = []
+        race(af, a, b, between=lambda: emitted.append(af.emit("customers_producer", "customers")))
+        (e2,) = emitted
+        runs = [r for r in af.runs("orders_or_customers") if r["id"] > before]
+        first = [r for r in runs if r["creating_job_id"] == a.job.id]
+        dup = [r for r in runs if r["creating_job_id"] == b.job.id]
+        if len(first) != 1 or len(dup) != 1:
+            raise AssertionError(f"expected one run per scheduler, got {runs}")
+        f, d = first[0], dup[0]
+        # What this scenario exists to show; fail loudly if this Airflow behaves otherwise.
+        assert f["id"] < d["id"], (f, d)
+        assert f["event_ids"] == sorted([e1, e2]), (f, e1, e2)
+        assert d["event_ids"] == [e1], (d, e1)
+        assert d["run_after"] < f["run_after"], (f, d)
+        return [
+            {
+                "dag_id": "orders_or_customers",
+                "kind": "asset",
+                "confidence": "confirmed",
+                "run_ids": [f["run_id"], d["run_id"]],
+                "first_run_id": f["run_id"],
+                "shared_event_ids": [e1],
+                "run_after": f["run_after"],
+                "creating_job_ids": [a.job.id, b.job.id],
+                "duplicate_task_seconds": 0.0,
+            }
+        ]
+
+    return (
+        "A race whose two runs have different run_after but share an asset event: DAG on orders | "
+        "customers. scheduler-b read the queue while only the orders row existed (triggered_date t1) and "
+        "was held; a customers event arrived; scheduler-a read both rows, created run_after t2 with both "
+        "events and committed; b then created run_after t1 < t2 consuming the orders event again (its "
+        "event window ends at t1 and does not see a's later run). An earlier ordinary run exists.",
+        files,
+        body,
+    )
+
+
 SCENARIOS: dict[str, Callable[[], Scenario]] = {
+    "race_overlap": sc_race_overlap,
     "race_asset": sc_race_asset,
     "race_asset_fanout": sc_race_asset_fanout,
     "fanout": sc_fanout,
