@@ -24,6 +24,7 @@ from detector.schema import AirflowTables
 DEFAULT_GRACE = timedelta(seconds=60)
 DEFAULT_MAX_GAPS = 10_000
 DEFAULT_BATCH = 1_000
+MAX_HOPS = 3  # sibling-of-sibling lookups when a new run has siblings
 
 
 @dataclass
@@ -99,6 +100,23 @@ class IncrementalDetector:
         new_ids = {r.id for r in watched}
         ids = list(candidates)
         events.update(queries.consumed_events(conn, t, [i for i in ids if i not in new_ids]))  # new ones are read
+        # A group is a connected set (detect.py): the siblings' own siblings belong to it too, e.g. the
+        # exact duplicate of a run that a new, overlapping run shares an event with. Bounded: real
+        # groups are two or three runs, and only this rare path pays for the extra lookups.
+        frontier = [candidates[i] for i in ids if i not in new_ids]
+        for _ in range(MAX_HOPS):
+            found = [
+                sibling
+                for run in frontier
+                for sibling in queries.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window)
+                if sibling.id not in candidates
+            ]
+            frontier = list({r.id: r for r in found}.values())
+            if not frontier:
+                break
+            candidates.update((r.id, r) for r in frontier)
+            events.update(queries.consumed_events(conn, t, [r.id for r in frontier]))
+        ids = list(candidates)
         progress = queries.task_progress(conn, t, ids, now)
         return [
             f

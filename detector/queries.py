@@ -175,6 +175,35 @@ def candidate_partition_keys(conn: Connection, t: AirflowTables, since: datetime
     return [(r.dag_id, r.partition_key) for r in conn.execute(query)]
 
 
+def runs_sharing_events(conn: Connection, t: AirflowTables, since: datetime | None) -> list[Run]:
+    """Non-partitioned asset runs that consumed an event another asset run of their DAG consumed too.
+
+    Legitimate runs of one DAG never share an event (detector/detect.py): this is the overlap race,
+    whose runs differ in run_after. One GROUP BY (dag_id, event_id) over the consumed events of the
+    asset runs since ``since`` (idx_dag_run_run_after, then dagrun_asset_event's dag_run_id index).
+    """
+    dr, rev = t.dag_run, t.run_events
+    asset_run = [dr.c.run_type == ASSET_TRIGGERED]
+    if since is not None:
+        asset_run.append(dr.c.run_after >= since)
+    if t.family.has_partitions:
+        asset_run.append(dr.c.partition_key.is_(None))
+    joined = rev.join(dr, dr.c.id == rev.c.dag_run_id)
+    shared = (
+        select(dr.c.dag_id, rev.c.event_id)
+        .select_from(joined)
+        .where(*asset_run)
+        .group_by(dr.c.dag_id, rev.c.event_id)
+        .having(func.count() > 1)
+        .subquery()
+    )
+    ids = select(rev.c.dag_run_id).select_from(
+        joined.join(shared, and_(shared.c.dag_id == dr.c.dag_id, shared.c.event_id == rev.c.event_id))
+    )
+    query = _run_select(t).where(*asset_run, dr.c.id.in_(ids.where(*asset_run)))
+    return [_run(r) for r in conn.execute(query)]
+
+
 def runs_for_asset_keys(conn: Connection, t: AirflowTables, keys: Sequence[tuple[str, datetime]]) -> list[Run]:
     dr = t.dag_run
     runs: list[Run] = []

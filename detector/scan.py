@@ -36,15 +36,18 @@ def scan(
     """Every duplicate group whose runs have run_after within ``since`` of ``now`` (all history if None).
 
     The database narrows history to keys shared by more than one run (GROUP BY on the run_after
-    index); only those runs' events and task instances are read.
+    index) and to runs of one DAG sharing a consumed event; only those runs' events and task
+    instances are read.
     """
     start = None if since is None else now - since
     t = db.tables
     with connect(db.engine) as conn:
         asset_keys = [k for k in queries.candidate_asset_keys(conn, t, start) if dag_filter.selects(k[0])]
         part_keys = [k for k in queries.candidate_partition_keys(conn, t, start) if dag_filter.selects(k[0])]
-        runs = queries.runs_for_asset_keys(conn, t, asset_keys)
-        runs += queries.runs_for_partition_keys(conn, t, part_keys, start)
+        found = queries.runs_for_asset_keys(conn, t, asset_keys)
+        found += queries.runs_sharing_events(conn, t, start)  # the overlap race: other run_after
+        found += queries.runs_for_partition_keys(conn, t, part_keys, start)
+        runs = list({r.id: r for r in found if dag_filter.selects(r.dag_id)}.values())
         ids = [r.id for r in runs]
         events: dict[int, frozenset[int]] = {}
         task_progress = {}

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import psycopg2
 import pytest
 
-from tests.daemon_harness import Running, start_daemon, wait_for
+from tests.daemon_harness import RecordingRemediator, Running, start_daemon, wait_for
 from tests.pg import Templates
 from tests.writer import AirflowWriter
 
@@ -203,7 +203,15 @@ def test_init_db_creates_only_its_schema_and_drop_removes_it(db_url: str, capsys
     assert "removed" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("version", "scenario"), [("3.2.2", "race_partitioned"), ("3.1.2", "race_asset_fanout")])
+@pytest.mark.parametrize(
+    ("version", "scenario"),
+    [
+        ("3.2.2", "race_partitioned"),
+        ("3.1.2", "race_asset_fanout"),
+        ("3.0.6", "race_overlap"),
+        ("3.1.2", "race_overlap"),
+    ],
+)
 def test_airflow_made_race_appearing_while_running(
     version: str, scenario: str, pg_templates: Templates, daemons: list[Running]
 ) -> None:
@@ -240,3 +248,28 @@ def test_groups_of_one_race_are_remediated_concurrently(pg_templates: Templates,
     assert slow.most_at_once >= 2
     duplicates = sorted(r for g in truth for r in g["run_ids"] if r != g["first_run_id"])
     assert sorted(a.run.run_id for a in slow.actions) == duplicates
+
+
+@pytest.mark.parametrize("version", ["3.0.6", "3.1.2"])
+def test_overlap_race_plans_to_stop_only_the_run_that_consumed_less(version: str, pg_templates: Templates) -> None:
+    """Airflow-made overlap race (different run_after, one shared event): one confirmed group, the run
+    holding both events kept, the remediation planned for the other run only."""
+    from tests.pg import FIXTURES, execute_admin, fixture_sql, ground_truth
+
+    url = pg_templates.clone(version)
+    recorder = RecordingRemediator()
+    d = start_daemon(url, remediator=recorder, remediation="fail")
+    try:
+        wait_for(lambda: d.daemon.detector is not None, what="watching")
+        sql = fixture_sql(FIXTURES / "scenarios" / version / "race_overlap.sql")
+        execute_admin(sql, dbname=url.rsplit("/", 1)[1])
+        wait_for(lambda: len(recorder.actions) >= 1, what="the remediation")
+        time.sleep(0.3)
+    finally:
+        d.stop()
+    [truth] = ground_truth(version, "race_overlap")["expected_groups"]
+    [event] = d.alerter.detected()
+    assert event.finding.confidence.value == "confirmed"
+    assert event.finding.kept.run_id == truth["first_run_id"]
+    duplicate = next(r for r in truth["run_ids"] if r != truth["first_run_id"])
+    assert [(a.run.run_id, a.outcome.value) for a in recorder.actions] == [(duplicate, "remediate")]

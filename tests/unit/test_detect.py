@@ -143,3 +143,67 @@ def test_group_key_is_stable_as_the_group_grows() -> None:
     [before] = find_duplicates([a, b], events)
     [after] = find_duplicates([a, b, c], events)
     assert before.key == after.key
+
+
+# --- the overlap race (issue 11 §5): shared events, different run_after --------------------------
+# scheduler-b read the queue when only asset 1's row existed (run_after t1); scheduler-a read both
+# rows and created run_after t2 > t1 with {e1, e2} first (lower id); b then created t1 with {e1}.
+T1, T2 = T0, T0 + timedelta(milliseconds=180)
+
+
+def test_runs_sharing_an_event_with_different_run_after_are_one_confirmed_group() -> None:
+    """The overlap pair is one group; the run that consumed every event is kept."""
+    a, b = run(id=5, run_after=T2, job=1), run(id=6, run_after=T1, job=2)
+    [f] = find_duplicates([a, b], {5: frozenset({1, 2}), 6: frozenset({1})})
+    assert (f.kind, f.confidence) == (Kind.ASSET, Confidence.CONFIRMED)
+    assert f.kept == a and f.duplicates == (b,)
+    assert f.shared_event_ids == (1,)
+    assert f.run_after == T1
+    assert f.key == f"asset|consumer|{T2.isoformat()}"  # the first run's run_after, as for exact pairs
+
+
+def test_the_run_covering_every_event_is_kept_even_if_the_other_started() -> None:
+    """Stopping the run with both events would leave e2 unprocessed: it is kept, whatever started."""
+    a, b = run(id=5, run_after=T2), run(id=6, run_after=T1)
+    progress = {6: TaskProgress(total=2, started=1)}
+    [f] = find_duplicates([b, a], {5: frozenset({1, 2}), 6: frozenset({1})}, progress)
+    assert f.kept == a and f.duplicates == (b,)
+    # also when the covering run has the higher id
+    c, d = run(id=7, run_after=T1), run(id=8, run_after=T2)
+    [g] = find_duplicates([c, d], {7: frozenset({3}), 8: frozenset({3, 4})})
+    assert g.kept == d and g.confidence is Confidence.CONFIRMED
+
+
+def test_a_partial_overlap_is_only_suspected() -> None:
+    """{1, 2} and {2, 3}: no run covers the group, so stopping either would lose an event."""
+    a, b = run(id=5, run_after=T2), run(id=6, run_after=T1)
+    [f] = find_duplicates([a, b], {5: frozenset({1, 2}), 6: frozenset({2, 3})})
+    assert f.confidence is Confidence.SUSPECTED
+    assert f.shared_event_ids == (2,)
+
+
+def test_same_run_after_with_a_subset_of_events_is_confirmed_keeping_the_superset() -> None:
+    """Equal run_after, one run missing an event: a race; the run with every event is kept."""
+    a, b = run(id=5), run(id=6)
+    [f] = find_duplicates([a, b], {5: frozenset({1}), 6: frozenset({1, 2})})
+    assert f.confidence is Confidence.CONFIRMED
+    assert f.kept == b and f.duplicates == (a,)
+
+
+def test_overlap_group_key_is_stable_as_it_grows_and_chains_are_one_group() -> None:
+    """A third run linked only through the second (a chain) joins the same group under the same key."""
+    a = run(id=5, run_after=T2)
+    b = run(id=6, run_after=T1)
+    c = run(id=7, run_after=T1 + timedelta(milliseconds=1))
+    events = {5: frozenset({1, 2}), 6: frozenset({1}), 7: frozenset({2})}
+    [before] = find_duplicates([a, b], events)
+    [after] = find_duplicates([a, b, c], events)
+    assert before.key == after.key
+    assert {r.id for r in after.runs} == {5, 6, 7} and after.kept == a
+
+
+def test_events_link_runs_of_one_dag_only_and_never_partitioned_runs() -> None:
+    """Fan-out (one event, several DAGs) and one event mapped to several partition keys are legitimate."""
+    rows = [run("d1", T1, id=1), run("d2", T2, id=2), run("p", T1, id=3, partition_key="k1")]
+    rows.append(run("p", T2, id=4, partition_key="k2"))
+    assert find_duplicates(rows, {i: frozenset({9}) for i in (1, 2, 3, 4)}) == []
