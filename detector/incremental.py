@@ -101,21 +101,31 @@ class IncrementalDetector:
         ids = list(candidates)
         events.update(queries.consumed_events(conn, t, [i for i in ids if i not in new_ids]))  # new ones are read
         # A group is a connected set (detect.py): the siblings' own siblings belong to it too, e.g. the
-        # exact duplicate of a run that a new, overlapping run shares an event with. Bounded: real
-        # groups are two or three runs, and only this rare path pays for the extra lookups.
+        # exact duplicate of a run that a new, overlapping run shares an event with. Only a sibling
+        # with another run_after or an event not looked up yet can lead further (an exact pair never
+        # does, so its poll sends no extra query). Bounded: real groups are two or three runs.
+        asked = {(r.dag_id, r.run_after, r.partition_key) for r in watched}
+        asked_events = {(r.dag_id, e) for r in watched for e in events.get(r.id, ())}
         frontier = [candidates[i] for i in ids if i not in new_ids]
         for _ in range(MAX_HOPS):
-            found = [
-                sibling
-                for run in frontier
-                for sibling in queries.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window)
-                if sibling.id not in candidates
+            frontier = [
+                r
+                for r in frontier
+                if (r.dag_id, r.run_after, r.partition_key) not in asked
+                or any((r.dag_id, e) not in asked_events for e in events.get(r.id, ()))
             ]
-            frontier = list({r.id: r for r in found}.values())
-            if not frontier:
+            found: dict[int, Run] = {}
+            for run in frontier:
+                asked.add((run.dag_id, run.run_after, run.partition_key))
+                asked_events.update((run.dag_id, e) for e in events.get(run.id, ()))
+                for sibling in queries.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window):
+                    if sibling.id not in candidates:
+                        found[sibling.id] = sibling
+            if not found:
                 break
-            candidates.update((r.id, r) for r in frontier)
-            events.update(queries.consumed_events(conn, t, [r.id for r in frontier]))
+            candidates.update(found)
+            events.update(queries.consumed_events(conn, t, list(found)))
+            frontier = list(found.values())
         ids = list(candidates)
         progress = queries.task_progress(conn, t, ids, now)
         return [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import psycopg2
 import pytest
@@ -273,3 +273,25 @@ def test_overlap_race_plans_to_stop_only_the_run_that_consumed_less(version: str
     assert event.finding.kept.run_id == truth["first_run_id"]
     duplicate = next(r for r in truth["run_ids"] if r != truth["first_run_id"])
     assert [(a.run.run_id, a.outcome.value) for a in recorder.actions] == [(duplicate, "remediate")]
+
+
+def test_a_run_joining_an_overlap_group_through_another_run_keeps_its_key(
+    db_url: str, writer: AirflowWriter, daemons: list[Running]
+) -> None:
+    """A (t2, {e1, e2}) and B (t1, {e2, e3}) overlap: one suspected group, keyed on A. C (t3, {e3})
+    shares an event with B only; the group it joins is still A's (sibling of a sibling), so it is
+    not alerted as a new group."""
+    d = start_daemon(db_url)
+    daemons.append(d)
+    wait_for(d.is_leader, what="leadership")
+    now = datetime.now(UTC)
+    e1, e2, e3 = (writer.event(now) for _ in range(3))
+    a = writer.run("consumer", now, [e1, e2], job=1)
+    b = writer.run("consumer", now - timedelta(milliseconds=100), [e2, e3], job=2)
+    wait_for(lambda: len(d.alerter.detected()) == 1, what="the overlap group")
+    c = writer.run("consumer", now + timedelta(milliseconds=50), [e3], job=2)
+    wait_for(lambda: d.daemon.detector is not None and d.daemon.detector.tracker.high >= c.id, what="C judged")
+    time.sleep(0.3)
+    [first] = d.alerter.detected()  # without the sibling's siblings, C's group {B, C} was a new one
+    assert {r.run_id for r in first.finding.runs} == {a.run_id, b.run_id}
+    assert first.finding.confidence.value == "suspected"
