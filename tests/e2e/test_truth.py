@@ -148,35 +148,46 @@ def key_row(
     return {"id": rid, "dag_id": dag, "run_after": ms(run_after), "partition_key": partition_key, "events": events}
 
 
-def test_groups_share_dag_run_after_and_a_non_empty_event_set() -> None:
-    """The existing rule: same dag_id, run_after and (non-empty) events. Different events, another
-    DAG, another run_after, or no events at all make no group."""
+def test_groups_are_runs_of_one_dag_that_consumed_one_event_more_than_once() -> None:
+    """One run per event per consumer DAG is what Airflow promises: an event consumed by two runs of
+    one DAG makes them a group whatever their run_after (the overlap race) or the rest of their
+    events. Fan-out to other DAGs, a near miss with other events, and runs without events are not."""
     rows = [
         key_row(1, "a", 0, [10, 11]),
         key_row(2, "a", 0, [11, 10]),  # same set, other order
-        key_row(3, "a", 0, [12]),  # same run_after, different events: a near miss
+        key_row(3, "a", 0, [12]),  # same run_after, different events: each event still once
         key_row(4, "b", 0, [10, 11]),  # another DAG
-        key_row(5, "a", 5, [10, 11]),  # another run_after
-        key_row(6, "c", 0, []),
-        key_row(7, "c", 0, []),  # no consumed events
+        key_row(5, "o", 180, [20, 21]),  # the overlap race: a's run (t2, both events) ...
+        key_row(6, "o", 0, [20]),  # ... and b's run (t1 < t2) consuming event 20 again
+        key_row(7, "c", 0, []),
+        key_row(8, "c", 0, []),  # no consumed events
+        key_row(9, "s", 0, [30]),
+        key_row(10, "s", 5, [31]),  # successive runs: disjoint events
     ]
-    assert [g["ids"] for g in duplicate_groups(rows)] == [[1, 2]]
+    groups = duplicate_groups(rows)
+    assert [(g["dag_id"], g["ids"], g["events"]) for g in groups] == [("a", [1, 2], [10, 11]), ("o", [5, 6], [20])]
 
 
-def test_partitioned_runs_group_by_partition_key_not_run_after() -> None:
-    """Partitioned runs (partition_key set): each gets its own run_after, so they group by dag_id +
-    partition_key + identical non-empty events; another key or other events make no group."""
+def test_runs_linked_through_another_shared_event_are_one_group() -> None:
+    """Chains: 1 and 2 share event 1, 2 and 3 share event 3: one group of three."""
+    rows = [key_row(1, "a", 0, [1, 2]), key_row(2, "a", 5, [1, 3]), key_row(3, "a", 9, [3])]
+    assert [g["ids"] for g in duplicate_groups(rows)] == [[1, 2, 3]]
+
+
+def test_partitioned_runs_group_by_partition_key_and_shared_events() -> None:
+    """Partitioned runs (partition_key set): one event may map to several keys (one run each), so an
+    event counts once per (DAG, key); two runs of one key with one event are a group, whatever
+    their run_after; a key re-processed with new events is not."""
     rows = [
         key_row(1, "p", 0, [20], "k1"),
         key_row(2, "p", 7, [20], "k1"),  # the duplicate: same key and events, later run_after
         key_row(3, "p", 9, [21], "k2"),
         key_row(4, "p", 9, [22], "k2"),  # same key, different events (a re-processed partition)
-        key_row(5, "p", 12, [], "k3"),
-        key_row(6, "p", 12, [], "k3"),  # no consumed events
-        key_row(7, "q", 0, [20], "k1"),  # another DAG
+        key_row(5, "p", 12, [20], "k3"),  # event 20 mapped to another key as well
+        key_row(6, "q", 0, [20], "k1"),  # another DAG
     ]
     groups = duplicate_groups(rows)
     assert [g["ids"] for g in groups] == [[1, 2]]
-    assert groups[0]["partition"] == "k1"
+    assert groups[0]["partition_key"] == "k1"
     # a partitioned run never groups with a non-partitioned one of the same run_after and events
     assert duplicate_groups([key_row(1, "p", 0, [20], "k1"), key_row(2, "p", 0, [20])]) == []

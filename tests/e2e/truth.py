@@ -1,10 +1,14 @@
 """Ground truth after an end-to-end run, from the database itself, next to what dupguard logged.
 
-Independent of dupguard's code on purpose: the duplicate groups come from the runs read by one SQL
-query here (``RUN_KEYS``) grouped by ``duplicate_groups``: ``asset_triggered`` runs sharing dag_id and
-run_after, with the same non-empty set of consumed asset events; a partitioned run (Airflow 3.2+,
-``partition_key`` set) is grouped by dag_id and partition_key instead of run_after (the scheduler
-stamps each partitioned run with its own ``utcnow()``), with the same rule on events), whether a
+Independent of dupguard's code and of its rule on purpose: the duplicate groups come from what
+Airflow recorded about each asset event (``RUN_KEYS``: every ``asset_triggered`` run, its consumed
+events in ``dagrun_asset_event``, its ``creating_job_id``), judged by ``duplicate_groups`` against what
+Airflow promises: **one run per event per consumer DAG** (per partition key for partitioned runs, where
+one event may legitimately map to several keys). An event consumed by two or more runs of one DAG
+(and key) was processed more than once, whatever the runs' ``run_after``; those runs, and every run
+linked to them through another event consumed more than once, form one group. No run_after or
+event-set equality is used, so a wrong detector rule shows up as a missed group or a false
+positive. Also read from the database: whether a
 run's tasks started from ``task_instance`` / ``task_instance_history`` states, who touched a
 run from its ``dag_run_note`` (dupguard's sidecar note starts ``dupguard stopped``, the guard's
 ``dupguard guard skipped``). dupguard's side comes only from its JSON log:
@@ -41,7 +45,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import make_url
 
 from tests.e2e.harness import RunSpec, read_json_log
@@ -50,11 +54,10 @@ STARTED = ("running", "success", "failed", "up_for_retry", "up_for_reschedule", 
 SIDECAR_NOTE = "dupguard stopped"
 GUARD_NOTE = "dupguard guard skipped"
 
-# The ground truth: every group of >= 2 asset-triggered runs of one DAG with the same run_after and
-# the same (non-empty) consumed event set. Also the near misses (same run_after, different events).
-# Partitioned runs (dag_run.partition_key, Airflow 3.2+) use the same rule keyed by partition_key.
+# What Airflow recorded for the ground truth: every asset-triggered run with the events it consumed
+# and the scheduler job that created it. Also the near misses (same run_after, different events).
 RUN_KEYS = """
-SELECT dr.id, dr.dag_id, dr.run_after, {partition_key} AS partition_key,
+SELECT dr.id, dr.dag_id, dr.run_id, dr.run_after, dr.creating_job_id, {partition_key} AS partition_key,
        COALESCE((SELECT array_agg(e.event_id ORDER BY e.event_id)
                  FROM dagrun_asset_event e WHERE e.dag_run_id = dr.id), '{{}}') AS events
 FROM dag_run dr
@@ -111,27 +114,58 @@ def _parse(ts: str | None) -> datetime | None:
 
 
 def duplicate_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Groups of >= 2 runs (``id``, ``dag_id``, ``run_after``, ``partition_key``, ``events``) of one DAG
-    with the same non-empty event set and the same run_after -- or, for partitioned runs, the same
-    partition_key. Ordered by their lowest id; ``ids`` ascending."""
-    by_key: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+    """Runs (``id``, ``dag_id``, ``partition_key``, ``events``, optional ``creating_job_id``) that
+    consumed an asset event another run of the same DAG (and partition key) consumed too, grouped by
+    those events (transitively). Each group: ``dag_id``, ``partition_key``, ``ids`` ascending,
+    ``events`` (the ones consumed more than once), ``creating_job_ids`` (by id). Ordered by lowest id."""
+    consumers: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+    by_id = {r["id"]: r for r in rows}
     for r in rows:
-        events = tuple(sorted(r["events"] or ()))
-        if not events:
+        for event in set(r["events"] or ()):
+            consumers[(r["dag_id"], r.get("partition_key"), event)].append(r["id"])
+    parent = {rid: rid for rid in by_id}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    twice: dict[int, set[int]] = defaultdict(set)  # run id -> its events consumed more than once
+    for (_, _, event), ids in consumers.items():
+        if len(ids) < 2:
             continue
-        pk = r.get("partition_key")
-        key = (
-            (r["dag_id"], "partition", pk, events)
-            if pk is not None
-            else (r["dag_id"], "run_after", r["run_after"], events)
+        for rid in ids:
+            twice[rid].add(event)
+            parent[root(rid)] = root(ids[0])
+    members: dict[int, list[int]] = defaultdict(list)
+    for rid in twice:
+        members[root(rid)].append(rid)
+    groups = []
+    for ids in members.values():
+        ids.sort()
+        first = by_id[ids[0]]
+        groups.append(
+            {
+                "dag_id": first["dag_id"],
+                "partition_key": first.get("partition_key"),
+                "ids": ids,
+                "events": sorted(set().union(*(twice[i] for i in ids))),
+                "creating_job_ids": [by_id[i].get("creating_job_id") for i in ids],
+            }
         )
-        by_key[key].append(r["id"])
-    groups = [
-        {"dag_id": k[0], k[1]: k[2], "events": list(k[3]), "ids": sorted(ids)}
-        for k, ids in by_key.items()
-        if len(ids) > 1
-    ]
     return sorted(groups, key=lambda g: g["ids"][0])
+
+
+def read_groups(conn: Connection) -> list[dict[str, Any]]:
+    """The ground-truth groups of the database behind ``conn``; each also lists its ``run_ids``."""
+    partitioned = conn.execute(text(HAS_PARTITION_KEY)).scalar_one() > 0
+    keys = RUN_KEYS.format(partition_key="dr.partition_key" if partitioned else "NULL")
+    rows = [dict(r._mapping) for r in conn.execute(text(keys))]
+    run_ids = {r["id"]: r["run_id"] for r in rows}
+    groups = duplicate_groups(rows)
+    for g in groups:
+        g["run_ids"] = [run_ids[i] for i in g["ids"]]
+    return groups
 
 
 def analyse(db_url: str, dupguard_log: Path, spec: RunSpec) -> dict[str, Any]:
@@ -142,9 +176,7 @@ def analyse(db_url: str, dupguard_log: Path, spec: RunSpec) -> dict[str, Any]:
             producer_runs = conn.execute(
                 text("SELECT count(*) FROM dag_run WHERE dag_id = :p"), {"p": spec.producer}
             ).scalar_one()
-            partitioned = conn.execute(text(HAS_PARTITION_KEY)).scalar_one() > 0
-            keys = RUN_KEYS.format(partition_key="dr.partition_key" if partitioned else "NULL")
-            groups = duplicate_groups([dict(r._mapping) for r in conn.execute(text(keys))])
+            groups = read_groups(conn)
             near_misses = conn.execute(text(SAME_RUN_AFTER_DIFFERENT_EVENTS)).scalar_one()
             runs = {r.id: dict(r._mapping) for r in conn.execute(text(RUNS))}
             tis = [dict(r._mapping) for r in conn.execute(text(TIS))]
@@ -328,6 +360,8 @@ def judge(
         "producer_runs": producer_runs,
         "consumer_runs": len(runs),
         "duplicate_groups": len(groups),
+        # an HA race has one creating job per run; a group made by one job is another kind of defect
+        "duplicate_groups_one_creating_job": sum(len(set(g.get("creating_job_ids") or [None, 0])) == 1 for g in groups),
         "duplicate_runs": duplicates,
         "same_run_after_different_events": near_misses,
         "groups_detected": len(detected_groups),
