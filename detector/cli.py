@@ -98,7 +98,12 @@ def _add_settings(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse's usage error (exit 2, message on stderr) or --help (0)
+        if exc.code not in (0, None):
+            _machine_readable_exit(_requested_format(sys.argv[1:] if argv is None else argv), EXIT_CONFIG, "bad usage")
+        raise
     logs.configure("warning", "auto")
     try:
         if args.command == "scan":
@@ -118,7 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
     except DupguardError as exc:  # the one place an expected failure becomes a message and an exit code
         print(f"dupguard: {exc}", file=sys.stderr)
-        return EXIT_DB if isinstance(exc, DatabaseError) else EXIT_CONFIG
+        code = EXIT_DB if isinstance(exc, DatabaseError) else EXIT_CONFIG
+        if args.command == "scan":
+            _machine_readable_exit(args.format, code, str(exc))
+        return code
     parser.error(f"unknown command {args.command}")
     return EXIT_CONFIG  # pragma: no cover - parser.error exits
 
@@ -142,6 +150,27 @@ def _progress_bar() -> Progress | None:
     return update
 
 
+def _requested_format(argv: Sequence[str]) -> str:
+    """The ``--format`` a ``scan`` command line asked for, read without argparse (which just failed)."""
+    if "scan" not in argv:
+        return "table"
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "--format" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--format="):
+            return arg.split("=", 1)[1]
+    return "table"
+
+
+def _machine_readable_exit(fmt: str, code: int, message: str) -> None:
+    """Tools parsing ``scan --format json|csv`` always get a document (render.py), even on failure."""
+    if fmt == "json":
+        print(render.error_json(code, message))
+    elif fmt == "csv":
+        print(render.csv_header(), end="")
+
+
 def _print_report(report: ScanReport, fmt: str) -> None:
     if fmt == "json":
         print(render.as_json(report))
@@ -161,10 +190,14 @@ def _scan(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if not db.info.can_duplicate:
-        print(
+        note = (
             f"Airflow {db.info.airflow_version}: Airflow 2 cannot create duplicate dataset-triggered runs "
             "(UNIQUE(dag_id, execution_date) and a deterministic run_id prevent them). Nothing to scan."
         )
+        now = datetime.now(UTC)
+        since = None if args.since is None else now - args.since
+        immune = ScanReport(info=db.info, findings=[], scanned_at=now, since=since, runs_examined=0, note=note)
+        _print_report(immune, args.format)
         return EXIT_OK
     report = scan(
         db,

@@ -1,9 +1,13 @@
 """Findings as text for people (table) and for tools (JSON, CSV). The JSON shape is a contract.
 
-JSON (``format_version`` 1)::
+JSON (``format_version`` 1): ``scan --format json`` prints exactly one such document on stdout
+whatever happens -- also for Airflow 2 (``note`` says why nothing was examined) and for every early
+exit (bad usage, configuration or database: ``error`` holds the exit code and the one-line message
+also printed on stderr; fields not known yet are null). ``--format csv`` always prints its header::
 
-    {"format_version": 1, "dupguard_version": "...", "airflow_version": ">=3.1.0,<3.1.8", "schema_family": "3.1",
-     "scanned_at": ISO, "since": ISO | null, "runs_examined": int,
+    {"format_version": 1, "dupguard_version": "...", "airflow_version": ">=3.1.0,<3.1.8" | null,
+     "schema_family": "3.1" | null, "scanned_at": ISO | null, "since": ISO | null, "runs_examined": int,
+     "note": str | null, "error": {"exit_code": 2 | 3, "message": str} | null,
      "summary": {"groups": n, "confirmed": n, "suspected": n, "duplicate_runs": n, "duplicate_task_seconds": x},
      "groups": [{"key", "dag_id", "kind", "confidence", "kept_run_id", "duplicate_run_ids", "shared_event_ids",
                  "run_after", "partition_key", "creating_job_ids", "creator_hostnames",
@@ -80,10 +84,36 @@ def as_json(report: ScanReport) -> str:
         "scanned_at": _iso(report.scanned_at),
         "since": _iso(report.since),
         "runs_examined": report.runs_examined,
+        "note": report.note,
+        "error": None,
         "summary": summary(report.findings),
         "groups": [finding_dict(f) for f in report.findings],
     }
     return json.dumps(doc, indent=2)
+
+
+def error_json(exit_code: int, message: str) -> str:
+    """The document of a scan that stopped before it could examine anything."""
+    doc = {
+        "format_version": 1,
+        "dupguard_version": __version__,
+        "airflow_version": None,
+        "schema_family": None,
+        "scanned_at": None,
+        "since": None,
+        "runs_examined": 0,
+        "note": None,
+        "error": {"exit_code": exit_code, "message": message},
+        "summary": summary([]),
+        "groups": [],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def csv_header() -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(CSV_COLUMNS)
+    return out.getvalue()
 
 
 CSV_COLUMNS = (
@@ -103,8 +133,8 @@ CSV_COLUMNS = (
 def as_csv(report: ScanReport) -> str:
     """One row per group; list fields are space-separated so spreadsheets keep them in one cell."""
     out = io.StringIO()
+    out.write(csv_header())
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
     for f in report.findings:
         d = finding_dict(f)
         writer.writerow(
@@ -118,6 +148,8 @@ def as_csv(report: ScanReport) -> str:
 
 def as_table(report: ScanReport) -> str:
     """A human summary: one block per group, most important first."""
+    if report.note and not report.findings:
+        return report.note + "\n"
     lines = [
         f"Airflow {report.info.airflow_version} (schema {report.info.family.value}); "
         f"examined {report.runs_examined} candidate runs"

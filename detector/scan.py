@@ -22,6 +22,7 @@ class ScanReport:
     scanned_at: datetime
     since: datetime | None
     runs_examined: int
+    note: str | None = None  # why nothing was examined (Airflow 2), shown in every format
 
 
 def scan(
