@@ -14,10 +14,17 @@ is timed. Also timed: ``TaskInstance.refresh_from_task`` on existing task instan
 scheduler calls for task instances it schedules and which calls the hook (the guard returns at
 once for them). Rounds default to 10 (below max_active_runs = 16).
 
-    .venv/bin/python -m benchmarks.guard_cost [--version 3.1.2] [--consumers 50] [--rounds 10] [--repeat 3]
+``guard-before`` (with ``--before REV``) is the guard as of git revision REV, for before/after
+figures. ``--no-row-locking`` runs Airflow with ``[scheduler] use_row_level_locking = False`` (the
+guard then takes its per-DAG advisory lock). ``--partitioned`` (Airflow 3.2) makes the consumers
+partitioned (``PartitionedAssetTimetable``, IdentityMapper) and each round's events carry a new
+partition key: the guard's 3.2 path, with its (dag, key) advisory lock, on every run.
 
-Prints a table and writes benchmarks/results/guard_cost.json. Needs the test PostgreSQL
-(scripts/postgres.sh start) and .airflow-venvs/<version>.
+    .venv/bin/python -m benchmarks.guard_cost [--version 3.1.2] [--consumers 50] [--rounds 10] [--repeat 3]
+        [--before 3c63296] [--no-row-locking] [--partitioned] [--out NAME]
+
+Prints a table and writes benchmarks/results/<NAME>.json (default guard_cost). Needs the test
+PostgreSQL (scripts/postgres.sh start) and .airflow-venvs/<version>.
 """
 
 from __future__ import annotations
@@ -37,9 +44,32 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-MODES = ("none", "noop-hook", "guard")
+MODES = ("none", "noop-hook", "guard-before", "guard")
 NOOP_HOOK = "def task_instance_mutation_hook(task_instance):\n    pass\n"
 ASSETS = 5
+
+
+def partitioned_dag_file(consumers: int) -> str:
+    lines = [
+        "from airflow.sdk import DAG, Asset, BaseOperator, IdentityMapper, PartitionedAssetTimetable",
+        "class Noop(BaseOperator):",
+        "    def execute(self, context):",
+        "        return None",
+    ]
+    for a in range(ASSETS):
+        lines += [
+            f"a{a} = Asset(name='bench_{a}')",
+            f"with DAG('producer_{a}', schedule=None, catchup=False):",
+            f"    Noop(task_id='write', outlets=[a{a}])",
+        ]
+    for c in range(consumers):
+        lines += [
+            f"with DAG('consumer_{c:03d}', catchup=False, schedule=PartitionedAssetTimetable(",
+            f"        assets=a{c % ASSETS}, default_partition_mapper=IdentityMapper())):",
+            "    fan = Noop.partial(task_id='fan').expand_kwargs([{}, {}, {}])",
+            "    Noop(task_id='extract') >> fan >> Noop(task_id='load')",
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def dag_file(consumers: int) -> str:
@@ -82,28 +112,45 @@ def worker(args: argparse.Namespace) -> None:
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "ERROR",
+                "AIRFLOW__SCHEDULER__USE_ROW_LEVEL_LOCKING": "False" if args.no_row_locking else "True",
             }
         )
         if args.mode == "noop-hook":
             (home / "config" / "airflow_local_settings.py").write_text(NOOP_HOOK)
         elif args.mode == "guard":
             shutil.copyfile(args.snippet, home / "config" / "airflow_local_settings.py")
+        elif args.mode == "guard-before":
+            shutil.copyfile(args.before_snippet, home / "config" / "airflow_local_settings.py")
         sys.path.insert(0, str(ROOT / "scripts" / "airflow"))
         import scenarios_asset
 
-        (home / "dags" / "bench.py").write_text(dag_file(args.consumers))
         af = scenarios_asset.AF()
-        af.sync_dags(home / "dags")
-        runner = af.new_scheduler("bench-scheduler")
+        if args.partitioned:
+            import scenarios_partitioned as sp
+
+            (home / "dags" / "bench.py").write_text(partitioned_dag_file(args.consumers))
+            sp.serialize_dags()
+            runner = sp.new_scheduler("bench-scheduler")
+        else:
+            (home / "dags" / "bench.py").write_text(dag_file(args.consumers))
+            af.sync_dags(home / "dags")
+            runner = af.new_scheduler("bench-scheduler")
         in_guard = time_guard_calls()
         calls: list[dict[str, float]] = []
-        for _ in range(args.rounds):
+        for round_no in range(args.rounds):
             for a in range(ASSETS):
-                af.emit(f"producer_{a}", f"bench_{a}")
+                if args.partitioned:
+                    sp.PRODUCER, sp.ASSET_NAME = f"producer_{a}", f"bench_{a}"
+                    sp.produce_event(f"2026-11-30T{round_no:02d}:00:00")
+                else:
+                    af.emit(f"producer_{a}", f"bench_{a}")
             while True:
                 before = count_runs(af)
                 started = time.perf_counter()
-                af.create_runs(runner)
+                if args.partitioned:
+                    sp.scheduler_loop(runner)
+                else:
+                    af.create_runs(runner)
                 elapsed = time.perf_counter() - started
                 made = count_runs(af) - before
                 if made == 0:
@@ -121,6 +168,7 @@ def worker(args: argparse.Namespace) -> None:
             "guard_seconds_in_hook": in_guard["seconds"] if state is not None else None,
             "guard_calls": in_guard["calls"] if state is not None else None,
             "guard_skipped_runs": getattr(state, "skipped_runs", None),
+            "guard_lock_waits": getattr(state, "lock_waits", None),
         }
         Path(args.out).write_text(json.dumps(out))
     finally:
@@ -188,10 +236,15 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3, help="fresh databases per mode, interleaved")
+    parser.add_argument("--before", metavar="REV", help="also measure the guard as of this git revision")
+    parser.add_argument("--no-row-locking", action="store_true", help="[scheduler] use_row_level_locking = False")
+    parser.add_argument("--partitioned", action="store_true", help="partitioned consumers (Airflow 3.2)")
+    parser.add_argument("--name", default="guard_cost", help="results file name (benchmarks/results/NAME.json)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--db-url", help=argparse.SUPPRESS)
     parser.add_argument("--snippet", help=argparse.SUPPRESS)
+    parser.add_argument("--before-snippet", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -209,6 +262,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="dupguard-guard-bench-"))
     snippet = work / "airflow_local_settings.py"
     snippet.write_text(print_local_settings())
+    before_snippet = work / "airflow_local_settings_before.py"
+    modes = [m for m in MODES if m != "guard-before" or args.before]
+    if args.before:
+        show = ["git", "-C", str(ROOT), "show", f"{args.before}:detector/guard/policy.py"]
+        before_snippet.write_text(subprocess.run(show, check=True, capture_output=True, text=True).stdout)
     template = f"guard_bench_tpl_{uuid.uuid4().hex[:6]}"
     databases = [template]
     results: dict[str, list[dict[str, Any]]] = {}
@@ -225,14 +283,16 @@ def main() -> None:
         migrate = [str(python), "-m", "airflow", "db", "migrate"]
         subprocess.run(migrate, env=migrate_env, check=True, capture_output=True)
         for attempt in range(args.repeat):
-            for mode in MODES:
+            for mode in modes:
                 db = f"guard_bench_{uuid.uuid4().hex[:8]}"
                 admin(f'CREATE DATABASE "{db}" TEMPLATE "{template}"')
                 databases.append(db)
                 out = work / f"{mode}-{attempt}.json"
                 cmd = [str(python), str(Path(__file__).resolve()), "--worker", "--mode", mode]
                 cmd += ["--db-url", database_url(db), "--snippet", str(snippet), "--out", str(out)]
+                cmd += ["--before-snippet", str(before_snippet)]
                 cmd += ["--consumers", str(args.consumers), "--rounds", str(args.rounds)]
+                cmd += ["--no-row-locking"] * args.no_row_locking + ["--partitioned"] * args.partitioned
                 subprocess.run(cmd, env=env, check=True, cwd=ROOT)
                 results.setdefault(mode, []).append(json.loads(out.read_text()))
     finally:
@@ -242,7 +302,7 @@ def main() -> None:
 
     summary = report(results, args)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "guard_cost.json").write_text(json.dumps({"summary": summary, "raw": results}, indent=2) + "\n")
+    (RESULTS / f"{args.name}.json").write_text(json.dumps({"summary": summary, "raw": results}, indent=2) + "\n")
 
 
 def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
@@ -253,17 +313,22 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
         "repeat": args.repeat,
         "host_cpus": os.cpu_count(),
         "host_load_1min": round(os.getloadavg()[0], 2),
+        "before": args.before,
+        "use_row_level_locking": not args.no_row_locking,
+        "partitioned": args.partitioned,
     }
     print(
         f"Airflow {args.version}, {args.consumers} asset-scheduled DAGs (5 TIs per run), {args.rounds} rounds "
         f"x {args.repeat} fresh databases per mode; _create_dagruns_for_dags calls of up to 10 runs"
+        + (" (partitioned)" if args.partitioned else "")
+        + (" (use_row_level_locking = False)" if args.no_row_locking else "")
     )
     header = (
-        f"{'mode':<10} {'calls':>5} {'runs':>5} {'median ms/call':>14} {'p90 ms/call':>11} {'ms/run':>7} "
+        f"{'mode':<12} {'calls':>5} {'runs':>5} {'median ms/call':>14} {'p90 ms/call':>11} {'ms/run':>7} "
         f"{'refresh_from_task us':>20} {'queries':>7} {'in guard ms/run':>15}"
     )
     print(header)
-    for mode in MODES:
+    for mode in (m for m in MODES if m in results):
         attempts = results[mode]
         per_call = sorted(c["seconds"] * 1000 for r in attempts for c in r["calls"])
         runs = sum(c["runs"] for r in attempts for c in r["calls"])
@@ -280,7 +345,7 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
         }
         summary[mode] = row
         print(
-            f"{mode:<10} {row['calls']:>5} {runs:>5} {row['median_ms_per_call']:>14} {row['p90_ms_per_call']:>11} "
+            f"{mode:<12} {row['calls']:>5} {runs:>5} {row['median_ms_per_call']:>14} {row['p90_ms_per_call']:>11} "
             f"{row['ms_per_run']:>7} {row['refresh_from_task_us']:>20} {row['guard_queries']!s:>7} "
             f"{row['in_guard_ms_per_run']!s:>15}"
         )

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, create_engine, insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from detector.errors import ConfigError
+from detector.model import GUARD_NOTE_PREFIX
 from detector.schema import Family, airflow_tables
 
 REVISION_3_1_2 = "cc92b33c6709"
@@ -189,9 +190,18 @@ def _seed_fanout_race(s: _Seeder) -> None:
             tasks={"extract": ("queued", 0.0), "load": (None, 0.0)},
             delay_ms=58,
         )
-    # A fourth consumer whose duplicate the in-scheduler guard created with every task skipped.
-    s.run("archive_orders", at, events=[eid], job=102, tasks={"archive": ("running", 0.0)})
-    s.run("archive_orders", at, events=[eid], job=101, tasks={"archive": ("skipped", 0.0)}, delay_ms=60)
+    # A fourth consumer whose duplicate the in-scheduler guard created with every task skipped (and
+    # its note, by which dupguard recognises it).
+    kept = s.run("archive_orders", at, events=[eid], job=102, tasks={"archive": ("running", 0.0)})
+    guarded = s.run("archive_orders", at, events=[eid], job=101, tasks={"archive": ("skipped", 0.0)}, delay_ms=60)
+    s.conn.execute(
+        insert(T.dag_run_note).values(
+            dag_run_id=s.run_ids[guarded],
+            content=f"{GUARD_NOTE_PREFIX}{kept} (HA scheduler race, apache/airflow#54491)",
+            created_at=at,
+            updated_at=at,
+        )
+    )
 
 
 def _seed_lookalikes(s: _Seeder) -> None:

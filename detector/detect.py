@@ -68,13 +68,16 @@ class DagFilter:
 ALL_DAGS = DagFilter()
 
 
-def keep_order(run: Run, progress: Mapping[int, TaskProgress]) -> tuple[int, int]:
-    """Sort key of the keep rule: a run whose tasks started wins, then the lowest id.
+def keep_order(run: Run, progress: Mapping[int, TaskProgress]) -> tuple[int, int, int]:
+    """Sort key of the keep rule: a run whose tasks started wins, then a run the in-scheduler guard
+    did not skip (its note), then the lowest id.
 
-    Deterministic from database state alone, so every replica picks the same run.
+    Deterministic from database state alone, so every replica picks the same run. The guard keeps
+    the run committed first, which can have the higher id when it serialised the creators itself
+    (docs/guard.md): its skipped twin must never be the one kept.
     """
-    started = progress.get(run.id, NO_PROGRESS).any_started
-    return (0 if started else 1, run.id)
+    p = progress.get(run.id, NO_PROGRESS)
+    return (0 if p.any_started else 1, 1 if p.guarded else 0, run.id)
 
 
 def find_duplicates(

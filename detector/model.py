@@ -50,6 +50,11 @@ class Run:
     queued_at: datetime | None = None
 
 
+# How the note of a run made by the in-scheduler guard starts (detector/guard/policy.py _DUPGUARD_NOTE;
+# a test keeps the two in step). The daemon recognises guarded runs by it.
+GUARD_NOTE_PREFIX = "dupguard guard skipped this run as a duplicate of "
+
+
 @dataclass(frozen=True, slots=True)
 class TaskProgress:
     """What the task instances of one run have done so far."""
@@ -58,6 +63,9 @@ class TaskProgress:
     started: int = 0
     skipped: int = 0
     task_seconds: float = 0.0
+    # The run carries the in-scheduler guard's note (GUARD_NOTE_PREFIX): the guard created it with
+    # every task skipped. A run an operator skipped by hand is all_skipped but not guarded.
+    guarded: bool = False
 
     @property
     def any_started(self) -> bool:

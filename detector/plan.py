@@ -29,7 +29,7 @@ class Outcome(enum.StrEnum):
 
     REMEDIATE = "remediate"
     WOULD_REMEDIATE = "would_remediate"  # dry-run
-    PREVENTED = "prevented"  # the in-scheduler guard created it with every task skipped
+    PREVENTED = "prevented"  # the in-scheduler guard created it with every task skipped (its note)
     TOO_LATE = "too_late"  # its tasks started: both runs executed
     NOT_CONFIRMED = "not_confirmed"
     DISABLED = "disabled"  # remediation off
@@ -73,7 +73,7 @@ def plan(findings: Iterable[Finding], mode: Mode, *, now: datetime, remediate_st
             progress = finding.progress.get(run.id, NO_PROGRESS)
             if finding.confidence is not Confidence.CONFIRMED:
                 outcome = Outcome.NOT_CONFIRMED
-            elif progress.all_skipped:
+            elif progress.guarded:  # by the guard's note: a run skipped by hand is not "prevented"
                 outcome = Outcome.PREVENTED
             elif mode is Mode.OFF:
                 outcome = Outcome.DISABLED

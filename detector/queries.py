@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Row, Select, and_, bindparam, func, inspect, literal, or_, select, tuple_, union
 from sqlalchemy.exc import NoSuchTableError
 
-from detector.model import ASSET_TRIGGERED, STARTED_TI_STATES, Run, TaskProgress
+from detector.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, STARTED_TI_STATES, Run, TaskProgress
 from detector.schema import AirflowTables, alembic_version_table
 
 CHUNK = 500  # ids per IN list: keeps statements small on every backend
@@ -244,10 +244,13 @@ def consumed_events(conn: Connection, t: AirflowTables, run_ids: Iterable[int]) 
 
 
 def task_progress(conn: Connection, t: AirflowTables, run_ids: Iterable[int], now: datetime) -> dict[int, TaskProgress]:
-    """run id -> what its task instances did (ti_dag_run index via the dag_run join)."""
+    """run id -> what its task instances did (ti_dag_run index via the dag_run join), and whether
+    the in-scheduler guard made it (its note, dag_run_note pkey)."""
     dr, ti = t.dag_run, t.task_instance
     totals: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
+    guarded: set[int] = set()
     for part in chunks(sorted(set(run_ids))):
+        guarded.update(guarded_runs(conn, t, part))
         query = (
             select(dr.c.id, ti.c.state, ti.c.start_date, ti.c.end_date)
             .select_from(ti.join(dr, and_(ti.c.dag_id == dr.c.dag_id, ti.c.run_id == dr.c.run_id)))
@@ -263,9 +266,20 @@ def task_progress(conn: Connection, t: AirflowTables, run_ids: Iterable[int], no
             elif row.state == "skipped":
                 acc[2] += 1
     return {
-        run_id: TaskProgress(total=int(a[0]), started=int(a[1]), skipped=int(a[2]), task_seconds=a[3])
+        run_id: TaskProgress(
+            total=int(a[0]), started=int(a[1]), skipped=int(a[2]), task_seconds=a[3], guarded=run_id in guarded
+        )
         for run_id, a in totals.items()
     }
+
+
+def guarded_runs(conn: Connection, t: AirflowTables, run_ids: Sequence[int]) -> set[int]:
+    """Which of these runs carry the in-scheduler guard's note (dag_run_note pkey lookups)."""
+    note = t.dag_run_note
+    query = select(note.c.dag_run_id).where(
+        note.c.dag_run_id.in_(run_ids), note.c.content.startswith(GUARD_NOTE_PREFIX, autoescape=True)
+    )
+    return set(conn.execute(query).scalars())
 
 
 def ping(conn: Connection) -> None:

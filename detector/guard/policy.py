@@ -6,40 +6,54 @@ lock that scheduler A holds until A's run is committed, then creates a second ru
 run_after from its stale read. Because the lock serialises the two creators, A's run is committed
 and visible when B creates its task instances, and Airflow calls ``task_instance_mutation_hook``
 for each of them inside B's transaction (``DagRun.verify_integrity`` -> ``_get_task_creator``,
-airflow/models/dagrun.py). This hook recognises such a run and creates its task instances SKIPPED,
-so nothing of the duplicate runs; the run finishes on its own and the dupguard sidecar reports it
-as "prevented". The run gets a note naming the run that was kept.
+airflow/models/dagrun.py). This hook recognises such a run and creates its task instances SKIPPED
+and the run itself finished (``success``, so the scheduler never starts it and sends no DAG
+callback for it); nothing of the duplicate runs, the run gets a note naming the run that was kept,
+and the dupguard sidecar reports it as "prevented" (it recognises the note).
 
 What it acts on (everything else returns at once, untouched):
 
 * only brand-new task instances: run_id starting ``asset_triggered__``, state NULL, try_number 0,
   and not yet a database row (a cleared, refreshed or re-mapped task instance is never touched);
-* Airflow 3.0.x and 3.1.x: the run is a duplicate when another ``asset_triggered`` run of the same
-  dag_id with the same run_after and a LOWER id is already committed (the earlier run is kept, the
-  same keep rule as the sidecar's);
+* Airflow 3.0.x and 3.1.x: the run is a duplicate when a committed ``asset_triggered`` run of the
+  same dag_id with a LOWER id and the same or a later run_after already consumed every asset event
+  this run is about to consume (the exact duplicate, same run_after; or the overlap duplicate, whose
+  scheduler read the queue earlier). The earlier run is kept, the same keep rule as the sidecar's.
+  With ``[scheduler] use_row_level_locking = False`` nothing serialises the creators, so the guard
+  takes a per-DAG advisory lock first (below);
 * Airflow 3.2.x, partitioned runs only: the pending ``asset_partition_dag_run`` row this scheduler is
   creating the run from has meanwhile been consumed by a committed run of the same dag_id and
-  partition_key with a lower id, whose consumed asset events are exactly that row's events. If the
-  other scheduler has not committed yet, the guard cannot see it and does nothing;
+  partition_key with a lower id, whose consumed asset events are exactly that row's events. 3.2 does
+  not serialise these creators, so the guard first takes a transaction-scoped advisory lock on
+  (dag_id, partition_key): a second creator waits until the first one commits, then sees its run;
 * Airflow 3.2.x non-partitioned runs and Airflow 3.3+: nothing (Airflow itself locks those paths).
 
-Safety: at most one indexed query per new asset run, inside a SAVEPOINT of the scheduler's own
-session (a failing query rolls back to it and leaves the scheduler's transaction usable), never a
-commit or a flush; the decision is cached per (dag_id, run_id) in a small LRU, so later calls for
-the same run (mapped task instances expanded later, a new DAG version) cost no query; any error is
-logged (rate-limited) and leaves the task instance untouched. Only the standard library and Airflow
-(with its SQLAlchemy) are used, so this file works both as an installed ``airflow.policy`` entry
-point and pasted into ``airflow_local_settings.py``. Every module-level name is either a module,
-an import that Airflow's settings module already holds, a ``_dupguard`` name, or the hook itself:
-Airflow copies the names of ``airflow_local_settings`` into ``airflow.settings``.
+The advisory lock (PostgreSQL) is polled with ``pg_try_advisory_xact_lock`` for at most
+``DUPGUARD_GUARD_LOCK_WAIT_SECONDS`` (default 2) per scheduler transaction; a creator that cannot
+take it in time lets its run through untouched (fail open, logged) and the sidecar handles it.
+
+Safety: at most one indexed query per new asset run (plus the lock round trip where a lock is
+taken), inside a SAVEPOINT of the scheduler's own session (a failing query rolls back to it and
+leaves the scheduler's transaction usable), never a commit or a flush; the decision is cached per
+(dag_id, run_id) in a small LRU, so later calls for the same run (mapped task instances expanded
+later, a new DAG version) cost no query; any error is logged (rate-limited) and leaves the task
+instance untouched. Only the standard library and Airflow (with its SQLAlchemy) are used, so this
+file works both as an installed ``airflow.policy`` entry point and pasted into
+``airflow_local_settings.py``. Every module-level name is either a module, an import that Airflow's
+settings module already holds, a ``_dupguard`` name, or the hook itself: Airflow copies the names
+of ``airflow_local_settings`` into ``airflow.settings``.
 """
 
 from __future__ import annotations
 
+import datetime as _dupguard_datetime
+import hashlib as _dupguard_hashlib
 import logging
+import os
 import sys
 import threading
 import time
+import weakref as _dupguard_weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -58,6 +72,13 @@ _DUPGUARD_NOTE = (
 _DUPGUARD_NOTE_LIMIT = 1000  # dag_run_note.content is varchar(1000)
 _DUPGUARD_NOT_A_DUPLICATE = ""
 _DUPGUARD_LOG = logging.getLogger("dupguard.guard")
+# How long a creator waits for another scheduler creating the same (dag, key) to commit (seconds).
+_DUPGUARD_LOCK_WAIT_ENV = "DUPGUARD_GUARD_LOCK_WAIT_SECONDS"
+_DUPGUARD_LOCK_WAIT_DEFAULT = 2.0
+# Airflow's lower bound of an asset run's event window (date.min), as an aware datetime. timezone.utc
+# rather than datetime.UTC: Airflow 3.0 still runs on Python 3.9 and 3.10.
+_DUPGUARD_UTC = _dupguard_datetime.timezone.utc  # noqa: UP017
+_DUPGUARD_DATE_MIN = _dupguard_datetime.datetime(1, 1, 1, tzinfo=_DUPGUARD_UTC)
 
 
 class _DupguardGuard:
@@ -66,13 +87,22 @@ class _DupguardGuard:
     def __init__(self, cache_size: int = 1024, error_log_interval: float = 300.0) -> None:
         self.cache_size = cache_size
         self.error_log_interval = error_log_interval
+        self.lock_wait = _dupguard_lock_wait()
         self._decisions: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._lock = threading.Lock()
         self._family: str | None = None
+        self._row_locking: bool | None = None
         self._errors_unlogged = 0
         self._last_error_log = float("-inf")
+        self._timeouts_unlogged = 0
+        self._last_timeout_log = float("-inf")
         self.queries = 0  # lookups run against the database (tests and the benchmark read it)
         self.skipped_runs = 0
+        # One wait budget per scheduler transaction: a transaction that meets another scheduler's
+        # long transaction waits lock_wait seconds in all, not lock_wait for each of its runs.
+        self._wait_deadlines: Any = _dupguard_weakref.WeakKeyDictionary()
+        self.lock_waits = 0  # creators that found the (dag, key) lock taken and waited for it
+        self.lock_timeouts = 0  # ... and gave up after lock_wait seconds (the run was let through)
 
     # The hook ------------------------------------------------------------------------------------
     def mutate(self, task_instance: Any) -> None:
@@ -130,28 +160,46 @@ class _DupguardGuard:
                 self._family = "none"
         return None if self._family == "none" else self._family
 
+    def row_locking(self) -> bool:
+        """Airflow's ``[scheduler] use_row_level_locking`` (default True), read once."""
+        if self._row_locking is None:
+            from airflow.configuration import conf
+
+            self._row_locking = conf.getboolean("scheduler", "use_row_level_locking", fallback=True)
+        return self._row_locking
+
     def _decide(self, dag_id: str, run_id: str, family: str) -> str | None:
         """The kept run's run_id if this run is a duplicate, "" if not, None if undecidable here."""
         session = self.creating_session()
         if session is None:
             return None
-        run = self.find_run(session, dag_id, run_id)
-        if run is None:
+        found = self.find_run(session, dag_id, run_id)
+        if found is None:
             return None
-        run_pk, run_after, partition_key = run
-        statement = None
+        run, (run_pk, run_after, partition_key) = found
+        statement, lock_key = None, None
         if family == "dagmodel-lock":
-            statement = self.asset_statement(dag_id, run_after, run_pk)
+            if not self.row_locking():
+                # Without the DagModel row lock nothing serialises two creators of one DAG's asset
+                # runs (facts 2.1): the guard does it itself, per DAG.
+                lock_key = (dag_id,)
+            statement = self.asset_statement(dag_id, run_after, run_pk, lower_id_only=lock_key is None)
         elif partition_key is not None:  # 3.2 locks its non-partitioned path itself
             stale = self.stale_partition_rows(session, dag_id, partition_key)
             if stale:
                 statement = self.partitioned_statement(dag_id, partition_key, run_pk, stale)
-        kept, has_note = (
-            (_DUPGUARD_NOT_A_DUPLICATE, True) if statement is None else self._lookup(session, statement)
-        )
-        if kept and not has_note and not self.note_pending(session, run_pk):
-            self.add_note(session, run_pk, kept)
+                # 3.2's partitioned path takes no lock at all (facts 2.5): serialise the creators of
+                # one (dag, partition key), so the second one sees the first one's committed run.
+                lock_key = (dag_id, partition_key)
+        if statement is None:
+            kept, has_note, has_tis = _DUPGUARD_NOT_A_DUPLICATE, True, True
+        else:
+            kept, has_note, has_tis = self._lookup(session, statement, lock_key)
         if kept:
+            if not has_note and not self.note_pending(session, run_pk):
+                self.add_note(session, run_pk, kept)
+            if not has_tis:  # the creating transaction: no task instance of the run is a row yet
+                self.finish_run(run)
             self.skipped_runs += 1
             _DUPGUARD_LOG.warning(
                 "dupguard guard: creating run %s of %s with every task skipped: duplicate of %s "
@@ -163,20 +211,65 @@ class _DupguardGuard:
         self._remember((dag_id, run_id), kept)
         return kept
 
-    def _lookup(self, session: Any, statement: Any) -> tuple[str, bool]:
-        """Run the statement in a SAVEPOINT of the scheduler's transaction: (kept run_id, has note)."""
+    def _lookup(
+        self, session: Any, statement: Any, lock_key: tuple[str, ...] | None
+    ) -> tuple[str, bool, bool]:
+        """Run the statement in a SAVEPOINT of the scheduler's transaction.
+
+        Returns (kept run_id or "", the run has a note, the run already has task instance rows).
+
+        With ``lock_key``, first take a transaction-scoped advisory lock on it (PostgreSQL only), so
+        a second creator of the same key waits here until the first one's transaction ends, and the
+        statement (a new snapshot under READ COMMITTED) then sees the first run. The lock is released
+        by the scheduler's own commit or rollback.
+        """
         self.queries += 1
         connection = session.connection()
         savepoint = connection.begin_nested()
         try:
+            locking = lock_key is not None and connection.dialect.name == "postgresql"
+            if locking and not self.take_lock(connection, lock_key, session):
+                savepoint.commit()
+                return _DUPGUARD_NOT_A_DUPLICATE, True, True  # fail open: the sidecar still sees it
             row = connection.execute(statement).first()
         except BaseException:
             savepoint.rollback()  # the scheduler's transaction stays usable
             raise
         savepoint.commit()  # RELEASE SAVEPOINT: commits nothing
         if row is None:
-            return _DUPGUARD_NOT_A_DUPLICATE, True
-        return str(row[0]), bool(row[1])
+            return _DUPGUARD_NOT_A_DUPLICATE, True, True
+        return str(row[0]), bool(row[1]), bool(row[2])
+
+    def take_lock(self, connection: Any, lock_key: tuple[str, ...], session: Any) -> bool:
+        """Take the advisory lock of ``lock_key``; False if this transaction's wait budget ran out.
+
+        The budget is ``lock_wait`` seconds per scheduler transaction, shared by all its runs.
+
+        It polls ``pg_try_advisory_xact_lock`` instead of blocking in PostgreSQL: the scheduler's
+        ``lock_timeout`` is never changed, and the guard never sleeps in a lock wait that
+        PostgreSQL's deadlock detector could resolve by aborting the scheduler's own statement
+        (two creators can hold row locks the other one needs, e.g. asset_partition_dag_run rows).
+        """
+        from sqlalchemy import func, select
+
+        statement = select(func.pg_try_advisory_xact_lock(_dupguard_lock_id(lock_key)))
+        if connection.execute(statement).scalar():
+            return True
+        self.lock_waits += 1
+        transaction = session.get_transaction()
+        with self._lock:
+            deadline = self._wait_deadlines.get(transaction)
+            if deadline is None:
+                deadline = self._wait_deadlines[transaction] = time.monotonic() + self.lock_wait
+        pause = 0.005
+        while time.monotonic() < deadline:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            if connection.execute(statement).scalar():
+                return True
+            pause = min(pause * 2, 0.05)
+        self.lock_timeouts += 1
+        self._log_timeout(lock_key)
+        return False
 
     def _remember(self, key: tuple[str, str], kept: str) -> None:
         with self._lock:
@@ -195,8 +288,10 @@ class _DupguardGuard:
             return None
         return registry()
 
-    def find_run(self, session: Any, dag_id: str, run_id: str) -> tuple[int, Any, str | None] | None:
-        """(id, run_after, partition_key) of the run being created, from the session's identity map.
+    def find_run(
+        self, session: Any, dag_id: str, run_id: str
+    ) -> tuple[Any, tuple[int, Any, str | None]] | None:
+        """The run being created and its (id, run_after, partition_key), from the session's identity map.
 
         Found only in a session that holds the flushed run: the creating transaction, or a scheduler
         session working on the run later (mapped task instances expanded later). Anywhere else the
@@ -214,7 +309,7 @@ class _DupguardGuard:
                 ):
                     if "run_after" not in state:
                         return None
-                    return int(state["id"]), state["run_after"], state.get("partition_key")
+                    return obj, (int(state["id"]), state["run_after"], state.get("partition_key"))
         return None
 
     def stale_partition_rows(self, session: Any, dag_id: str, partition_key: str) -> list[int]:
@@ -234,29 +329,95 @@ class _DupguardGuard:
                     ids.append(int(state["id"]))
         return ids
 
-    def has_note_expression(self, run_pk: int) -> Any:
-        from airflow.models.dagrun import DagRunNote
-        from sqlalchemy import select
+    def run_facts(self, run_pk: int) -> tuple[Any, Any]:
+        """Two columns about the run being created: it has a note; it has task instance rows.
 
-        note = DagRunNote.__table__
-        return select(note.c.dag_run_id).where(note.c.dag_run_id == run_pk).exists()
-
-    def asset_statement(self, dag_id: str, run_after: Any, run_pk: int) -> Any:
-        """3.0/3.1: the earliest committed asset run of the DAG with the same run_after and a lower id.
-
-        Served by idx_dag_run_run_after / idx_dag_run_dag_id (facts section 1.5).
+        Evaluated only for the row found (a duplicate), so they cost nothing in the common case.
+        Task instance rows exist only after the creating transaction (a mapped task expanded later):
+        the run is then left in the state the scheduler gave it.
         """
-        from airflow.models.dagrun import DagRun
-        from sqlalchemy import select
+        from airflow.models.dagrun import DagRun, DagRunNote
+        from airflow.models.taskinstance import TaskInstance
+        from sqlalchemy import and_, select
 
-        dr = DagRun.__table__
+        note, dr, ti = DagRunNote.__table__, DagRun.__table__.alias("dupguard_self"), TaskInstance.__table__
         return (
-            select(dr.c.run_id, self.has_note_expression(run_pk))
+            select(note.c.dag_run_id).where(note.c.dag_run_id == run_pk).exists(),
+            select(ti.c.run_id)
+            .select_from(ti.join(dr, and_(ti.c.dag_id == dr.c.dag_id, ti.c.run_id == dr.c.run_id)))
+            .where(dr.c.id == run_pk)
+            .exists(),
+        )
+
+    def asset_statement(self, dag_id: str, run_after: Any, run_pk: int, lower_id_only: bool = True) -> Any:
+        """3.0/3.1: the earliest committed asset run of the DAG that this run duplicates.
+
+        Under the DagModel lock the committed twin always has the lower id. Under the guard's own
+        lock (``lower_id_only`` False) the creator that took the lock first may have the higher id
+        (its run was flushed a moment later): the committed twin is kept whatever its id, and the
+        sidecar's keep rule never keeps a run that carries the guard's note.
+
+        This run is about to consume the events Airflow selects for it (scheduler_job_runner.py
+        ``_create_dag_runs_asset_triggered``): events of the DAG's assets (and, from 3.1, of its
+        asset aliases) with ``timestamp <= run_after`` and newer than the latest earlier asset run's
+        ``run_after``. It is a duplicate of a committed run R when R's ``run_after`` is the same
+        (the exact duplicate), or later (the overlap duplicate: this scheduler's queue read was
+        older than R's), and R already consumed every one of those events, and there is at least
+        one (or the run_after is the same). A run that would consume an event nobody consumed yet
+        is never skipped. Normal successive runs have no earlier-created run with a ``run_after``
+        at or after theirs, so the range scan on idx_dag_run_run_after finds nothing to check.
+        """
+        from airflow.models.asset import (
+            AssetEvent,
+            DagScheduleAssetAliasReference,
+            DagScheduleAssetReference,
+            asset_alias_asset_event_association_table,
+        )
+        from airflow.models.asset import association_table as consumed
+        from airflow.models.dagrun import DagRun
+        from sqlalchemy import and_, exists, func, or_, select
+
+        dr, earlier = DagRun.__table__, DagRun.__table__.alias("dupguard_earlier")
+        event, sched = AssetEvent.__table__, DagScheduleAssetReference.__table__
+        alias_sched, alias_event = (
+            DagScheduleAssetAliasReference.__table__,
+            asset_alias_asset_event_association_table,
+        )
+        window_start = (
+            select(func.max(earlier.c.run_after))
+            .where(
+                earlier.c.dag_id == dag_id,
+                earlier.c.run_type == "asset_triggered",
+                earlier.c.run_after < run_after,
+            )
+            .scalar_subquery()
+        )
+        # The events this run consumes (3.0 reads only scheduled assets: including aliases there can
+        # only add events, which makes the guard more careful, never less).
+        its_event = and_(
+            event.c.timestamp <= run_after,
+            event.c.timestamp > func.coalesce(window_start, _DUPGUARD_DATE_MIN),
+            or_(
+                event.c.asset_id.in_(select(sched.c.asset_id).where(sched.c.dag_id == dag_id)),
+                exists().where(
+                    alias_event.c.event_id == event.c.id,
+                    alias_event.c.alias_id == alias_sched.c.alias_id,
+                    alias_sched.c.dag_id == dag_id,
+                ),
+            ),
+        )
+        consumed_by_candidate = exists().where(
+            consumed.c.dag_run_id == dr.c.id, consumed.c.event_id == event.c.id
+        )
+        return (
+            select(dr.c.run_id, *self.run_facts(run_pk))
             .where(
                 dr.c.dag_id == dag_id,
-                dr.c.run_after == run_after,
+                dr.c.run_after >= run_after,
                 dr.c.run_type == "asset_triggered",
-                dr.c.id < run_pk,
+                dr.c.id < run_pk if lower_id_only else dr.c.id != run_pk,
+                ~exists().where(its_event, ~consumed_by_candidate),
+                or_(dr.c.run_after == run_after, exists().where(its_event)),
             )
             .order_by(dr.c.id)
             .limit(1)
@@ -266,6 +427,8 @@ class _DupguardGuard:
         self, dag_id: str, partition_key: str, run_pk: int, stale_ids: list[int]
     ) -> Any:
         """3.2: the committed run that consumed one of this session's stale pending partition rows.
+
+        Serialised by the (dag_id, partition_key) lock, so that run was committed first.
 
         Its consumed events must equal the row's events (partitioned_asset_key_log), which are what this
         run is about to consume. Primary-key lookups on asset_partition_dag_run and dag_run; the event
@@ -289,7 +452,7 @@ class _DupguardGuard:
             ),
         )
         return (
-            select(dr.c.run_id, self.has_note_expression(run_pk))
+            select(dr.c.run_id, *self.run_facts(run_pk))
             .select_from(apdr.join(dr, and_(dr.c.id == apdr.c.created_dag_run_id)))
             .where(
                 apdr.c.id.in_(stale_ids),
@@ -298,7 +461,7 @@ class _DupguardGuard:
                 dr.c.dag_id == dag_id,
                 dr.c.partition_key == partition_key,
                 dr.c.run_type == "asset_triggered",
-                dr.c.id < run_pk,
+                dr.c.id != run_pk,  # committed first under the lock, whatever its id (asset_statement)
                 ~row_event_not_consumed,
                 ~consumed_event_not_in_row,
             )
@@ -322,6 +485,34 @@ class _DupguardGuard:
         note.dag_run_id = run_pk
         session.add(note)
 
+    def finish_run(self, run: Any) -> None:
+        """End the duplicate at birth: state ``success`` (its end_date set by Airflow's own setter).
+
+        A run whose tasks are all skipped would otherwise be queued, started and finished by the
+        scheduler, and ``DagRun.update_state`` would send the DAG's ``on_success_callback`` for work
+        that never happened. A run created finished is never picked up (the scheduler only starts
+        queued runs and only updates running ones), so no DAG callback fires for it. Written by the
+        scheduler's own flush, like the task instances.
+        """
+        from airflow.utils.state import DagRunState
+
+        run.set_state(DagRunState.SUCCESS)
+
+    def _log_timeout(self, lock_key: tuple[str, ...]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._timeouts_unlogged += 1
+            if now - self._last_timeout_log < self.error_log_interval:
+                return
+            count, self._timeouts_unlogged, self._last_timeout_log = self._timeouts_unlogged, 0, now
+        _DUPGUARD_LOG.warning(
+            "dupguard guard: %d run(s) created unguarded since the last report: another scheduler held "
+            "the lock of %s for more than %.1f s (the dupguard sidecar still sees any duplicate)",
+            count,
+            "/".join(lock_key),
+            self.lock_wait,
+        )
+
     def _log_error(self) -> None:
         now = time.monotonic()
         with self._lock:
@@ -334,6 +525,22 @@ class _DupguardGuard:
             count,
             exc_info=True,
         )
+
+
+def _dupguard_lock_id(lock_key: tuple[str, ...]) -> int:
+    """The advisory lock id (signed 64-bit) of a (dag_id[, partition_key]); collisions only serialise."""
+    digest = _dupguard_hashlib.blake2b(
+        "\x00".join(("dupguard", *lock_key)).encode(), digest_size=8
+    ).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _dupguard_lock_wait() -> float:
+    """Seconds a creator waits for the lock (``DUPGUARD_GUARD_LOCK_WAIT_SECONDS``, default 2)."""
+    try:
+        return max(0.0, float(os.environ.get(_DUPGUARD_LOCK_WAIT_ENV, _DUPGUARD_LOCK_WAIT_DEFAULT)))
+    except ValueError:
+        return _DUPGUARD_LOCK_WAIT_DEFAULT
 
 
 def _dupguard_enable_on_creation() -> None:

@@ -40,7 +40,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts" / "airflow"
 GUARD_MODULES = ("airflow_local_settings", "dupguard_guard.policy")
 
-ASSET_PREFIXES = ("orders", "brokenpy", "brokensql", "plain")
+ASSET_PREFIXES = ("orders", "brokenpy", "brokensql", "plain", "unlocked", "callback")
+# DAGs on two assets ("<p>_a" | "<p>_b"): the overlap race and its look-alike.
+EITHER_PREFIXES = ("overlap", "disjoint")
 DAG_HEADER = """\
 from datetime import datetime
 
@@ -66,6 +68,43 @@ with DAG("{p}_consumer", schedule=[{p}_asset], start_date=START, catchup=False):
 """
 
 
+EITHER_DAG = """
+{p}_a = Asset(name="{p}_a", uri="s3://warehouse/{p}_a")
+{p}_b = Asset(name="{p}_b", uri="s3://warehouse/{p}_b")
+
+with DAG("{p}_a_producer", schedule=None, start_date=START, catchup=False):
+    EmptyOperator(task_id="publish", outlets=[{p}_a])
+
+with DAG("{p}_b_producer", schedule=None, start_date=START, catchup=False):
+    EmptyOperator(task_id="publish", outlets=[{p}_b])
+
+with DAG("{p}_consumer", schedule=({p}_a | {p}_b), start_date=START, catchup=False):
+    EmptyOperator(task_id="extract") >> EmptyOperator(task_id="load")
+"""
+# The report DAG of issue 13 section 3: its on_success_callback says a report was sent.
+CALLBACK_DAG = """
+
+def report_sent(context):
+    print("report sent")
+
+
+callback_asset = Asset(name="callback", uri="s3://warehouse/callback")
+
+with DAG("callback_producer", schedule=None, start_date=START, catchup=False):
+    EmptyOperator(task_id="publish", outlets=[callback_asset])
+
+with DAG(
+    "callback_consumer",
+    schedule=[callback_asset],
+    start_date=START,
+    catchup=False,
+    on_success_callback=report_sent,
+    on_failure_callback=report_sent,
+):
+    EmptyOperator(task_id="send_report")
+"""
+
+
 def setup_environment(args: argparse.Namespace, home: Path) -> None:
     """Airflow's configuration for this process, before anything imports airflow."""
     (home / "dags").mkdir(parents=True)
@@ -79,7 +118,7 @@ def setup_environment(args: argparse.Namespace, home: Path) -> None:
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-            "AIRFLOW__SCHEDULER__USE_ROW_LEVEL_LOCKING": "True",
+            "AIRFLOW__SCHEDULER__USE_ROW_LEVEL_LOCKING": "False" if args.no_row_locking else "True",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
         }
     )
@@ -87,6 +126,7 @@ def setup_environment(args: argparse.Namespace, home: Path) -> None:
         shutil.copyfile(args.local_settings, home / "config" / "airflow_local_settings.py")
     elif args.mode == "entry-point":
         sys.path.insert(0, str(args.site))
+    # mode "installed": the guard is pip-installed in this very venv; nothing to set up.
     sys.path.insert(0, str(SCRIPTS))
 
 
@@ -121,6 +161,14 @@ def policy_facts(guard: Any) -> dict[str, Any]:
     }
 
 
+def local_settings_files() -> list[str]:
+    """Every airflow_local_settings module Python could import here (Airflow imports the first one)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("airflow_local_settings")
+    return [] if spec is None or spec.origin is None else [spec.origin]
+
+
 def break_guard(guard: Any, how: str) -> None:
     """Make the guard's lookup fail: in Python, or in PostgreSQL inside the scheduler's transaction."""
     if how == "python":
@@ -134,7 +182,7 @@ def break_guard(guard: Any, how: str) -> None:
         from sqlalchemy import text
 
         def division_by_zero(*args: Any, **kwargs: Any) -> Any:
-            return text("SELECT 1/0, false")
+            return text("SELECT 1/0, false, false")
 
         guard._dupguard_guard.asset_statement = division_by_zero
         guard._dupguard_guard.partitioned_statement = division_by_zero
@@ -211,7 +259,17 @@ def race_once(ctx: Context, prefix: str) -> dict[str, Any]:
 
 
 def sc_race(ctx: Context) -> dict[str, Any]:
-    return race_once(ctx, "orders")
+    out = race_once(ctx, "orders")
+    if ctx.guard is None:
+        # Without the guard, an operator skips every task of the duplicate by hand (what "mark
+        # skipped" in the UI does to each task instance): the daemon must not call that "prevented".
+        af, (_, b) = ctx.af, ctx.schedulers
+        dup = next(r for r in out["runs"] if r["creating_job_id"] == b.job.id)
+        with af.create_session() as session:
+            for ti in session.query(af.TaskInstance).filter_by(dag_id="orders_consumer", run_id=dup["run_id"]):
+                ti.set_state(af.TIState.SKIPPED, session=session)
+        out["hand_skipped"] = run_rows("orders_consumer")
+    return out
 
 
 def sc_broken(ctx: Context, how: str, prefix: str) -> dict[str, Any]:
@@ -253,6 +311,225 @@ def sc_ordinary(ctx: Context) -> dict[str, Any]:
     }
 
 
+def hold_after_queue_read(af: Any, names: tuple[str, ...]) -> tuple[dict[str, threading.Event], Any]:
+    """Pause the named scheduler threads once, right after their unlocked asset queue read.
+
+    ``dags_needing_dagruns`` calls ``SerializedDagModel.get_latest_serialized_dags`` right after its
+    ``SELECT asset_dag_run_queue`` (facts 2.1); the thread sets ``<name>-read`` and waits for
+    ``<name>-go``. Returns the events and a function restoring Airflow's method.
+    """
+    events = {f"{n}-{what}": threading.Event() for n in names for what in ("read", "go")}
+    original = af.SerializedDagModel.get_latest_serialized_dags
+    held: set[str] = set()
+
+    def hold(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        name = threading.current_thread().name
+        if name in names and name not in held:
+            held.add(name)
+            events[f"{name}-read"].set()
+            if not events[f"{name}-go"].wait(60):
+                raise TimeoutError(f"{name} was never released")
+        return original(*args, **kwargs)
+
+    af.SerializedDagModel.get_latest_serialized_dags = classmethod(hold)  # type: ignore[method-assign]
+
+    def restore() -> None:
+        af.SerializedDagModel.get_latest_serialized_dags = original  # type: ignore[method-assign]
+
+    return events, restore
+
+
+def run_threads(af: Any, steps: Any, *runners: tuple[Any, str]) -> None:
+    """Run ``create_runs`` of each (runner, name) in a thread of that name while ``steps()`` drives them."""
+    errors: list[BaseException] = []
+
+    def work(runner: Any) -> None:
+        try:
+            af.create_runs(runner)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(r,), name=n) for r, n in runners]
+    for t in threads:
+        t.start()
+    try:
+        steps()
+    finally:
+        for t in threads:
+            t.join(120)
+    if errors:
+        raise errors[0]
+
+
+def sc_overlap(ctx: Context) -> dict[str, Any]:
+    """The overlap race (issue 11 section 5): two runs with different run_after, one shared event.
+
+    B reads the queue when only asset a's row exists and is held; an event of asset b arrives; A reads
+    (a + b), creates a run consuming both events and commits; B then creates a run from its older
+    read: an earlier run_after, consuming the asset a event again.
+    """
+    af, (a, b) = ctx.af, ctx.schedulers
+    out: dict[str, Any] = {"events": [af.emit("overlap_a_producer", "overlap_a")]}
+    events, restore = hold_after_queue_read(af, ("scheduler-b",))
+
+    def steps() -> None:
+        if not events["scheduler-b-read"].wait(60):
+            raise TimeoutError("scheduler-b never read the queue")
+        out["events"].append(af.emit("overlap_b_producer", "overlap_b"))
+        af.create_runs(a)  # A in this thread: reads a + b, creates its run and commits
+        events["scheduler-b-go"].set()
+
+    try:
+        run_threads(af, steps, (b, "scheduler-b"))
+    finally:
+        restore()
+    out["runs"] = run_rows("overlap_consumer")
+    return out
+
+
+def sc_disjoint(ctx: Context) -> dict[str, Any]:
+    """The look-alike that is NOT a duplicate (scenarios_asset race_or_disjoint): A reads (a), an
+    event of b arrives, B reads (a + b); A creates and commits; B creates a later run that consumes
+    only the b event. The guard must leave B alone."""
+    af, (a, b) = ctx.af, ctx.schedulers
+    af.emit("disjoint_a_producer", "disjoint_a")
+    events, restore = hold_after_queue_read(af, ("scheduler-a", "scheduler-b"))
+    started: list[Any] = []
+
+    def steps() -> None:
+        if not events["scheduler-a-read"].wait(60):
+            raise TimeoutError("scheduler-a never read the queue")
+        af.emit("disjoint_b_producer", "disjoint_b")
+        tb = threading.Thread(target=run_threads, args=(af, lambda: None, (b, "scheduler-b")), name="driver-b")
+        tb.start()
+        started.append(tb)
+        if not events["scheduler-b-read"].wait(60):
+            raise TimeoutError("scheduler-b never read the queue")
+        events["scheduler-a-go"].set()
+
+    try:
+        run_threads(af, steps, (a, "scheduler-a"))
+        events["scheduler-b-go"].set()
+        for t in started:
+            t.join(120)
+    finally:
+        events["scheduler-a-go"].set()
+        events["scheduler-b-go"].set()
+        restore()
+    return {"runs": run_rows("disjoint_consumer")}
+
+
+def dag_run_class(af: Any) -> Any:
+    """The class whose create_dagrun the scheduler calls (3.0: DAG via SerializedDAG; 3.1: SerializedDAG)."""
+    from airflow.serialization.serialized_objects import SerializedDAG
+
+    return SerializedDAG
+
+
+def sc_unlocked(ctx: Context) -> dict[str, Any]:
+    """[scheduler] use_row_level_locking = False: nothing serialises the creators (facts 2.1). Both
+    read the queue; A creates its run and, still uncommitted, waits until B is creating its own run
+    (B's guard waiting for A's lock, or, without that lock, B's run created); then A commits."""
+    af, (a, b) = ctx.af, ctx.schedulers
+    # Without row locks Airflow's scheduled path races too (two inserts of one scheduled run_id, a
+    # unique violation): create daily_etl's scheduled run first, with one scheduler.
+    af.create_runs(a)
+    af.emit("unlocked_producer", "unlocked")
+    events, restore = hold_after_queue_read(af, ("scheduler-a", "scheduler-b"))
+    cls = dag_run_class(af)
+    original = cls.create_dagrun
+    a_created, b_created = threading.Event(), threading.Event()
+    guard = ctx.guard._dupguard_guard if ctx.guard else None
+    waits_before = getattr(guard, "lock_waits", 0) if guard else 0
+
+    def b_is_creating() -> bool:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if b_created.is_set() or (guard is not None and getattr(guard, "lock_waits", 0) > waits_before):
+                return True
+            time.sleep(0.005)
+        return False
+
+    def create_dagrun(self: Any, *c_args: Any, **c_kwargs: Any) -> Any:
+        name = threading.current_thread().name
+        if name == "scheduler-b":
+            a_created.wait(60)
+        run = original(self, *c_args, **c_kwargs)
+        if name == "scheduler-a":
+            a_created.set()
+            b_is_creating()
+        elif name == "scheduler-b":
+            b_created.set()
+        return run
+
+    def steps() -> None:
+        for name in ("scheduler-a", "scheduler-b"):
+            if not events[f"{name}-read"].wait(60):
+                raise TimeoutError(f"{name} never read the queue")
+        events["scheduler-a-go"].set()
+        events["scheduler-b-go"].set()
+
+    cls.create_dagrun = create_dagrun  # type: ignore[method-assign]
+    try:
+        run_threads(af, steps, (a, "scheduler-a"), (b, "scheduler-b"))
+    finally:
+        cls.create_dagrun = original  # type: ignore[method-assign]
+        restore()
+    return {
+        "runs": run_rows("unlocked_consumer"),
+        "lock_waits": (getattr(guard, "lock_waits", 0) - waits_before) if guard else 0,
+    }
+
+
+def sc_callback(ctx: Context) -> dict[str, Any]:
+    """Issue 13 section 3: the race on a DAG with on_success_callback, then Airflow's own scheduling
+    loop (``_do_scheduling``) several times: which runs end in which state, and which DAG callbacks
+    the scheduler sends (recorded where it hands them to the executor's callback sink)."""
+    af, (a, b) = ctx.af, ctx.schedulers
+    af.emit("callback_producer", "callback")
+    scenarios_asset_race(af, a, b)
+    # The kept run's task did its work (as a worker would have): no executor is needed below.
+    with af.create_session() as session:
+        kept = session.query(af.DagRun).filter_by(dag_id="callback_consumer", creating_job_id=a.job.id).one()
+        end = af_now()
+        for ti in session.query(af.TaskInstance).filter_by(dag_id="callback_consumer", run_id=kept.run_id):
+            af.finish_ti(ti, end - _seconds(1), end)
+        # Only this DAG is scheduled below (the scheduler leaves paused DAGs' runs alone): other
+        # scenarios' runs would need an executor.
+        for dm in session.query(af.DagModel).filter(af.DagModel.dag_id != "callback_consumer"):
+            dm.is_paused = True
+    sent: list[dict[str, Any]] = []
+    for runner in (a, b):
+
+        def record(dag: Any, callback: Any = None, _runner: Any = runner) -> None:
+            if callback is not None:
+                sent.append(
+                    {
+                        "run_id": getattr(callback, "run_id", None),
+                        "is_failure": bool(getattr(callback, "is_failure_callback", False)),
+                        "msg": getattr(callback, "msg", None),
+                    }
+                )
+
+        runner._send_dag_callbacks_to_processor = record
+    for i in range(4):
+        runner = (a, b)[i % 2]
+        session = af.settings.Session()
+        try:
+            runner._do_scheduling(session)
+            session.commit()
+        finally:
+            session.close()
+            af.settings.Session.remove()
+    return {"runs": run_rows("callback_consumer"), "callbacks": sent}
+
+
+def scenarios_asset_race(af: Any, a: Any, b: Any) -> None:
+    import scenarios_asset
+
+    scenarios_asset.race(af, a, b)
+
+
 class Context:
     def __init__(self, af: Any, guard: Any) -> None:
         self.af = af
@@ -289,6 +566,10 @@ ASSET_SCENARIOS = {
     "broken-python": lambda ctx: sc_broken(ctx, "python", "brokenpy"),
     "broken-sql": lambda ctx: sc_broken(ctx, "sql", "brokensql"),
     "ordinary": sc_ordinary,
+    "overlap": sc_overlap,
+    "disjoint": sc_disjoint,
+    "unlocked": sc_unlocked,
+    "callback": sc_callback,
 }
 
 
@@ -296,10 +577,16 @@ def run_asset_scenarios(args: argparse.Namespace, result: dict[str, Any]) -> Non
     import scenarios_asset
 
     dags = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
-    (dags / "guard_dags.py").write_text(DAG_HEADER + "".join(ASSET_DAG.format(p=p) for p in ASSET_PREFIXES))
+    (dags / "guard_dags.py").write_text(
+        DAG_HEADER
+        + "".join(ASSET_DAG.format(p=p) for p in ASSET_PREFIXES if p != "callback")
+        + "".join(EITHER_DAG.format(p=p) for p in EITHER_PREFIXES)
+        + CALLBACK_DAG
+    )
     af = scenarios_asset.AF()
     guard = loaded_guard()
     result["policy"] = policy_facts(guard)
+    result["local_settings_files"] = local_settings_files()
     af.sync_dags(dags)
     ctx = Context(af, guard)
     logging.getLogger("dupguard.guard").addHandler(_Capture(ctx.guard_logs))
@@ -311,7 +598,7 @@ def run_asset_scenarios(args: argparse.Namespace, result: dict[str, Any]) -> Non
             out["guard_queries"] = guard._dupguard_guard.queries - before
         result[name] = out
     if guard is not None:
-        result["guard"] = {"queries": guard._dupguard_guard.queries, "skipped_runs": guard._dupguard_guard.skipped_runs}
+        result["guard"] = guard_counters(guard)
     if args.snippet_names:
         result["snippet_names"] = snippet_names_vs_settings(args.snippet_names)
 
@@ -343,11 +630,27 @@ def snippet_names_vs_settings(path: Path) -> dict[str, Any]:
 # Scenarios, 3.2 (partitioned) --------------------------------------------------------------------------
 
 
-def partitioned_race(sp: Any, schedulers: tuple[Any, Any], scenario: str, partition_key: str) -> dict[str, Any]:
+def partitioned_race(
+    sp: Any, schedulers: tuple[Any, Any], scenario: str, partition_key: str, guard: Any = None
+) -> dict[str, Any]:
     """serial: B creates its run after A committed. overlap: B creates its run while A's is uncommitted.
 
     Both schedulers first read the pending partition row (the race), as scenarios_partitioned does.
+    In ``overlap`` A creates its run, then keeps its transaction open until B is creating its own run:
+    until B's guard found the (dag, key) lock taken (it then waits for A's commit), or, without that
+    lock (no guard, or an older guard), until B's run is created. Then A commits.
     """
+    waits_before = getattr(guard._dupguard_guard, "lock_waits", 0) if guard is not None else 0
+
+    def b_is_creating(b_created: threading.Event) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if b_created.is_set():
+                return
+            if guard is not None and getattr(guard._dupguard_guard, "lock_waits", 0) > waits_before:
+                return
+            time.sleep(0.005)
+
     from airflow.serialization.definitions.dag import SerializedDAG
 
     a, b = schedulers
@@ -366,7 +669,7 @@ def partitioned_race(sp: Any, schedulers: tuple[Any, Any], scenario: str, partit
         if name == "scheduler-a":
             a_created.set()
             if scenario == "partitioned-overlap":
-                b_created.wait(60)  # A commits only after B created its run and task instances
+                b_is_creating(b_created)  # A commits only once B is creating its run
         elif name == "scheduler-b":
             b_created.set()
         return run
@@ -411,31 +714,145 @@ def partitioned_race(sp: Any, schedulers: tuple[Any, Any], scenario: str, partit
     return out
 
 
-PARTITIONED_SCENARIOS = {"partitioned-serial": "2026-11-30T05:00:00", "partitioned-overlap": "2026-11-30T06:00:00"}
+PARTITIONED_SCENARIOS = {
+    "partitioned-serial": "2026-11-30T05:00:00",
+    "partitioned-overlap": "2026-11-30T06:00:00",
+    "partitioned-timeout": "2026-11-30T07:00:00",
+    "partitioned-stress": "2026-11-30T08",  # prefix of the stress keys
+}
+STRESS_CONSUMERS = 8
+STRESS_KEYS = 4
+
+
+STRESS_ASSET, STRESS_PRODUCER = "stress_sales", "produce_stress_sales"
+
+
+def stress_dag_source(sp: Any) -> str:
+    """A second partitioned asset with STRESS_CONSUMERS consumers (IdentityMapper): one pending row
+    per (consumer, key). Its own asset, so the two-run races above involve only sp.CONSUMER."""
+    lines = [
+        "",
+        f"stress_sales = Asset(name={STRESS_ASSET!r})",
+        "",
+        f"with DAG({STRESS_PRODUCER!r}, schedule=producer_schedule, catchup=False):",
+        "    Noop(task_id='write', outlets=[stress_sales])",
+    ]
+    for i in range(STRESS_CONSUMERS):
+        lines += [
+            "",
+            "with DAG(",
+            f"    'stress_consumer_{i}',",
+            "    schedule=PartitionedAssetTimetable(assets=stress_sales, default_partition_mapper=IdentityMapper()),",
+            "    catchup=False,",
+            "):",
+            "    Noop(task_id='extract') >> Noop(task_id='load')",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def partitioned_timeout(sp: Any, schedulers: tuple[Any, Any], partition_key: str, guard: Any) -> dict[str, Any]:
+    """The overlap interleaving while a third session holds the (dag, key) lock: neither creator can
+    take it within its wait budget; both runs go through, untouched (fail open), and it is logged."""
+    from airflow import settings
+    from sqlalchemy import func, select
+
+    g = guard._dupguard_guard
+    saved_wait, g.lock_wait = g.lock_wait, 0.3
+    lock_id = guard._dupguard_lock_id((sp.CONSUMER, partition_key))
+    try:
+        # Its own connection (not the thread's scoped session, which run_rows commits).
+        with settings.engine.connect() as holder, holder.begin():
+            if not holder.execute(select(func.pg_try_advisory_xact_lock(lock_id))).scalar():
+                raise RuntimeError("could not take the (dag, key) lock for the test")
+            out = partitioned_race(sp, schedulers, "partitioned-overlap", partition_key, guard)
+    finally:
+        g.lock_wait = saved_wait
+    return out
+
+
+def partitioned_stress(sp: Any, schedulers: tuple[Any, Any], key_prefix: str) -> dict[str, Any]:
+    """Two schedulers creating runs for many DAGs and keys at once, both having read every pending row
+    (STRESS_CONSUMERS x STRESS_KEYS), then looping until nothing is pending. Reports wall time and
+    what every (dag, key) got; any exception (deadlock, lock timeout in Airflow) is re-raised."""
+    a, b = schedulers
+    before = {r["id"] for r in run_rows()}
+    # sp.produce_event reads its producer and asset from these module names.
+    saved = sp.PRODUCER, sp.ASSET_NAME
+    sp.PRODUCER, sp.ASSET_NAME = STRESS_PRODUCER, STRESS_ASSET
+    try:
+        for k in range(STRESS_KEYS):
+            sp.produce_event(f"{key_prefix}:{k:02d}:00")
+    finally:
+        sp.PRODUCER, sp.ASSET_NAME = saved
+    both_read = threading.Barrier(2, timeout=60)
+    errors: list[BaseException] = []
+    loops = {"scheduler-a": 0, "scheduler-b": 0}
+
+    def work(runner: Any, name: str) -> None:
+        try:
+            sp.scheduler_loop(runner, after_apdr_read=lambda ids: both_read.wait())
+            loops[name] += 1
+            while any(v is None for v in sp.apdr_pointers().values()) and loops[name] < 10:
+                sp.scheduler_loop(runner)
+                loops[name] += 1
+        except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(err)
+            both_read.abort()
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=work, args=(r, n), name=n) for r, n in ((a, "scheduler-a"), (b, "scheduler-b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    seconds = time.monotonic() - started
+    if errors:
+        raise errors[0]
+    runs = [r for r in run_rows() if r["id"] not in before and r["dag_id"].startswith("stress_consumer_")]
+    return {"seconds": round(seconds, 3), "loops": loops, "runs": runs, "pending": sp.apdr_pointers()}
 
 
 def run_partitioned_scenarios(args: argparse.Namespace, result: dict[str, Any]) -> None:
     import scenarios_partitioned as sp
 
     dags = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
-    (dags / "partitioned_sales.py").write_text(sp.dag_file_source([sp.CONSUMER]))
+    (dags / "partitioned_sales.py").write_text(sp.dag_file_source([sp.CONSUMER]) + stress_dag_source(sp))
     guard = loaded_guard()
     result["policy"] = policy_facts(guard)
     sp.serialize_dags()
     sp.check_unpaused([sp.PRODUCER, sp.CONSUMER])
     schedulers = (sp.new_scheduler("scheduler-a"), sp.new_scheduler("scheduler-b"))
     result["job_ids"] = {"scheduler-a": schedulers[0].job.id, "scheduler-b": schedulers[1].job.id}
+    guard_logs: list[dict[str, Any]] = []
+    logging.getLogger("dupguard.guard").addHandler(_Capture(guard_logs))
+    result["guard_logs"] = guard_logs
     sp.produce_event("2026-11-30T04:00:00")
     sp.scheduler_loop(schedulers[0])  # an ordinary, undisturbed run first
     result["ordinary_runs"] = run_rows(sp.CONSUMER)
     for name in args.scenarios:
         before = guard._dupguard_guard.queries if guard else 0
-        out = partitioned_race(sp, schedulers, name, PARTITIONED_SCENARIOS[name])
+        if name == "partitioned-stress":
+            out = partitioned_stress(sp, schedulers, PARTITIONED_SCENARIOS[name])
+        elif name == "partitioned-timeout":
+            out = partitioned_timeout(sp, schedulers, PARTITIONED_SCENARIOS[name], guard)
+        else:
+            out = partitioned_race(sp, schedulers, name, PARTITIONED_SCENARIOS[name], guard)
         if guard is not None:
             out["guard_queries"] = guard._dupguard_guard.queries - before
+            out["guard_after"] = guard_counters(guard)
         result[name] = out
     if guard is not None:
-        result["guard"] = {"queries": guard._dupguard_guard.queries, "skipped_runs": guard._dupguard_guard.skipped_runs}
+        result["guard"] = guard_counters(guard)
+
+
+def guard_counters(guard: Any) -> dict[str, Any]:
+    g = guard._dupguard_guard
+    return {
+        "queries": g.queries,
+        "skipped_runs": g.skipped_runs,
+        "lock_waits": getattr(g, "lock_waits", None),
+        "lock_timeouts": getattr(g, "lock_timeouts", None),
+    }
 
 
 def main() -> None:
@@ -446,7 +863,8 @@ def main() -> None:
         type=lambda text: text.split(","),
         help=f"comma-separated: {', '.join([*ASSET_SCENARIOS, *PARTITIONED_SCENARIOS])}",
     )
-    parser.add_argument("--mode", required=True, choices=["none", "local-settings", "entry-point"])
+    parser.add_argument("--mode", required=True, choices=["none", "local-settings", "entry-point", "installed"])
+    parser.add_argument("--no-row-locking", action="store_true", help="[scheduler] use_row_level_locking = False")
     parser.add_argument("--local-settings", type=Path)
     parser.add_argument("--site", type=Path)
     parser.add_argument("--snippet-names", type=Path, help="also report the snippet's names vs airflow.settings")

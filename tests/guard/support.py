@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -28,3 +30,36 @@ def build_guard_site(work: Path) -> Path:
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     return site
+
+
+def pip_installed_airflow(work: Path, version: str, wheel_dir: Path) -> Path:
+    """A clean Airflow ``version`` venv (from constraints/, uv's cache makes it ~5 s) into which the
+    guard is installed the way a user does it on a managed platform: ``pip install -r
+    requirements.txt`` naming the built wheel. Nothing else is set up (no airflow_local_settings).
+    Returns the venv's python."""
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.fail("uv is needed to create the clean Airflow venv (pip install uv)")
+    venv = work / f"airflow-{version}-pip"
+    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "VIRTUAL_ENV": str(venv)}
+    env.pop("PYTHONPATH", None)
+    python = sys.executable if sys.version_info[:2] == (3, 11) else shutil.which("python3.11") or sys.executable
+    steps = [
+        [uv, "venv", "-q", "--seed", "--python", python, str(venv)],
+        [uv, "pip", "install", "-q", "-c", str(ROOT / "constraints" / f"airflow-{version}.txt"),
+         f"apache-airflow=={version}", "psycopg2-binary", "asyncpg"],
+    ]  # fmt: skip
+    for cmd in steps:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            pytest.fail(f"{' '.join(cmd[:3])} failed:\n{proc.stderr[-3000:]}")
+    (wheel,) = wheel_dir.glob("*.whl")
+    requirements = work / "requirements.txt"
+    requirements.write_text(f"airflow-dupguard-guard @ {wheel.resolve().as_uri()}\n")
+    pip_env = {k: v for k, v in env.items() if k != "VIRTUAL_ENV"} | {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    proc = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-r", str(requirements)], capture_output=True, text=True, env=pip_env
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"pip install -r requirements.txt failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return venv / "bin" / "python"

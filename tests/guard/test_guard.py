@@ -18,13 +18,17 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from detector.db import make_engine, open_airflow_db, parse_url
 from detector.guard_cli import print_local_settings
-from tests.guard.support import ROOT, build_guard_site
+from detector.plan import Mode, Outcome, plan
+from detector.scan import scan
+from tests.guard.support import ROOT, build_guard_site, pip_installed_airflow
 from tests.pg import admin_url, database_url, execute_admin
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
@@ -33,13 +37,44 @@ DRIVER = ROOT / "tests" / "guard" / "driver.py"
 ASSET_VERSIONS = ("3.0.6", "3.1.2")
 NOTE = "dupguard guard skipped this run as a duplicate of {kept} (HA scheduler race, apache/airflow#54491)"
 
-# (version, mode, scenarios): one Airflow process each.
-PLAN: list[tuple[str, str, tuple[str, ...]]] = [
-    *[(v, "none", ("race",)) for v in ASSET_VERSIONS],
-    *[(v, "local-settings", ("race", "broken-python", "broken-sql", "ordinary")) for v in ASSET_VERSIONS],
-    *[(v, "entry-point", ("race",)) for v in ASSET_VERSIONS],
-    ("3.2.2", "none", ("partitioned-serial",)),
-    ("3.2.2", "local-settings", ("partitioned-serial", "partitioned-overlap")),
+
+@dataclass(frozen=True)
+class Entry:
+    """One Airflow process: its version, how the guard is installed, its scenarios, extra driver args."""
+
+    version: str
+    key: str  # what the tests ask for (version, key)
+    mode: str
+    scenarios: tuple[str, ...]
+    args: tuple[str, ...] = ()
+
+
+PLAN: list[Entry] = [
+    *[Entry(v, "none", "none", ("race", "overlap")) for v in ASSET_VERSIONS],
+    *[
+        Entry(
+            v,
+            "local-settings",
+            "local-settings",
+            ("race", "broken-python", "broken-sql", "ordinary", "overlap", "disjoint"),
+        )
+        for v in ASSET_VERSIONS
+    ],
+    *[Entry(v, "entry-point", "entry-point", ("race",)) for v in ASSET_VERSIONS],
+    # [scheduler] use_row_level_locking = False; then Airflow's own scheduling loop (callbacks).
+    *[
+        Entry(v, "no-row-locking", "local-settings", ("unlocked", "callback"), ("--no-row-locking",))
+        for v in ASSET_VERSIONS
+    ],
+    # Issue 13 section 5: a clean 3.1.2 venv with the wheel pip-installed, no airflow_local_settings.
+    Entry("3.1.2", "pip-installed", "installed", ("race", "overlap")),
+    Entry("3.2.2", "none", "none", ("partitioned-serial", "partitioned-overlap")),
+    Entry(
+        "3.2.2",
+        "local-settings",
+        "local-settings",
+        ("partitioned-serial", "partitioned-overlap", "partitioned-timeout", "partitioned-stress"),
+    ),
 ]
 
 
@@ -61,6 +96,7 @@ class Runs:
 
     results: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     errors: dict[tuple[str, str], str] = field(default_factory=dict)
+    databases: dict[tuple[str, str], str] = field(default_factory=dict)  # kept until the session ends
 
     def get(self, version: str, mode: str) -> dict[str, Any]:
         if (version, mode) in self.errors:
@@ -103,7 +139,8 @@ def guard_site(guard_work: Path) -> Path:
 @pytest.fixture(scope="session")
 def runs(guard_work: Path, guard_site: Path) -> Iterator[Runs]:
     """Every PLAN entry, run once per test session, two Airflow processes at a time."""
-    for version in {v for v, _, _ in PLAN}:
+    versions = sorted({e.version for e in PLAN})
+    for version in versions:
         airflow_python(version)
     admin_url()
     snippet = guard_work / "airflow_local_settings.py"
@@ -112,28 +149,24 @@ def runs(guard_work: Path, guard_site: Path) -> Iterator[Runs]:
     out = Runs()
     try:
         with ThreadPoolExecutor(3) as pool:
-            templates = dict(
-                zip(
-                    sorted({v for v, _, _ in PLAN}),
-                    pool.map(lambda v: migrate_template(v, guard_work), sorted({v for v, _, _ in PLAN})),
-                    strict=True,
-                )
-            )
+            pip_python = pool.submit(pip_installed_airflow, guard_work, "3.1.2", guard_work / "dist")
+            templates = dict(zip(versions, pool.map(lambda v: migrate_template(v, guard_work), versions), strict=True))
         databases += templates.values()
 
-        def one(entry: tuple[str, str, tuple[str, ...]]) -> None:
-            version, mode, scenarios = entry
+        def one(entry: Entry) -> None:
             db = f"guard_{uuid.uuid4().hex[:10]}"
-            execute_admin(f'CREATE DATABASE "{db}" TEMPLATE "{templates[version]}"')
+            execute_admin(f'CREATE DATABASE "{db}" TEMPLATE "{templates[entry.version]}"')
             databases.append(db)
-            result = guard_work / f"{version}-{mode}.json"
+            out.databases[(entry.version, entry.key)] = db
+            result = guard_work / f"{entry.version}-{entry.key}.json"
+            python = pip_python.result() if entry.mode == "installed" else airflow_python(entry.version)
             cmd = [
-                str(airflow_python(version)),
+                str(python),
                 str(DRIVER),
                 "--scenarios",
-                ",".join(scenarios),
+                ",".join(entry.scenarios),
                 "--mode",
-                mode,
+                entry.mode,
                 "--local-settings",
                 str(snippet),
                 "--site",
@@ -142,14 +175,15 @@ def runs(guard_work: Path, guard_site: Path) -> Iterator[Runs]:
                 database_url(db),
                 "--out",
                 str(result),
+                *entry.args,
             ]
-            if mode == "none" and version in ASSET_VERSIONS:
+            if entry.mode == "none" and entry.version in ASSET_VERSIONS:
                 cmd += ["--snippet-names", str(snippet)]
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=clean_env())
             if proc.returncode != 0 or not result.is_file():
-                out.errors[(version, mode)] = proc.stderr[-6000:]
+                out.errors[(entry.version, entry.key)] = proc.stderr[-6000:]
             else:
-                out.results[(version, mode)] = json.loads(result.read_text())
+                out.results[(entry.version, entry.key)] = json.loads(result.read_text())
 
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(one, PLAN))
@@ -203,6 +237,7 @@ def test_guard_creates_the_duplicate_skipped_and_leaves_the_first_run(runs: Runs
     assert states(first) == {None}, "the first run is untouched"
     assert first["note"] is None
     assert states(dup) == {"skipped"}
+    assert dup["state"] == "success" and first["state"] == "queued", "the duplicate is created finished"
     assert sorted((t["task_id"], t["map_index"]) for t in dup["tis"]) == [
         ("extract", -1),
         ("fan", 0),
@@ -313,15 +348,186 @@ def test_partitioned_guard_skips_when_the_first_run_is_committed(runs: Runs) -> 
     assert states(first) == {None} and first["note"] is None
     assert states(second) == {"skipped"}
     assert second["note"] == NOTE.format(kept=first["run_id"])
+    assert second["state"] == "success"
     assert second["id"] in result["partitioned-serial"]["apdr_pointers"].values()
     assert result["partitioned-serial"]["guard_queries"] == 2
 
 
-def test_partitioned_guard_cannot_see_an_uncommitted_first_run(runs: Runs) -> None:
-    """3.2.2 with the guard, B creating its run while A's run is not committed yet (the two creators
-    are not serialised on 3.2): the guard sees nothing and both runs keep runnable task instances.
-    Observed outcome, stated as it is: this case is left to the sidecar."""
+def test_partitioned_without_guard_overlapping_creators_both_run(runs: Runs) -> None:
+    """3.2.2, no guard, B creating its run while A's run is not committed yet: two runnable runs."""
+    first, second = partition_pair(runs.get("3.2.2", "none"), "partitioned-overlap")
+    assert states(first) == states(second) == {None}
+
+
+def test_partitioned_guard_serialises_overlapping_creators(runs: Runs) -> None:
+    """3.2.2 with the guard, B creating its run while A's is not committed: B's guard finds A's
+    (dag, partition key) lock taken, waits for A's commit, then sees A's run: B's task instances are
+    SKIPPED and its run finished, with the note; A is untouched (issue 13 section 1)."""
     result = runs.get("3.2.2", "local-settings")
+    out = result["partitioned-overlap"]
     first, second = partition_pair(result, "partitioned-overlap")
+    assert states(first) == {None} and first["note"] is None and first["state"] == "queued"
+    assert states(second) == {"skipped"} and second["state"] == "success"
+    assert second["note"] == NOTE.format(kept=first["run_id"])
+    assert out["guard_after"]["lock_waits"] >= 1, "B really waited for A's lock"
+    assert out["guard_after"]["lock_timeouts"] == 0
+
+
+def test_partitioned_guard_lock_timeout_lets_the_run_through(runs: Runs) -> None:
+    """A creator that cannot take the (dag, key) lock within its wait budget (another session holds
+    it) creates its run untouched (fail open) and says so in a warning: both runs stay runnable,
+    for the sidecar to handle, and nothing hangs."""
+    result = runs.get("3.2.2", "local-settings")
+    first, second = partition_pair(result, "partitioned-timeout")
     assert states(first) == states(second) == {None}
     assert first["note"] is None and second["note"] is None
+    before = result["partitioned-overlap"]["guard_after"]["lock_timeouts"]
+    assert result["partitioned-timeout"]["guard_after"]["lock_timeouts"] > before
+    assert any("created unguarded" in log["message"] for log in result["guard_logs"])
+
+
+def test_partitioned_guard_stress_two_schedulers_many_dags_and_keys(runs: Runs) -> None:
+    """Two schedulers that both read every pending row of 8 DAGs x 4 keys create runs at once: no
+    deadlock or error, every pending row consumed, every (dag, key) keeps exactly one runnable run,
+    and each extra run is skipped with the note naming it (a wait that timed out would leave a second
+    runnable run: counted, and then allowed)."""
+    result = runs.get("3.2.2", "local-settings")
+    out = result["partitioned-stress"]
+    assert all(pointer is not None for pointer in out["pending"].values())
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in out["runs"]:
+        groups.setdefault((run["dag_id"], run["partition_key"]), []).append(run)
+    assert len(groups) == 8 * 4
+    timeouts = out["guard_after"]["lock_timeouts"] - result["partitioned-timeout"]["guard_after"]["lock_timeouts"]
+    raced = prevented = 0
+    for members in groups.values():
+        live = [r for r in members if states(r) != {"skipped"}]
+        skipped = [r for r in members if states(r) == {"skipped"}]
+        assert len(live) >= 1, members
+        raced += len(members) > 1
+        prevented += len(skipped)
+        for dup in skipped:
+            assert dup["state"] == "success" and dup["note"] == NOTE.format(kept=live[0]["run_id"])
+    assert raced > 0, "the two schedulers did race"
+    assert prevented == raced - timeouts
+    print(f"stress: {raced} raced, {prevented} prevented, {timeouts} lock timeouts, {out['seconds']} s")
+
+
+# 3.0 / 3.1: overlap duplicates, no row-level locking, the look of a guarded run ----------------------
+
+
+def overlap_pair(result: dict[str, Any], scenario: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(A's run, B's run) of an overlap race, with the facts that make it one: different run_after
+    (B's earlier), B's events a non-empty subset of A's."""
+    first, dup = race_pair(result, scenario)
+    assert dup["run_after"] < first["run_after"]
+    assert first["id"] < dup["id"]
+    assert dup["event_ids"] and set(dup["event_ids"]) < set(first["event_ids"])
+    return first, dup
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_without_guard_the_overlap_race_runs_an_event_twice(runs: Runs, version: str) -> None:
+    """Without the guard, the overlap race (B read the queue before asset b's event arrived, A after)
+    gives two runnable runs with different run_after that both consume asset a's event."""
+    first, dup = overlap_pair(runs.get(version, "none"), "overlap")
+    assert states(first) == states(dup) == {None}
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guard_skips_the_overlap_duplicate(runs: Runs, version: str) -> None:
+    """Issue 13 section 2: the overlap duplicate is created skipped and finished, with the note; A
+    is untouched; still one lookup per new asset run."""
+    result = runs.get(version, "local-settings")
+    first, dup = overlap_pair(result, "overlap")
+    assert states(first) == {None} and first["note"] is None
+    assert states(dup) == {"skipped"} and dup["state"] == "success"
+    assert dup["note"] == NOTE.format(kept=first["run_id"])
+    assert result["overlap"]["guard_queries"] == 2
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guard_leaves_a_race_with_disjoint_events_alone(runs: Runs, version: str) -> None:
+    """The look-alike: B read the queue after A and creates a later run that consumes only the new
+    event. Not a duplicate: both runs keep runnable task instances."""
+    result = runs.get(version, "local-settings")
+    first, second = race_pair(result, "disjoint")
+    assert first["run_after"] < second["run_after"]
+    assert first["event_ids"] and second["event_ids"]
+    assert not set(first["event_ids"]) & set(second["event_ids"])
+    assert states(first) == states(second) == {None}
+    assert first["note"] is None and second["note"] is None
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guard_serialises_creators_without_row_level_locking(runs: Runs, version: str) -> None:
+    """[scheduler] use_row_level_locking = False: no DagModel lock, so B creates its run while A's is
+    uncommitted. The guard's per-DAG lock makes B wait for A's commit: B's run is skipped."""
+    result = runs.get(version, "no-row-locking")
+    first, dup = race_pair(result, "unlocked")
+    assert first["run_after"] == dup["run_after"] and first["event_ids"] == dup["event_ids"] != []
+    assert states(first) == {None}
+    assert states(dup) == {"skipped"} and dup["state"] == "success"
+    assert dup["note"] == NOTE.format(kept=first["run_id"])
+    assert result["unlocked"]["lock_waits"] == 1
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guarded_duplicate_sends_no_dag_callback(runs: Runs, version: str) -> None:
+    """Issue 13 section 3: after the race on a DAG with on_success_callback, Airflow's own scheduling
+    loop runs both runs to their end. The kept run finishes and its callback is sent once; the
+    guarded duplicate was created finished (success, every task skipped, the note) and the scheduler
+    never sends a DAG callback for it."""
+    result = runs.get(version, "no-row-locking")
+    first, dup = race_pair(result, "callback")
+    assert first["state"] == "success" and states(first) == {"success"}
+    assert dup["state"] == "success" and states(dup) == {"skipped"}
+    assert dup["note"] == NOTE.format(kept=first["run_id"])
+    assert result["callback"]["callbacks"] == [{"run_id": first["run_id"], "is_failure": False, "msg": "success"}]
+
+
+# What dupguard's daemon makes of it -------------------------------------------------------------------
+
+
+def daemon_outcomes(runs: Runs, version: str, key: str) -> dict[str, Outcome]:
+    """run_id -> the outcome the daemon's planner gives each duplicate found in that Airflow database
+    (the same scan -> find_duplicates -> plan path, with task progress and notes read by queries)."""
+    runs.get(version, key)
+    engine = make_engine(parse_url(database_url(runs.databases[(version, key)])))
+    try:
+        report = scan(open_airflow_db(engine), now=datetime.now(UTC))
+        return {a.run.run_id: a.outcome for a in plan(report.findings, Mode.FAIL, now=report.scanned_at)}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_daemon_reports_guarded_duplicates_as_prevented_by_their_note(runs: Runs, version: str) -> None:
+    """Issue 13 section 3: dupguard recognises a guarded run by the guard's note. Duplicates the guard
+    made (no row-level locking race, callback race) are PREVENTED; a duplicate whose every task an
+    operator skipped by hand (no guard) is not: it is planned like any duplicate (the remediation
+    then finds nothing left to stop)."""
+    result = runs.get(version, "no-row-locking")
+    guarded = {race_pair(result, s)[1]["run_id"] for s in ("unlocked", "callback")}
+    outcomes = daemon_outcomes(runs, version, "no-row-locking")
+    assert {r: outcomes.get(r) for r in guarded} == dict.fromkeys(guarded, Outcome.PREVENTED)
+
+    plain = runs.get(version, "none")
+    (hand,) = [r for r in plain["race"]["hand_skipped"] if r["creating_job_id"] == plain["job_ids"]["scheduler-b"]]
+    assert states(hand) == {"skipped"} and hand["note"] is None
+    assert daemon_outcomes(runs, version, "none")[hand["run_id"]] is Outcome.REMEDIATE
+
+
+def test_pip_installed_guard_prevents_the_race_without_local_settings(runs: Runs) -> None:
+    """Issue 13 section 5: in a clean Airflow 3.1.2 venv where the only change is `pip install -r
+    requirements.txt` naming the guard's wheel (what a managed platform allows), Airflow loads the
+    guard through its entry point, no airflow_local_settings exists, and both races are prevented."""
+    result = runs.get("3.1.2", "pip-installed")
+    assert result["policy"]["guard_module"] == "dupguard_guard.policy"
+    assert result["policy"]["is_noop"] is False
+    assert result["local_settings_files"] == []
+    first, dup = race_pair(result, "race")
+    assert states(first) == {None} and states(dup) == {"skipped"} and dup["state"] == "success"
+    assert dup["note"] == NOTE.format(kept=first["run_id"])
+    first, dup = overlap_pair(result, "overlap")
+    assert states(first) == {None} and states(dup) == {"skipped"}

@@ -54,3 +54,13 @@ def test_guard_package_has_no_dependencies_and_the_entry_point(guard_site: Path)
     entry_points = (dist_info / "entry_points.txt").read_text()
     assert "[airflow.policy]" in entry_points and "dupguard = dupguard_guard.policy" in entry_points
     assert (guard_site / "dupguard_guard" / "policy.py").read_text() == POLICY.read_text()
+
+
+def test_guard_note_starts_with_what_the_daemon_recognises() -> None:
+    """The daemon reports a duplicate as "prevented" by the guard's note (GUARD_NOTE_PREFIX), so the
+    note the guard writes must start with it."""
+    from detector.model import GUARD_NOTE_PREFIX
+
+    namespace: dict[str, Any] = {"__name__": "probe"}
+    exec(compile(print_local_settings(), "airflow_local_settings.py", "exec"), namespace)  # noqa: S102
+    assert namespace["_DUPGUARD_NOTE"].format(kept="k").startswith(GUARD_NOTE_PREFIX)

@@ -43,9 +43,16 @@ def test_started_duplicate_is_too_late_unless_opted_in() -> None:
 
 
 def test_guard_skipped_duplicate_is_prevented() -> None:
-    """A duplicate whose tasks were all skipped at creation needs nothing more."""
-    f = _finding(progress={2: TaskProgress(total=3, skipped=3)})
+    """A duplicate the guard created (its note: every task skipped at creation) needs nothing more."""
+    f = _finding(progress={2: TaskProgress(total=3, skipped=3, guarded=True)})
     assert plan([f], Mode.FAIL, now=T0)[0].outcome is Outcome.PREVENTED
+
+
+def test_duplicate_skipped_by_hand_is_not_prevented() -> None:
+    """Every task skipped but no guard note (an operator did it): not "prevented"; the remediation
+    then finds nothing left to stop and reports that (ALREADY), as it really happened."""
+    f = _finding(progress={2: TaskProgress(total=3, skipped=3)})
+    assert plan([f], Mode.FAIL, now=T0)[0].outcome is Outcome.REMEDIATE
 
 
 def test_note_names_kept_run_and_events_and_fits_airflow() -> None:
@@ -55,3 +62,12 @@ def test_note_names_kept_run_and_events_and_fits_airflow() -> None:
     assert f.kept.run_id in note and "Shared asset events: 1." in note
     big = find_duplicates([run(id=1), run(id=2)], {1: frozenset(range(1000)), 2: frozenset(range(1000))})[0]
     assert len(note_for(big, big.duplicates[0], T0)) == NOTE_LIMIT
+
+
+def test_guarded_run_is_never_kept_even_with_the_lower_id() -> None:
+    """The guard may keep the higher-id run (it took the lock first): the sidecar keeps that one too
+    and reports the lower-id guarded run as prevented, never remediating the only live run."""
+    f = _finding(progress={1: TaskProgress(total=3, skipped=3, guarded=True), 2: TaskProgress(total=3)})
+    assert f.kept.id == 2 and [r.id for r in f.duplicates] == [1]
+    [action] = plan([f], Mode.FAIL, now=T0)
+    assert action.run.id == 1 and action.outcome is Outcome.PREVENTED
