@@ -29,7 +29,7 @@ What it acts on (everything else returns at once, untouched):
 * Airflow 3.2.x non-partitioned runs and Airflow 3.3+: nothing (Airflow itself locks those paths).
 
 The advisory lock (PostgreSQL) is polled with ``pg_try_advisory_xact_lock`` for at most
-``DUPGUARD_GUARD_LOCK_WAIT_SECONDS`` (default 2) per scheduler transaction; a creator that cannot
+``DUPGUARD_GUARD_LOCK_WAIT_SECONDS`` (default 5) per scheduler transaction; a creator that cannot
 take it in time lets its run through untouched (fail open, logged) and the sidecar handles it.
 
 Safety: at most one indexed query per new asset run (plus the lock round trip where a lock is
@@ -74,7 +74,7 @@ _DUPGUARD_NOT_A_DUPLICATE = ""
 _DUPGUARD_LOG = logging.getLogger("dupguard.guard")
 # How long a creator waits for another scheduler creating the same (dag, key) to commit (seconds).
 _DUPGUARD_LOCK_WAIT_ENV = "DUPGUARD_GUARD_LOCK_WAIT_SECONDS"
-_DUPGUARD_LOCK_WAIT_DEFAULT = 2.0
+_DUPGUARD_LOCK_WAIT_DEFAULT = 5.0
 # Airflow's lower bound of an asset run's event window (date.min), as an aware datetime. timezone.utc
 # rather than datetime.UTC: Airflow 3.0 still runs on Python 3.9 and 3.10.
 _DUPGUARD_UTC = _dupguard_datetime.timezone.utc  # noqa: UP017
@@ -536,7 +536,7 @@ def _dupguard_lock_id(lock_key: tuple[str, ...]) -> int:
 
 
 def _dupguard_lock_wait() -> float:
-    """Seconds a creator waits for the lock (``DUPGUARD_GUARD_LOCK_WAIT_SECONDS``, default 2)."""
+    """Seconds a creator waits for the lock (``DUPGUARD_GUARD_LOCK_WAIT_SECONDS``, default 5)."""
     try:
         return max(0.0, float(os.environ.get(_DUPGUARD_LOCK_WAIT_ENV, _DUPGUARD_LOCK_WAIT_DEFAULT)))
     except ValueError:

@@ -64,3 +64,34 @@ def test_guard_note_starts_with_what_the_daemon_recognises() -> None:
     namespace: dict[str, Any] = {"__name__": "probe"}
     exec(compile(print_local_settings(), "airflow_local_settings.py", "exec"), namespace)  # noqa: S102
     assert namespace["_DUPGUARD_NOTE"].format(kept="k").startswith(GUARD_NOTE_PREFIX)
+
+
+USER_SETTINGS = """from __future__ import annotations
+
+__all__ = ["task_instance_mutation_hook", "pod_mutation_hook"]
+
+
+def pod_mutation_hook(pod):
+    pod.metadata.labels["team"] = "data"
+
+
+def task_instance_mutation_hook(task_instance):
+    task_instance.queue = "fast" if task_instance.task_id.startswith("q_") else task_instance.queue
+"""
+
+
+def test_merge_recipe_of_the_docs_gives_a_file_whose_hook_calls_dupguard() -> None:
+    """docs/guard.md's merge recipe: the snippet first, then the user's settings without their
+    `from __future__` line, their hook ending with dupguard's body. The file compiles, keeps the
+    user's names, and its hook (the user's) calls dupguard's."""
+    user = USER_SETTINGS.replace("from __future__ import annotations\n", "")
+    user = user.replace(
+        "task_instance.queue\n", "task_instance.queue\n    _dupguard_task_instance_mutation_hook(task_instance)\n"
+    )
+    namespace: dict[str, Any] = {"__name__": "probe"}
+    exec(compile(print_local_settings() + "\n\n" + user, "airflow_local_settings.py", "exec"), namespace)  # noqa: S102
+    hook = namespace["task_instance_mutation_hook"]
+    assert hook.__module__ == "probe" and "_dupguard_task_instance_mutation_hook" in hook.__code__.co_names
+    assert callable(namespace["pod_mutation_hook"]) and "task_instance_mutation_hook" in namespace["__all__"]
+    with pytest.raises(SyntaxError):  # why step 2 removes the user's own __future__ line
+        compile(print_local_settings() + "\n\n" + USER_SETTINGS, "airflow_local_settings.py", "exec")
