@@ -45,7 +45,7 @@ from airflow_client.client import (
 )
 from airflow_client.client.exceptions import ApiException
 
-from detector import logs
+from detector import logs, redact
 from detector.config import Config
 from detector.errors import AirflowApiError, AirflowAuthError
 from detector.plan import Action, Mode
@@ -101,6 +101,7 @@ class TokenSource:
     ) -> None:
         self._client = client
         self._url = base_url.rstrip("/") + "/auth/token"
+        self._shown = redact.web_url(self._url)  # for messages: no userinfo password
         self._username = username
         self._password = password
         self._static = static_token
@@ -119,6 +120,10 @@ class TokenSource:
     def static(self) -> bool:
         return self._static is not None
 
+    def secrets(self) -> tuple[str | None, ...]:
+        """What an error text must never contain (an API may echo the request or the token)."""
+        return (self._password, self._static, self._token)
+
     def get(self, budget: _Budget) -> str:
         with self._lock:
             if self._token is not None and (self.static or self._clock() < self._refresh_at):
@@ -134,12 +139,12 @@ class TokenSource:
         now = self._clock()
         if now < self._blocked_until:
             raise AirflowAuthError(
-                f"Airflow rejected user {self._username!r} at {self._url} earlier; not asking again "
+                f"Airflow rejected user {self._username!r} at {self._shown} earlier; not asking again "
                 f"for {self._blocked_until - now:.0f} s (check DUPGUARD_AIRFLOW_USERNAME / DUPGUARD_AIRFLOW_PASSWORD)"
             )
         if budget.token_requests <= 0:
             raise AirflowAuthError(
-                f"a token just issued by {self._url} was rejected: check that every api-server shares "
+                f"a token just issued by {self._shown} was rejected: check that every api-server shares "
                 "[api_auth] jwt_secret, jwt_issuer and jwt_audience"
             )
         try:
@@ -152,26 +157,27 @@ class TokenSource:
             )
             response.read()
         except urllib3.exceptions.HTTPError as exc:
-            raise _Transient(f"POST {self._url}: {_transport(exc)}") from None
+            raise _Transient(f"POST {self._shown}: {_transport(exc)}") from None
         except ApiException as exc:
-            raise AirflowApiError(f"POST {self._url}: {_api_exception(exc)}") from None
-        budget.token_requests -= 1
+            raise AirflowApiError(f"POST {self._shown}: {_api_exception(exc)}") from None
         self.requests_sent += 1
         status = response.status
+        if status >= 500:  # the server failed, not the credentials: no budget spent, retried by the caller
+            raise _Transient(f"POST {self._shown}: HTTP {status} {_detail(response.data, self.secrets())}".rstrip())
+        budget.token_requests -= 1
         if status in (400, 401, 403, 422):
             self._failures += 1
             delay = min(self._max_backoff, self._backoff * 2 ** (self._failures - 1))
             self._blocked_until = self._clock() + delay
+            detail = _detail(response.data, self.secrets())
             raise AirflowAuthError(
-                f"Airflow rejected user {self._username!r} at {self._url} (HTTP {status} "
-                f"{_detail(response.data)}): check DUPGUARD_AIRFLOW_USERNAME / DUPGUARD_AIRFLOW_PASSWORD; "
+                f"Airflow rejected user {self._username!r} at {self._shown} (HTTP {status} "
+                f"{detail}): check DUPGUARD_AIRFLOW_USERNAME / DUPGUARD_AIRFLOW_PASSWORD; "
                 f"next attempt in {delay:.0f} s"
             )
-        if status >= 500:
-            raise _Transient(f"POST {self._url}: HTTP {status}")
         token = _json(response.data).get("access_token") if 200 <= status < 300 else None
         if not isinstance(token, str) or not token:
-            raise AirflowApiError(f"POST {self._url}: HTTP {status} without an access_token")
+            raise AirflowApiError(f"POST {self._shown}: HTTP {status} without an access_token")
         self._failures = 0
         self._blocked_until = 0.0
         self._token = token
@@ -280,7 +286,8 @@ class ApiBackend:
                 return Applied(verdict.result, f"{verdict.detail} (after a failed attempt: {last})")
             work = verdict.work
             log.info("remediation_retry", dag_id=action.dag_id, run_id=action.run.run_id, attempt=attempt, error=last)
-        return Applied(Result.FAILED, f"Airflow API at {self.base_url} failed {self.attempts} times: {last}")
+        shown = redact.web_url(self.base_url)
+        return Applied(Result.FAILED, f"Airflow API at {shown} failed {self.attempts} times: {last}")
 
     def _apply_once(self, action: Action, work: Work, budget: _Budget) -> None:
         dag_id, run_id = action.dag_id, action.run.run_id
@@ -351,7 +358,7 @@ class ApiBackend:
         for _ in range(2):  # the second pass only after a 401 with a cached token
             status, data = self._send(what, send, self.tokens.get(budget))
             # 401 "Token Expired"; 403 "Invalid JWT token" (e.g. jwt_secret rotated): a new token may do.
-            if status == 401 or (status == 403 and "invalid jwt" in _detail(data).lower()):
+            if status == 401 or (status == 403 and "invalid jwt" in _detail(data, self.tokens.secrets()).lower()):
                 self.tokens.invalidate()
                 if self.tokens.static:
                     raise AirflowAuthError(
@@ -359,16 +366,17 @@ class ApiBackend:
                     )
                 continue  # tokens.get() fetches a new one, or raises when this action already did
             if status == 403:
+                detail = _detail(data, self.tokens.secrets())
                 raise AirflowAuthError(
-                    f"{what}: HTTP 403 {_detail(data)}: the Airflow user needs a role that may edit "
+                    f"{what}: HTTP 403 {detail}: the Airflow user needs a role that may edit "
                     "DAG runs and task instances (FAB: User, Op or Admin; simple auth manager: user or higher)"
                 )
             if status == 404:
-                raise _Gone(f"{what}: {_detail(data)}")
+                raise _Gone(f"{what}: {_detail(data, self.tokens.secrets())}")
             if status >= 500:
-                raise _Transient(f"{what}: HTTP {status} {_detail(data)}")
+                raise _Transient(f"{what}: HTTP {status} {_detail(data, self.tokens.secrets())}")
             if not 200 <= status < 300:
-                raise AirflowApiError(f"{what}: HTTP {status} {_detail(data)}")
+                raise AirflowApiError(f"{what}: HTTP {status} {_detail(data, self.tokens.secrets())}")
             return _json(data)
         raise AirflowAuthError(f"{what}: a freshly issued token was rejected too")
 
@@ -406,12 +414,16 @@ def _json(data: bytes | None) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def _detail(data: bytes | None) -> str:
-    detail = _json(data).get("detail")
+def _detail(data: bytes | None, secrets: tuple[str | None, ...] = ()) -> str:
+    """The ``detail`` of an error body, safe to log: secret-named fields (and the ``input`` a
+    validation error echoes for them) masked by parsing; free text holding a secret withheld whole
+    (Airflow's /auth/token answers a malformed login with ``repr(ValidationError)``, which quotes
+    ``input_value={...'password': ...}``)."""
+    detail = redact.mask_fields(_json(data).get("detail"))
     if detail is None:
         return ""
     text = detail if isinstance(detail, str) else json.dumps(detail)
-    return text[:300]
+    return redact.withhold(text, secrets)[:300]
 
 
 def _transport(exc: urllib3.exceptions.HTTPError) -> str:

@@ -463,3 +463,29 @@ def test_prepare_with_wrong_credentials_never_raises_nor_storms(h: Harness) -> N
     for _ in range(5):
         remediator.prepare()
     assert backend.tokens.requests_sent == 1
+
+
+def test_token_endpoint_500_twice_reports_the_500_not_the_jwt_secret(h: Harness) -> None:
+    """POST /auth/token answering 500 is the server failing, not a rejected token: it is retried, and when
+    it keeps failing the result says HTTP 500 (not "check jwt_secret"); a third answer lets it through."""
+    actions = h.actions(Mode.FAIL)
+    with CountingProxy(h.server.port) as proxy:
+        proxy.inject += [("/auth/token", 500, 0.0), ("/auth/token", 500, 0.0)]
+        failed = h.remediator(Mode.FAIL, api_url=proxy.url, attempts=2, backoff=0.05).execute(actions[0])
+        assert proxy.count("POST", "/auth/token") == 2
+        proxy.inject += [("/auth/token", 500, 0.0), ("/auth/token", 500, 0.0)]
+        done = h.remediator(Mode.FAIL, api_url=proxy.url, attempts=3, backoff=0.05).execute(actions[1])
+    assert failed.result is Result.FAILED
+    assert "HTTP 500" in failed.detail and "/auth/token" in failed.detail, failed.detail
+    assert "jwt_secret" not in failed.detail
+    assert done.result is Result.DONE, done.detail
+    assert db_state(h.url)[actions[1].run.run_id].state == "failed"
+
+
+def test_api_url_userinfo_never_reaches_a_result(h: Harness) -> None:
+    """An API URL with a password in its userinfo is shown masked in every result text."""
+    action = h.actions(Mode.FAIL)[0]
+    down = f"http://admin:Mk-userinfo-pw@127.0.0.1:{free_port()}"
+    result = h.remediator(Mode.FAIL, api_url=down, attempts=2, backoff=0.05).execute(action)
+    assert result.result is Result.FAILED
+    assert "Mk-userinfo-pw" not in result.detail and "admin:***@127.0.0.1" in result.detail
