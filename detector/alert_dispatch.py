@@ -43,7 +43,7 @@ from detector.alert_format import (
     detected_message,
     digest_message,
     digest_outcome_message,
-    digest_payload,
+    digest_payloads,
     outcome_message,
     outcome_signature,
     plain_text,
@@ -205,7 +205,8 @@ class WebhookChannel:
         self.hook.send(webhook_payload(event, self.ui_url))
 
     def digest(self, events: Sequence[AlertEvent]) -> None:
-        self.hook.send(digest_payload(events, self.ui_url))
+        for payload in digest_payloads(events, self.ui_url):
+            self.hook.send(payload)
 
     def digest_outcomes(self, events: Sequence[AlertEvent]) -> None:
         for e in events:  # receivers correlate by dedup_key; one payload each keeps that simple

@@ -12,6 +12,7 @@ cut never splits an escape or a ``<url|label>`` link.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +28,10 @@ BLOCK_LIMIT = 50
 TEXT_LIMIT = 3000  # the notification fallback; Slack accepts 40 000 but truncates much earlier on phones
 SUMMARY_LIMIT = 1024  # PagerDuty's summary limit, a sane bound for any receiver
 SCHEMA = "dupguard.alert/v1"
+# One webhook POST stays small for any receiver (PagerDuty's Events API takes 512 KB, many gateways
+# 1 MB); a bigger storm is split into parts.
+DIGEST_MAX_BYTES = 256_000
+DIGEST_MAX_GROUPS = 100
 
 # Raw names are cut before escaping so one name can never fill a section on its own.
 _NAME_LIMIT = 250  # Airflow's own dag_id / run_id limit
@@ -484,8 +489,33 @@ def webhook_payload(event: AlertEvent, ui_url: str | None = None) -> dict[str, A
     }
 
 
+def digest_payloads(
+    events: Sequence[AlertEvent],
+    ui_url: str | None = None,
+    *,
+    max_bytes: int = DIGEST_MAX_BYTES,
+    max_groups: int = DIGEST_MAX_GROUPS,
+) -> list[dict[str, Any]]:
+    """A storm digest as one or more payloads of at most ``max_groups`` groups and ``max_bytes`` of JSON
+    each (a single group bigger than that still goes alone). Each part has ``part`` (1-based), ``parts``
+    and ``total`` (groups in the whole digest); ``count`` and ``groups`` are the part's own."""
+    chunks: list[Sequence[AlertEvent]] = []
+    pending = [events[i : i + max_groups] for i in range(0, len(events), max_groups)]
+    while pending:
+        chunk = pending.pop(0)
+        if len(chunk) > 1 and len(json.dumps(digest_payload(chunk, ui_url), default=str)) > max_bytes:
+            half = len(chunk) // 2
+            pending[:0] = [chunk[:half], chunk[half:]]
+        else:
+            chunks.append(chunk)
+    return [
+        digest_payload(chunk, ui_url) | {"part": i, "parts": len(chunks), "total": len(events)}
+        for i, chunk in enumerate(chunks, start=1)
+    ]
+
+
 def digest_payload(events: Sequence[AlertEvent], ui_url: str | None = None) -> dict[str, Any]:
-    """The ``dupguard.alert/v1`` payload of a storm digest (``type`` digest)."""
+    """The ``dupguard.alert/v1`` payload of a storm digest (``type`` digest); ``digest_payloads`` splits big ones."""
     cluster = events[0].cluster if events else ""
     worst = "error" if any(e.finding.confidence is Confidence.CONFIRMED for e in events) else "warning"
     return {
