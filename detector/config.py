@@ -198,6 +198,19 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log_format", "auto", _choice("auto", "json", "console"), "json, console, or auto (console on a TTY)."),
     Setting("summary_interval", timedelta(seconds=60), _positive_duration, "Interval of the summary log line."),
     Setting(
+        "config_source",
+        None,
+        str,
+        "Which configuration this is, e.g. `configmap/dupguard` (set by the companion chart's ConfigMap).",
+    ),
+    Setting(
+        "config_expected",
+        None,
+        str,
+        "The configuration the deployment meant to load (set by the sidecar overlay); when it differs "
+        "from `config_source`, dupguard warns `config_missing` and sets `dupguard_config_missing` to 1.",
+    ),
+    Setting(
         "ledger",
         "auto",
         _choice("auto", "on", "off"),
@@ -254,6 +267,8 @@ class Config:
     log_level: str
     log_format: str
     summary_interval: timedelta
+    config_source: str | None
+    config_expected: str | None
     ledger: str
     remediation: str
     remediation_backend: str
@@ -278,6 +293,12 @@ class Config:
     def of(cls, **overrides: Any) -> Config:
         """A Config with SETTINGS' defaults and ``overrides`` (no validation: for tests and tools)."""
         return cls(**({s.name: s.default for s in SETTINGS} | overrides))
+
+    @property
+    def config_missing(self) -> bool:
+        """The deployment meant to load a configuration (the sidecar overlay's DUPGUARD_CONFIG_EXPECTED)
+        that did not arrive: an optional ConfigMap that is absent or another one, so defaults apply."""
+        return self.config_expected is not None and self.config_source != self.config_expected
 
     def redacted(self) -> dict[str, Any]:
         """Every setting as loggable values: secrets masked, URLs without passwords (parsed, not replaced)."""

@@ -107,7 +107,7 @@ class Daemon:
         self._tally = _Tally()
         self._mode = Mode(config.remediation)
         self._filter = DagFilter(config.dags, config.exclude_dags)
-        parts.metrics.set_build(parts.db.info.airflow_version)
+        parts.metrics.set_build(parts.db.info.family.value)
 
     # --- health -------------------------------------------------------------------------------
 
@@ -331,6 +331,7 @@ class Daemon:
         m = self.parts.metrics
         if first:
             m.groups_detected.labels(kind=finding.kind.value, confidence=finding.confidence.value).inc()
+            m.groups_by_dag.labels(dag_id=finding.dag_id).inc()
             for run in finding.duplicates:
                 if run.queued_at is not None:
                     m.detection_latency.observe(max(0.0, (now - run.queued_at).total_seconds()))

@@ -1,15 +1,35 @@
 """Prometheus metrics (prometheus-client). One ``Metrics`` per daemon, on its own registry, so tests
 can run several daemons in one process. Names follow prometheus.io naming: one ``dupguard_`` prefix,
 base units, ``_total`` counters, no run_id labels (unbounded cardinality).
+
+Hygiene for alerting: every labelled counter whose label values are known up front starts at 0, so
+the first failure shows in ``increase()``; no ``_created`` series (they double the series count and
+dashboards never use them); ``process_*`` metrics come from prometheus-client's process collector.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Iterable
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 
 from detector import __version__
+from detector.model import Confidence, Kind
+from detector.ports import Result
+
+# Process-wide switch of prometheus-client: drop the `_created` series of counters and histograms.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+ALERT_OUTCOMES = ("sent", "deduplicated", "retried", "failed")
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -20,6 +40,8 @@ class Metrics:
 
     def __post_init__(self) -> None:
         r = self.registry
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
         self.groups_detected = Counter(
             "dupguard_duplicate_groups_detected_total", "Duplicate groups detected.", ["kind", "confidence"], registry=r
         )
@@ -40,6 +62,11 @@ class Metrics:
         self.build_info = Gauge(
             "dupguard_build_info", "Build and Airflow version.", ["version", "airflow_version"], registry=r
         )
+        self.config_missing = Gauge(
+            "dupguard_config_missing",
+            "1 when the configuration the deployment meant to load (DUPGUARD_CONFIG_EXPECTED) was not loaded.",
+            registry=r,
+        )
         self.poll_errors = Counter("dupguard_poll_errors_total", "Polls that failed.", registry=r)
         self.remediations = Counter(
             "dupguard_remediations_total", "Remediation attempts by result.", ["mode", "backend", "result"], registry=r
@@ -57,6 +84,29 @@ class Metrics:
             registry=r,
         )
 
+        self.groups_by_dag = Counter(
+            "dupguard_duplicate_groups_by_dag_total",
+            "Duplicate groups detected per DAG (one series per DAG that had a duplicate).",
+            ["dag_id"],
+            registry=r,
+        )
+        for kind in Kind:
+            for confidence in Confidence:
+                self.groups_detected.labels(kind=kind.value, confidence=confidence.value)
+
+    def init_remediations(self, mode: str, backend: str) -> None:
+        """Zero series for every result of the configured mode and backend."""
+        for result in Result:
+            self.remediations.labels(mode=mode, backend=backend, result=result.value)
+
+    def init_alerts(self, channels: Iterable[str]) -> None:
+        """Zero series for every outcome of every configured alert channel."""
+        for channel in channels:
+            for outcome in ALERT_OUTCOMES:
+                self.alerts.labels(channel=channel, outcome=outcome)
+
     def set_build(self, airflow_version: str) -> None:
+        """``version`` is dupguard's own; ``airflow_version`` the Airflow series the schema belongs to
+        (e.g. "3.1"), a version rather than the range of releases sharing that schema head."""
         self.build_info.clear()
         self.build_info.labels(version=__version__, airflow_version=airflow_version).set(1)

@@ -63,6 +63,15 @@ def _run(
         signal.signal(signal.SIGINT, on_signal)
 
     metrics = Metrics()
+    metrics.config_missing.set(int(cfg.config_missing))
+    if cfg.config_missing:
+        log.warning(
+            "config_missing",
+            expected=cfg.config_expected,
+            loaded=cfg.config_source,
+            detail="settings not given otherwise use built-in defaults (remediation dry-run, no Slack): "
+            "check the companion release name and the scheduler label dupguard-config (docs/deploy.md)",
+        )
     startup = Startup()
     server = None
     if cfg.http_port and not once:

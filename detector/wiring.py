@@ -62,11 +62,15 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
             lease=config.leader_check_interval * 3,
         )
     ledger = open_ledger(config.ledger, engine)
+    remediator = build_remediator(config, engine, db.tables, metrics)
+    alerter = build_alerter(config, ledger, metrics)
+    metrics.init_remediations(config.remediation, getattr(remediator, "backend_name", "none"))
+    metrics.init_alerts(alerter.channel_names)
     return Parts(
         db=db,
         leadership=leadership,
         ledger=ledger,
-        remediator=build_remediator(config, engine, db.tables, metrics),
-        alerter=build_alerter(config, ledger, metrics),
+        remediator=remediator,
+        alerter=alerter,
         metrics=metrics,
     )

@@ -97,3 +97,65 @@ def throwaway_pod(containers: list[dict[str, Any]], volumes: list[dict[str, Any]
         "metadata": {"name": "overlay-check"},
         "spec": {"containers": containers, "volumes": volumes},
     }
+
+
+# The official Apache Airflow chart the overlays are rendered with. The project does not vendor it:
+# AIRFLOW_CHART_ENV names a chart folder or .tgz; without it the tests use the copy beside the
+# checkout (../shared/charts/airflow-1.18.0, also looked up beside the main worktree), else pull
+# `airflow` 1.18.0 from the official repository. No chart at all fails the tests, naming the setting.
+AIRFLOW_CHART_ENV = "DUPGUARD_AIRFLOW_CHART"
+AIRFLOW_CHART_VERSION = "1.18.0"
+AIRFLOW_CHART_REPO = "https://airflow.apache.org"
+
+
+def _main_worktree() -> Path | None:
+    import subprocess
+
+    try:
+        common = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return Path(common).parent
+
+
+def locate_airflow_chart(download_dir: Path) -> Path:
+    """The official chart to render, or a test failure that names the setting."""
+    import os
+
+    configured = os.environ.get(AIRFLOW_CHART_ENV)
+    if configured:
+        path = Path(configured).expanduser()
+        if not path.exists():
+            pytest.fail(f"{AIRFLOW_CHART_ENV}={configured}: no such chart folder or .tgz")
+        return path
+    shared = Path("shared") / "charts" / f"airflow-{AIRFLOW_CHART_VERSION}"
+    for root in filter(None, (REPO, _main_worktree())):
+        candidate = root.parent / shared
+        if (candidate / "Chart.yaml").is_file():
+            return candidate
+    helm = require_module("helm_python")
+    try:
+        out = helm.pull("airflow", repo_url=AIRFLOW_CHART_REPO, version=AIRFLOW_CHART_VERSION, destination=download_dir)
+    except helm.HelmError as exc:
+        pytest.fail(
+            f"no official Airflow chart: set {AIRFLOW_CHART_ENV} to a chart folder or .tgz of apache-airflow/airflow "
+            f"{AIRFLOW_CHART_VERSION} (none beside the checkout at ../{shared}, and pulling from "
+            f"{AIRFLOW_CHART_REPO} failed: {exc})"
+        )
+    archives = sorted(download_dir.glob("airflow-*.tgz"))
+    if not archives:
+        pytest.fail(f"pulling the Airflow chart gave no archive ({out}); set {AIRFLOW_CHART_ENV}")
+    return archives[0]
+
+
+def load_chart(path: Path) -> Any:
+    """A helm_python Chart from a folder or a .tgz archive."""
+    helm = require_module("helm_python")
+    if path.is_file():
+        return helm.Chart.load_archive(path.read_bytes())
+    return helm.Chart.load(path)

@@ -31,7 +31,8 @@ SECRET_VARIANTS: dict[str, dict[str, Any]] = {
         "airflow": {"apiUrl": "http://airflow-api-server:8080", "username": "dupguard", "password": "pw"},
         "database": {"lockDatabaseUrl": "postgresql://dupguard:pw@postgres:5432/airflow"},
     },
-    "existing-secret": {"existingSecret": "my-dupguard-secrets"},
+    # In sidecar mode the overlay reads the Secret named like the ConfigMap (<fullname>).
+    "existing-secret": {"existingSecret": "dupguard"},
 }
 TOGGLES = {
     "enabled": [True, False],
@@ -169,7 +170,7 @@ def test_standalone_deployment_is_hardened_and_ready_checked() -> None:
     assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
     env = {e["name"]: e for e in container["env"]}
     ref = env["DUPGUARD_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
-    assert ref == {"name": "airflow-airflow-metadata", "key": "connection"}
+    assert ref == {"name": "airflow-metadata", "key": "connection"}
     assert {"configMapRef": {"name": "dupguard"}} in container["envFrom"]
     assert {"secretRef": {"name": "dupguard"}} in container["envFrom"]
     annotations = pod["metadata"]["annotations"]

@@ -1,9 +1,6 @@
-"""The Airflow-chart overlays and the plain manifests in deploy/k8s/.
+"""The Airflow-chart overlays read as plain YAML, and the plain manifests in deploy/k8s/.
 
-The sidecar overlay is rendered the way the official Airflow chart renders it: a throw-away chart
-whose pod template passes scheduler.extraContainers and extraVolumes through `tpl`, exactly like
-the official chart's scheduler-deployment.yaml, with the chart's `airflow_metadata_secret` helper.
-The resulting Pod is validated with kubernetes-validate --strict.
+The overlays rendered with the real official chart are in test_deploy_airflow_chart.py.
 """
 
 from __future__ import annotations
@@ -11,10 +8,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any
 
-import pytest
 import yaml
 
 from tests.deploy.support import (
@@ -32,102 +26,6 @@ SIDECAR_OVERLAY = DEPLOY / "helm" / "values-airflow-sidecar.yaml"
 GUARD_OVERLAY = DEPLOY / "helm" / "values-airflow-guard.yaml"
 K8S = DEPLOY / "k8s"
 PLACEHOLDER = "DUPGUARD GUARD SNIPPET PLACEHOLDER"
-
-# What the official chart does with these values (chart/templates/scheduler/scheduler-deployment.yaml
-# and _helpers.yaml, apache/airflow): tpl over toYaml of the lists, and the metadata Secret helper.
-MIMIC_TEMPLATE = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {{ .Release.Name }}-scheduler
-  {{- with .Values.scheduler.podAnnotations }}
-  annotations: {{- toYaml . | nindent 4 }}
-  {{- end }}
-spec:
-  containers:
-    - name: scheduler
-      image: apache/airflow:3.1.2
-  {{- if .Values.scheduler.extraContainers }}
-    {{- tpl (toYaml .Values.scheduler.extraContainers) . | nindent 4 }}
-  {{- end }}
-  volumes:
-    - name: logs
-      emptyDir: {}
-  {{- if .Values.scheduler.extraVolumes }}
-    {{- tpl (toYaml .Values.scheduler.extraVolumes) . | nindent 4 }}
-  {{- end }}
-"""
-MIMIC_HELPERS = """\
-{{- define "airflow_metadata_secret" -}}
-  {{- default (printf "%s-airflow-metadata" .Release.Name) .Values.data.metadataSecretName }}
-{{- end }}
-"""
-
-
-@pytest.fixture(scope="module")
-def mimic_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("official-chart-mimic") / "airflow"
-    (root / "templates").mkdir(parents=True)
-    (root / "Chart.yaml").write_text("apiVersion: v2\nname: airflow\nversion: 1.18.0\n")
-    (root / "values.yaml").write_text(
-        "data:\n  metadataSecretName: ~\nscheduler:\n  podAnnotations: {}\n  extraContainers: []\n  extraVolumes: []\n"
-    )
-    (root / "templates" / "scheduler.yaml").write_text(MIMIC_TEMPLATE)
-    (root / "templates" / "_helpers.yaml").write_text(MIMIC_HELPERS)
-    return root
-
-
-def render_overlay(chart: Path, release: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    helm = require_module("helm_python")
-    values = yaml.safe_load(SIDECAR_OVERLAY.read_text())
-    values.update(extra or {})
-    rendered = helm.Chart.load(chart).render(values, name=release, namespace="airflow")
-    (pod,) = load_documents(rendered["airflow/templates/scheduler.yaml"])
-    return pod
-
-
-def dupguard_container(pod: dict[str, Any]) -> dict[str, Any]:
-    (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "dupguard"]
-    return container
-
-
-def test_sidecar_overlay_renders_a_valid_hardened_container(mimic_chart: Path) -> None:
-    """The overlay, rendered like the official chart does, is a valid, hardened, liveness-only sidecar."""
-    pod = render_overlay(mimic_chart, "airflow")
-    validate_objects([pod], "scheduler pod with the sidecar overlay")
-    container = dupguard_container(pod)
-    assert_hardened_container(container, "sidecar overlay")
-    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
-    assert "readinessProbe" not in container, "a sidecar readiness probe would take the scheduler out"
-    assert "startupProbe" not in container
-    env = {e["name"]: e for e in container["env"]}
-    assert env["DUPGUARD_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
-        "name": "airflow-airflow-metadata",
-        "key": "connection",
-    }
-    port = container["ports"][0]
-    assert port["containerPort"] == int(env["DUPGUARD_HTTP_PORT"]["value"]) == 9469
-    assert len(port["name"]) <= 15
-    annotations = pod["metadata"]["annotations"]
-    assert annotations == {
-        "prometheus.io/scrape": "true",
-        "prometheus.io/port": "9469",
-        "prometheus.io/path": "/metrics",
-    }
-    for source in container["envFrom"]:
-        ref = source.get("configMapRef") or source.get("secretRef")
-        assert ref["name"] == "dupguard" and ref["optional"] is True, "settings are optional"
-
-
-def test_sidecar_overlay_follows_the_charts_metadata_secret_name(mimic_chart: Path) -> None:
-    """Another release name, or data.metadataSecretName, changes the Secret the sidecar reads."""
-    pod = render_overlay(mimic_chart, "prod")
-    env = {e["name"]: e for e in dupguard_container(pod)["env"]}
-    assert env["DUPGUARD_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "prod-airflow-metadata"
-    pod = render_overlay(mimic_chart, "prod", {"data": {"metadataSecretName": "my-metadata"}})
-    env = {e["name"]: e for e in dupguard_container(pod)["env"]}
-    assert env["DUPGUARD_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "my-metadata"
-
 
 def test_sidecar_overlay_container_in_a_throwaway_pod() -> None:
     """Read as plain YAML (no Helm), the overlay's container and volume form a valid Pod."""
