@@ -27,13 +27,20 @@ class HealthServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                self._respond(send_body=True)
+
+            def do_HEAD(self) -> None:  # probes and uptime checkers may send HEAD
+                self._respond(send_body=False)
+
+            def _respond(self, *, send_body: bool) -> None:
                 route = routes.get(self.path.split("?", 1)[0])
                 status, ctype, body = route() if route else (404, "text/plain", b"not found\n")
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if send_body:
+                    self.wfile.write(body)
 
             def log_message(self, format: str, *args: object) -> None:
                 return None  # probes every few seconds would drown the logs

@@ -9,9 +9,8 @@ dashboards never use them); ``process_*`` metrics come from prometheus-client's 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from prometheus_client import (
     CollectorRegistry,

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
 export DUPGUARD_TEST_DATABASE_URL="$(scripts/postgres.sh start)"
+scripts/promtool.sh  # promtool for the alert-rule checks in tests/deploy
 # Real Airflow for the remediation (API server), guard (scheduler code) and end-to-end tests.
 for version in 3.0.6 3.1.2 3.2.2; do
   scripts/airflow/venv.sh "$version" >&2

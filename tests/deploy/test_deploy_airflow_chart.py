@@ -67,10 +67,7 @@ def all_pairs(factors: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """A deterministic greedy all-pairs sample of the factors' product."""
     names = list(factors)
     uncovered = {
-        ((a, va), (b, vb))
-        for a, b in itertools.combinations(names, 2)
-        for va in factors[a]
-        for vb in factors[b]
+        ((a, va), (b, vb)) for a, b in itertools.combinations(names, 2) for va in factors[a] for vb in factors[b]
     }
     candidates = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*factors.values())]
 

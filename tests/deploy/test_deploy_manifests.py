@@ -27,6 +27,7 @@ GUARD_OVERLAY = DEPLOY / "helm" / "values-airflow-guard.yaml"
 K8S = DEPLOY / "k8s"
 PLACEHOLDER = "DUPGUARD GUARD SNIPPET PLACEHOLDER"
 
+
 def test_sidecar_overlay_container_in_a_throwaway_pod() -> None:
     """Read as plain YAML (no Helm), the overlay's container and volume form a valid Pod."""
     scheduler = yaml.safe_load(SIDECAR_OVERLAY.read_text())["scheduler"]

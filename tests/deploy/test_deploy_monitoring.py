@@ -1,0 +1,237 @@
+"""The monitoring kit: alert rules (promtool), Prometheus Operator and Grafana objects of the companion
+chart, and the dashboard checked against the /metrics of a real ``dupguard run``.
+
+promtool comes from Debian's ``prometheus`` package (scripts/promtool.sh installs it; scripts/test.sh
+runs that first). A missing promtool fails these tests; it never skips them. The ServiceMonitor,
+PodMonitor and PrometheusRule are custom resources whose schemas kubernetes-validate does not bundle:
+their shape is checked against the objects they select instead, and the rules inside with promtool.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.support import CHART, DEPLOY, load_documents, require_module, validate_objects
+
+RULES = CHART / "files" / "prometheus-rules.yaml"
+DASHBOARD = CHART / "files" / "grafana-dashboard.json"
+RULES_TEST = Path(__file__).parent / "promtool" / "rules-test.yaml"
+MONITORING_ON = {
+    "monitoring": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "podMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "grafanaDashboard": {"enabled": True, "folder": "Airflow"},
+    }
+}
+# Grafana's built-in variables, replaced by a duration so that promtool can parse the expression.
+GRAFANA_VARIABLES = re.compile(r"\$__(rate_interval|interval|range)|\$\{__(rate_interval|interval|range)\}")
+PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset"}
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found is None:  # pragma: no cover - only on a machine set up without scripts/promtool.sh
+        pytest.fail("promtool not found: install Debian's `prometheus` package (scripts/promtool.sh does)")
+    return found
+
+
+def run_promtool(*args: str, cwd: Path | None = None) -> str:
+    result = subprocess.run([promtool(), *args], capture_output=True, text=True, check=False, cwd=cwd)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def render_companion(values: dict[str, Any], release: str = "dupguard") -> list[dict[str, Any]]:
+    rendered = require_module("helm_python").Chart.load(CHART).render(values, name=release, namespace="airflow")
+    return [d for path, text in rendered.items() if not path.endswith("NOTES.txt") for d in load_documents(text)]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (obj,) = [d for d in docs if d["kind"] == kind]
+    return obj
+
+
+def dashboard_expressions() -> list[tuple[str, str]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    out = [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            query = variable["query"]["query"]
+            out.append((f"variable {variable['name']}", re.sub(r"^label_values\((\w+),.*\)$", r"\1", query)))
+    return out
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects: identifiers that are not functions, keywords or labels."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)  # label lists
+    text = re.sub(r"\[[^\]]*\]", "", text)  # ranges
+    text = re.sub(r"\boffset\s+\S+", "", text)  # offsets
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        rest = text[match.end() :].lstrip()
+        if match.group() not in PROMQL_WORDS and not rest.startswith("("):
+            names.add(match.group())
+    return names
+
+
+def test_alert_rules_pass_promtool_check_and_have_runbooks() -> None:
+    """promtool check rules accepts the rule file and the rules as the PrometheusRule carries them."""
+    run_promtool("check", "rules", str(RULES))
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        for rule in group["rules"]:
+            assert rule["annotations"].get("runbook"), f"{rule['alert']}: runbook line"
+            assert rule["labels"]["severity"] in {"critical", "warning"}
+
+
+def test_alert_rules_unit_tests(tmp_path: Path) -> None:
+    """promtool test rules: each alert fires on the series that should page and stays quiet otherwise."""
+    out = run_promtool("test", "rules", RULES_TEST.name, cwd=RULES_TEST.parent)
+    assert "SUCCESS" in out
+    tested = {
+        t["alertname"] for test in yaml.safe_load(RULES_TEST.read_text())["tests"] for t in test["alert_rule_test"]
+    }
+    alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    assert tested == alerts, f"alerts without a unit test: {alerts - tested}"
+
+
+def test_companion_chart_monitoring_objects_standalone(tmp_path: Path) -> None:
+    """Standalone: the ServiceMonitor selects the Service by its labels and port name, the PodMonitor the
+    Deployment's pods and container port, the PrometheusRule holds exactly the rule file (promtool
+    checks it as rendered), and the dashboard ConfigMap carries the Grafana sidecar's label."""
+    docs = render_companion({"mode": "standalone", **MONITORING_ON})
+    service, deployment = one(docs, "Service"), one(docs, "Deployment")
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+    pod_monitor = one(docs, "PodMonitor")
+    pod = deployment["spec"]["template"]
+    assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    ports = {p["name"] for c in pod["spec"]["containers"] for p in c["ports"]}
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] in ports
+    rule = one(docs, "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load(RULES.read_text())
+    rendered_rules = tmp_path / "rendered-rules.yaml"
+    rendered_rules.write_text(yaml.safe_dump(rule["spec"]))
+    run_promtool("check", "rules", str(rendered_rules))
+    (dashboard,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "Airflow"}
+    assert json.loads(dashboard["data"]["dupguard.json"]) == json.loads(DASHBOARD.read_text())
+    validate_objects([dashboard, service, deployment], "monitoring (core objects)")
+
+
+def test_companion_chart_pod_monitor_sidecar_selects_the_overlay_port() -> None:
+    """Sidecar: the PodMonitor selects the scheduler pods and the overlay container's named port; the
+    ServiceMonitor (no Service in sidecar mode) is not rendered; all toggles off render none of them."""
+    docs = render_companion({"mode": "sidecar", **MONITORING_ON})
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
+    pod_monitor = one(docs, "PodMonitor")
+    overlay = yaml.safe_load((DEPLOY / "helm" / "values-airflow-sidecar.yaml").read_text())["scheduler"]
+    (container,) = overlay["extraContainers"]
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == container["ports"][0]["name"]
+    assert pod_monitor["spec"]["selector"]["matchLabels"] == {
+        "tier": "airflow",
+        "component": "scheduler",
+        "release": "airflow",
+    }
+    kinds = {d["kind"] for d in render_companion({"mode": "standalone"})}
+    assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def test_metric_names_extraction() -> None:
+    """The helper that reads metric names out of PromQL (so the dashboard test can fail)."""
+    expr = 'histogram_quantile(0.99, sum by (le) (rate(a_bucket{x="y"}[5m]))) / on (pod) b and c offset 5m'
+    assert metric_names(expr) == {"a_bucket", "b", "c"}
+    assert metric_names('time() - max by (pod) (g{namespace=~"$namespace"})') == {"g"}
+
+
+@pytest.mark.integration
+def test_dashboard_and_metrics_hygiene_against_a_running_daemon(pg_templates: Any, tmp_path: Path) -> None:
+    """Scrape a real `dupguard run` on the 3.1.2 schema: every dashboard expression parses (promtool)
+    and names only metrics it exports; process_* metrics; labelled counters start at 0; no _created
+    series; dupguard_build_info carries dupguard's version and an Airflow version, not a range; the
+    health endpoints answer HEAD."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from detector import __version__
+    from tests.daemon_harness import wait_for
+    from tests.integration.test_run_process import free_port, metric, spawn
+    from tests.writer import AirflowWriter
+
+    port = free_port()
+    url = pg_templates.clone("3.1.2")
+    proc = spawn(
+        url,
+        tmp_path / "run.log",
+        DUPGUARD_HTTP_PORT=str(port),
+        DUPGUARD_REMEDIATION="fail",
+        DUPGUARD_REMEDIATION_BACKEND="db",
+        DUPGUARD_WEBHOOK_URL="http://127.0.0.1:9/hook",
+    )
+    try:
+        wait_for(lambda: metric(port, "dupguard_leader") == 1.0, what="leadership")
+        before = scrape(port)
+        # One duplicate, so that the per-DAG counter has a series and the histograms observations.
+        writer = AirflowWriter(url)
+        writer.duplicate_pair("consumer")
+        writer.close()
+        wait_for(
+            lambda: 'dupguard_duplicate_groups_by_dag_total{dag_id="consumer"} 1.0' in scrape(port), what="detection"
+        )
+        body = scrape(port)
+        for path in ("/livez", "/readyz", "/metrics"):
+            request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="HEAD")
+            with urllib.request.urlopen(request, timeout=5) as resp:  # noqa: S310
+                assert resp.status == 200 and resp.read() == b"", path
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+    initial = [s for family in text_string_to_metric_families(before) for s in family.samples]
+    samples = [s for family in text_string_to_metric_families(body) for s in family.samples]
+    exported = {s.name for s in samples}
+    assert not [n for n in exported if n.endswith("_created")], "no _created series"
+    assert {"process_resident_memory_bytes", "process_cpu_seconds_total", "process_start_time_seconds"} <= exported
+
+    def zero(name: str, **labels: str) -> None:
+        found = [s for s in initial if s.name == name and labels.items() <= s.labels.items()]
+        assert found and all(s.value == 0 for s in found), f"{name}{labels} must exist at 0: {found}"
+
+    for kind in ("asset", "partitioned"):
+        for confidence in ("confirmed", "suspected"):
+            zero("dupguard_duplicate_groups_detected_total", kind=kind, confidence=confidence)
+    for result in ("done", "failed", "too_late", "already"):
+        zero("dupguard_remediations_total", mode="fail", backend="db", result=result)
+    for outcome in ("sent", "failed", "retried", "deduplicated"):
+        zero("dupguard_alerts_total", channel="webhook", outcome=outcome)
+    (build,) = [s for s in samples if s.name == "dupguard_build_info"]
+    assert build.labels["version"] == __version__ and re.fullmatch(r"\d+\.\d+\.\d+.*", __version__)
+    assert build.labels["airflow_version"] == "3.1", build.labels
+    assert [s.value for s in samples if s.name == "dupguard_config_missing"] == [0.0]
+
+    rules: list[dict[str, str]] = []
+    for n, (title, expr) in enumerate(dashboard_expressions()):
+        unknown = metric_names(expr) - exported
+        assert not unknown, f"dashboard panel {title!r} names metrics dupguard does not export: {unknown}"
+        rules.append({"record": f"dashboard:expr_{n}", "expr": GRAFANA_VARIABLES.sub("5m", expr)})
+    as_rules = tmp_path / "dashboard-rules.yaml"
+    as_rules.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    run_promtool("check", "rules", str(as_rules))
