@@ -1,6 +1,12 @@
 """structlog set-up: JSON with Airflow 3's top-level keys (timestamp, level, event, logger), or console.
 
-The only module that touches global logging state.
+The only module that touches global logging state. In JSON mode every line on stderr is one JSON
+object, whoever logs it: dupguard's own structlog calls, and the standard library's ``logging`` of
+every other library (SQLAlchemy, urllib3, slack-sdk, APScheduler) and Python warnings, through
+structlog's ``ProcessorFormatter`` on the root logger's handler. Keys come in Airflow 3's order
+(``timestamp``, ``level``, ``event``, ``logger``, then the event's own fields); an exception is a
+structured ``exception`` field (type, message, frames, without local variables, which could hold
+secrets) instead of a multi-line traceback.
 """
 
 from __future__ import annotations
@@ -11,29 +17,51 @@ from collections.abc import MutableMapping
 from typing import Any, TextIO, cast
 
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
+
+FIRST_KEYS = ("timestamp", "level", "event", "logger")
 
 
 def configure(level: str = "info", fmt: str = "auto") -> None:
     """Route structlog and stdlib logging to stderr in ``fmt`` (json, console, or auto by TTY)."""
     if fmt == "auto":
         fmt = "console" if sys.stderr.isatty() else "json"
-    shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
-    ]
-    renderer: Any = (
-        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-        if fmt == "console"
-        else structlog.processors.JSONRenderer()
-    )
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp")
+    shared: list[Any] = [structlog.contextvars.merge_contextvars, structlog.processors.add_log_level, timestamper]
+    tail: list[Any]
+    if fmt == "console":
+        tail = [structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
+    else:
+        exceptions = structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
+        tail = [exceptions, _airflow_key_order, structlog.processors.JSONRenderer()]
     structlog.configure(
-        processors=[*shared, _add_logger_name, structlog.processors.format_exc_info, renderer],
+        processors=[*shared, _add_logger_name, *tail],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    _route_stdlib_logging(shared, tail, level)
+
+
+def _route_stdlib_logging(shared: list[Any], tail: list[Any], level: str) -> None:
+    """Other libraries' ``logging`` records through the same processors and renderer."""
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, _add_record_logger_name],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tail],
+    )
+    handler = logging.StreamHandler(cast(TextIO, _CurrentStderr()))
+    handler.setFormatter(formatter)
+    handler.set_name(_HANDLER_NAME)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    # Libraries' INFO chatter (connection pools, HTTP retries) stays out unless dupguard logs less.
+    root.setLevel(max(logging.WARNING, logging.getLevelName(level.upper())))
+    logging.captureWarnings(True)  # warnings.warn(...) becomes a JSON line too
+
+
+_HANDLER_NAME = "dupguard"
 
 
 class _CurrentStderr:
@@ -50,6 +78,19 @@ class _CurrentStderr:
 def _add_logger_name(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     event["logger"] = event.pop("logger_name", None) or event.get("logger") or "dupguard"
     return event
+
+
+def _add_record_logger_name(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    record = event.get("_record")
+    event["logger"] = record.name if isinstance(record, logging.LogRecord) else "root"
+    return event
+
+
+def _airflow_key_order(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """timestamp, level, event, logger first, as Airflow 3 writes its JSON logs."""
+    ordered = {key: event.pop(key) for key in FIRST_KEYS if key in event}
+    ordered.update(event)
+    return ordered
 
 
 def get(name: str) -> Any:

@@ -23,3 +23,41 @@ def test_json_lines_have_airflow_keys_and_follow_a_replaced_stderr(monkeypatch: 
     record = json.loads(second.getvalue().strip().splitlines()[-1])
     assert {"timestamp", "level", "event", "logger"} <= record.keys()
     assert (record["event"], record["logger"], record["answer"]) == ("something_happened", "dupguard.test", 42)
+
+
+CHILD = """
+import logging, warnings
+from detector import logs
+logs.configure("info", "json")
+logs.get("dupguard.test").info("own_event", answer=42)
+logging.getLogger("sqlalchemy.pool").warning("connection %s invalidated", "c1")
+logging.getLogger("urllib3.connectionpool").info("below the library threshold")
+try:
+    {}["missing"]
+except KeyError:
+    logging.getLogger("slack_sdk").exception("delivery failed")
+    logs.get("dupguard.test").exception("own_failure")
+warnings.warn("a library warning", UserWarning, stacklevel=1)
+"""
+
+
+def test_every_line_is_json_in_airflow_key_order_with_structured_exceptions() -> None:
+    """JSON mode, in a real process: dupguard's lines, other libraries' stdlib logging and Python warnings
+    are all one JSON object per line, starting timestamp, level, event, logger; exceptions are fields."""
+    import subprocess
+
+    result = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, check=True)
+    lines = result.stderr.strip().splitlines()
+    records = [json.loads(line) for line in lines]  # fails on any non-JSON line
+    assert [r["event"] for r in records][:2] == ["own_event", "connection c1 invalidated"]
+    assert len(records) == 5, "INFO of other libraries stays below their WARNING threshold"
+    for record in records:
+        assert list(record)[:4] == ["timestamp", "level", "event", "logger"], record
+    by_event = {r["event"]: r for r in records}
+    assert by_event["connection c1 invalidated"]["logger"] == "sqlalchemy.pool"
+    for name in ("delivery failed", "own_failure"):
+        (exception,) = by_event[name]["exception"]
+        assert exception["exc_type"] == "KeyError" and exception["frames"], by_event[name]
+        assert by_event[name]["level"] == "error"
+    (warning,) = [r for r in records if r["logger"] == "py.warnings"]
+    assert "a library warning" in warning["event"] and warning["level"] == "warning"
