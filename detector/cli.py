@@ -227,7 +227,7 @@ def _demo(args: argparse.Namespace) -> int:
             Outcome.PREVENTED: "prevented by the in-scheduler guard; leave",
             Outcome.NOT_CONFIRMED: "suspected only; leave",
         }.get(a.outcome, a.outcome.value)
-        print(f"  {a.dag_id}: {verb} {a.run.run_id} (keeps {a.kept_run_id})")
+        print(render.printable(f"  {a.dag_id}: {verb} {a.run.run_id} (keeps {a.kept_run_id})"))
     print(f"\nDemo database: {path}\nTry: dupguard scan --database-url sqlite:///{path} --format json")
     return EXIT_OK
 

@@ -130,8 +130,22 @@ CSV_COLUMNS = (
 )
 
 
+def printable(text: str) -> str:
+    """``text`` with every non-printable character escaped (``\\x1b``, ``\\n``, ``\\u202e``): a DAG or run id
+    is whatever a DAG author wrote, and raw escape sequences in a terminal or spreadsheet can rewrite
+    what the operator sees (clear the screen, hide a line, reverse text)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _cell(value: object) -> object:
+    return printable(value) if isinstance(value, str) else value
+
+
 def as_csv(report: ScanReport) -> str:
-    """One row per group; list fields are space-separated so spreadsheets keep them in one cell."""
+    """One row per group; list fields are space-separated so spreadsheets keep them in one cell; text
+    cells have non-printable characters escaped (``printable``)."""
     out = io.StringIO()
     out.write(csv_header())
     writer = csv.writer(out, lineterminator="\n")
@@ -139,7 +153,7 @@ def as_csv(report: ScanReport) -> str:
         d = finding_dict(f)
         writer.writerow(
             [
-                " ".join("" if v is None else str(v) for v in d[c]) if isinstance(d[c], list) else d[c]
+                _cell(" ".join("" if v is None else str(v) for v in d[c]) if isinstance(d[c], list) else d[c])
                 for c in CSV_COLUMNS
             ]
         )
@@ -147,9 +161,13 @@ def as_csv(report: ScanReport) -> str:
 
 
 def as_table(report: ScanReport) -> str:
-    """A human summary: one block per group, most important first."""
+    """A human summary: one block per group, most important first; non-printable characters escaped."""
+    return "".join(printable(line) + "\n" for line in _table_lines(report))
+
+
+def _table_lines(report: ScanReport) -> list[str]:
     if report.note and not report.findings:
-        return report.note + "\n"
+        return report.note.splitlines()
     lines = [
         f"Airflow {report.info.airflow_version} (schema {report.info.family.value}); "
         f"examined {report.runs_examined} candidate runs"
@@ -157,7 +175,7 @@ def as_table(report: ScanReport) -> str:
     ]
     if not report.findings:
         lines.append("No duplicate asset-triggered runs found.")
-        return "\n".join(lines) + "\n"
+        return lines
     s = summary(report.findings)
     lines.append(
         f"{s['groups']} duplicate group(s): {s['confirmed']} confirmed, {s['suspected']} suspected; "
@@ -178,4 +196,4 @@ def as_table(report: ScanReport) -> str:
                 f"  {role} {r.run_id}  state={r.state}  job={r.creating_job_id}{host}  "
                 f"tasks started {p.started}/{p.total}"
             )
-    return "\n".join(lines) + "\n"
+    return lines

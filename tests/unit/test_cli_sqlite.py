@@ -132,3 +132,30 @@ def test_scan_reads_the_database_url_from_env_and_file(
     capsys.readouterr()
     assert main(["scan"]) == 2
     assert "DUPGUARD_DATABASE_URL" in capsys.readouterr().err
+
+
+def test_hostile_ids_are_escaped_in_table_and_csv(demo_db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """DAG and run ids carrying terminal escape sequences, a newline and a right-to-left override are
+    printed escaped (``\\x1b[2J``) in the table and in CSV cells, never raw."""
+    import sqlite3
+
+    hostile_dag = "load_orders\x1b[2J\x1b[H"
+    hostile_run_suffix = "\u202eevil\nline"
+    conn = sqlite3.connect(demo_db.removeprefix("sqlite:///"))
+    with conn:
+        conn.execute("UPDATE dag_run SET dag_id = ? WHERE dag_id = 'load_orders'", (hostile_dag,))
+        conn.execute("UPDATE task_instance SET dag_id = ? WHERE dag_id = 'load_orders'", (hostile_dag,))
+        runs = [r for (r,) in conn.execute("SELECT run_id FROM dag_run WHERE dag_id = ?", (hostile_dag,))]
+        for run_id in runs:
+            conn.execute("UPDATE dag_run SET run_id = ? WHERE run_id = ?", (run_id + hostile_run_suffix, run_id))
+            conn.execute("UPDATE task_instance SET run_id = ? WHERE run_id = ?", (run_id + hostile_run_suffix, run_id))
+    conn.close()
+    for fmt in ("table", "csv"):
+        assert main(["scan", "--database-url", demo_db, "--format", fmt]) == 1
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and "\u202e" not in out and "evil\nline" not in out
+        assert "load_orders\\x1b[2J\\x1b[H" in out and "\\u202eevil\\nline" in out
+        if fmt == "csv":
+            rows = list(csv.DictReader(io.StringIO(out)))
+            assert len(rows) == 6
+            assert "load_orders\\x1b[2J\\x1b[H" in {r["dag_id"] for r in rows}
