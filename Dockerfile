@@ -5,8 +5,11 @@
 # is a plain slim Python with that venv copied in: no compilers, no pip cache, no source tree.
 # The install steps live in deploy/docker/install.sh, which tests/deploy/test_image.py also runs.
 #
-#   docker build -t airflow-dupguard:0.1.0 .
+#   deploy/docker/build.sh registry.example.com/airflow-dupguard   # tags and OCI labels from git
 #   docker run --rm --read-only airflow-dupguard:0.1.0 --help
+#
+# Tag scheme (docs/deploy.md, section 1): <version> for a release (immutable), <version>-<short sha>
+# for any other commit; never `latest` in manifests.
 
 ARG PYTHON_IMAGE=python:3.12-slim
 
@@ -16,7 +19,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     DUPGUARD_VENV=/opt/dupguard
 WORKDIR /src
-COPY deploy/docker/install.sh deploy/docker/install.sh
+COPY deploy/docker/install.sh deploy/docker/requirements.txt deploy/docker/
 COPY pyproject.toml ./
 RUN sh deploy/docker/install.sh deps
 COPY README.md ./
@@ -24,9 +27,17 @@ COPY detector/ detector/
 RUN sh deploy/docker/install.sh app
 
 FROM ${PYTHON_IMAGE}
+# OCI annotations: deploy/docker/build.sh passes the package version, the git commit and the
+# repository URL; the defaults mark an image built without them.
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG SOURCE=unknown
 LABEL org.opencontainers.image.title="airflow-dupguard" \
       org.opencontainers.image.description="Detects, alerts on and stops duplicate asset-triggered Airflow DAG runs." \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}"
 # A fixed UID/GID so that runAsUser/runAsGroup in the manifests match and runAsNonRoot can verify it.
 RUN groupadd --system --gid 10001 dupguard \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \

@@ -2,7 +2,7 @@
 # Installs dupguard into a virtual environment in two steps, so that the image keeps its
 # dependencies in a layer of their own, built before the code is copied in:
 #
-#   install.sh deps   create the venv and install the [project] dependencies of pyproject.toml
+#   install.sh deps   create the venv and install the hash-locked dependencies (requirements.txt)
 #   install.sh app    build the dupguard wheel from the current directory and install it, no deps
 #
 # The Dockerfile's RUN lines call this script and nothing else; tests/deploy/test_image.py replays
@@ -18,18 +18,9 @@ PIP_FLAGS="--no-cache-dir --disable-pip-version-check --no-input"
 case "${1:-}" in
   deps)
     "$PYTHON" -m venv "$VENV"
-    requirements="$(mktemp)"
-    # Only pyproject.toml is in the build context at this point: read the dependency list from it
-    # (tomllib is in the standard library from Python 3.11, the project's minimum).
-    "$VENV/bin/python" -c '
-import sys, tomllib
-with open("pyproject.toml", "rb") as f:
-    project = tomllib.load(f)["project"]
-sys.stdout.write("".join(dep + "\n" for dep in project["dependencies"]))
-' >"$requirements"
+    # Exactly the pinned versions, each checked against its sha256 (deploy/docker/requirements.txt).
     # shellcheck disable=SC2086
-    "$VENV/bin/pip" install $PIP_FLAGS --requirement "$requirements"
-    rm -f "$requirements"
+    "$VENV/bin/pip" install $PIP_FLAGS --require-hashes --no-deps --requirement deploy/docker/requirements.txt
     ;;
   app)
     wheelhouse="$(mktemp -d)"

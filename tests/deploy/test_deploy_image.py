@@ -318,3 +318,67 @@ def test_builder_stage_installs_a_working_dupguard(stages: list[Stage], tmp_path
         check=True,
     )
     assert imported.stdout.strip().startswith(str(venv)), "detector must come from the venv, not the repo"
+
+
+REQUIREMENTS = REPO / "deploy" / "docker" / "requirements.txt"
+BUILD_SCRIPT = REPO / "deploy" / "docker" / "build.sh"
+
+
+def test_oci_labels_carry_version_revision_and_source(stages: list[Stage]) -> None:
+    """The final image is labelled with its version (pyproject's by default), git revision and source."""
+    import tomllib
+
+    final = stages[-1]
+    labels = parse_env(" ".join(final.all("LABEL")))
+    for key, arg in (("version", "VERSION"), ("revision", "REVISION"), ("source", "SOURCE")):
+        assert labels[f"org.opencontainers.image.{key}"] == "${" + arg + "}"
+    defaults = dict(a.split("=", 1) for a in final.all("ARG"))
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert defaults["VERSION"] == version, "ARG VERSION follows pyproject.toml's version"
+
+
+def test_image_dependencies_are_locked_with_hashes() -> None:
+    """Every pyproject dependency is pinned (==) within its range, every pin has sha256 hashes, and the
+    image installs them with --require-hashes."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    text = REQUIREMENTS.read_text()
+    logical = re.sub(r"\\\n\s*", " ", text)
+    pins: dict[str, str] = {}
+    for line in logical.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        spec, _, hashes = line.partition(" --hash=")
+        name, _, version = spec.split(";")[0].strip().partition("==")
+        assert version, f"not pinned: {line}"
+        assert hashes.startswith("sha256:"), f"no hash: {line}"
+        pins[canonicalize_name(name)] = version
+    for dependency in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]:
+        requirement = Requirement(dependency)
+        pinned = pins.get(canonicalize_name(requirement.name))
+        assert pinned is not None, f"{requirement.name} is not in {REQUIREMENTS.name}: regenerate it"
+        assert requirement.specifier.contains(pinned), f"{requirement.name}=={pinned} outside {requirement.specifier}"
+    assert "--require-hashes" in INSTALL_SCRIPT.read_text()
+
+
+def test_build_script_tags_by_the_documented_scheme() -> None:
+    """deploy/docker/build.sh: <version>-<commit>[-dirty] off a release tag, labels from git."""
+    result = subprocess.run(
+        ["sh", str(BUILD_SCRIPT), "--print", "registry.example.com/airflow-dupguard"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    revision = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    argv = result.stdout.split()
+    assert f"REVISION={revision.stdout.strip()}" in argv
+    tag = argv[argv.index("--tag") + 1]
+    assert re.fullmatch(r"registry\.example\.com/airflow-dupguard:\d+\.\d+\.\d+(-[0-9a-f]{12}(-dirty)?)?", tag), tag
+    assert not tag.endswith(":latest")
+    assert (
+        subprocess.run([require_executable("shellcheck"), "--shell=sh", str(BUILD_SCRIPT)], check=False).returncode == 0
+    )
