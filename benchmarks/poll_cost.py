@@ -7,6 +7,9 @@ Three scenarios, each timed over ``--iterations`` polls after ``--warmup`` untim
 - ``duplicate``: a run was seen by the previous poll, then its HA-race twin (same dag_id,
   run_after and consumed events, the other scheduler's job) committed: the timed poll fetches it,
   its siblings, both runs' events and task progress, and must return exactly one finding.
+- ``overlap``: the same, but the second run is the overlap race's (issue 11 §5): an earlier
+  run_after and only one of the first run's two events. Its sibling has another run_after, so the
+  poll also asks for the sibling's siblings (one more ``sibling_runs``); one finding, first run kept.
 
 For every timed poll we record the client wall time of ``poll(conn, now)`` and its database time:
 each statement the poll sent (captured with SQLAlchemy's ``before_cursor_execute``) is replayed on
@@ -39,7 +42,7 @@ from detector.db import AirflowDb, connect, make_engine, open_airflow_db, parse_
 from detector.incremental import IncrementalDetector, NewRowTracker
 from detector.model import ASSET_TRIGGERED, Run
 
-SCENARIOS = ("idle", "ordinary", "duplicate")
+SCENARIOS = ("idle", "ordinary", "duplicate", "overlap")
 PLANS = history.RESULTS / "plans" / "poll"
 SHIPPED_SIBLING_RUNS = queries.sibling_runs
 TARGET_MS = 5.0
@@ -137,6 +140,10 @@ class Writer:
     def pair_second(self, dag: int, at: datetime, events: list[int]) -> int:
         """Scheduler B's stale copy: same dag_id, run_after and events; the other job."""
         return self.run(dag, at, events, self.jobs[1], (None, None))
+
+    def overlap_second(self, dag: int, at: datetime, events: list[int]) -> int:
+        """Scheduler B's older snapshot (overlap race): run_after 100 ms earlier, the first event only."""
+        return self.run(dag, at - timedelta(milliseconds=100), events[:1], self.jobs[1], (None, None))
 
     def cleanup(self) -> None:
         with self.conn.cursor() as cur:
@@ -318,12 +325,13 @@ def measure(size: str, iterations: int, warmup: int, log: Any = print) -> dict[s
                 expect_findings = 0
                 if scenario == "ordinary":
                     writer.ordinary()
-                elif scenario == "duplicate":
+                elif scenario in ("duplicate", "overlap"):
                     first, dag, at, events = writer.pair_first()
                     with connect(engine) as conn:
                         seen = detector.poll(conn, datetime.now(UTC))
                     assert [r.id for r in seen.new_runs] == [first] and not seen.findings, seen
-                    second = writer.pair_second(dag, at, events)
+                    make_second = writer.pair_second if scenario == "duplicate" else writer.overlap_second
+                    second = make_second(dag, at, events)
                     expect_findings = 1
                 with connect(engine) as conn:
                     now = datetime.now(UTC)
@@ -334,9 +342,10 @@ def measure(size: str, iterations: int, warmup: int, log: Any = print) -> dict[s
                     elapsed = (time.perf_counter() - t0) * 1000
                     capture.on = False
                     assert len(result.findings) == expect_findings, (scenario, result)
-                    if scenario == "duplicate":
+                    if scenario in ("duplicate", "overlap"):
                         f = result.findings[0]
                         assert f.kept.id == first and [d.id for d in f.duplicates] == [second], f
+                        assert f.confidence.value == "confirmed", f
                     if i < warmup:
                         continue
                     statements = list(capture.statements)
@@ -351,7 +360,7 @@ def measure(size: str, iterations: int, warmup: int, log: Any = print) -> dict[s
                         save_plans(size, scenario, conn, statements)
             real = stat_statements(admin, history.db_name(size)) if pgss else None
             pgss_ms = None
-            if real and scenario != "duplicate":  # there, every timed poll follows an untimed one
+            if real and scenario not in ("duplicate", "overlap"):  # every timed poll follows an untimed one
                 pgss_ms = round(sum(v["total_ms"] for v in real.values()) / (warmup + iterations), 3)
             results["scenarios"][scenario] = {
                 "client_ms": summary(wall),
@@ -379,6 +388,8 @@ def render(sizes: dict[str, Any]) -> str:
     rows = []
     for scenario in SCENARIOS:
         for size, r in sizes.items():
+            if scenario not in r["scenarios"]:
+                continue  # measured before this scenario existed
             s = r["scenarios"][scenario]
             c, d = s["client_ms"], s["db_ms"]
             rows.append(
@@ -412,6 +423,8 @@ def render(sizes: dict[str, Any]) -> str:
     if "100k" in sizes and "10m" in sizes:
         ratio_rows = []
         for scenario in SCENARIOS:
+            if not all(scenario in sizes[k]["scenarios"] for k in ("100k", "10m")):
+                continue
             small, big = sizes["100k"]["scenarios"][scenario], sizes["10m"]["scenarios"][scenario]
             db_ratio = big["db_ms"]["median"] / small["db_ms"]["median"]
             cl_ratio = big["client_ms"]["median"] / small["client_ms"]["median"]

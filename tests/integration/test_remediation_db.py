@@ -216,3 +216,23 @@ def test_partitioned_duplicate_on_3_2_is_failed(pg_templates: Templates) -> None
         _unchanged_except(before, after, {action.run.run_id})
     finally:
         db.engine.dispose()
+
+
+@pytest.mark.parametrize("version", ["3.0.6", "3.1.2"])
+def test_overlap_race_fails_the_run_that_consumed_less_and_nothing_else(version: str, pg_templates: Templates) -> None:
+    """Airflow-made overlap race (different run_after, one shared event): the run holding every event
+    is kept; the other is failed; every other row is untouched."""
+    db = Db(pg_templates.clone(version, "race_overlap"))
+    try:
+        (group,) = ground_truth(version, "race_overlap")["expected_groups"]
+        (action,) = db.actions(Mode.FAIL)
+        assert action.kept_run_id == group["first_run_id"]
+        assert action.run.run_id == group["run_ids"][1]
+        before = db_state(db.url)
+        assert db.remediator(Mode.FAIL).execute(action).result is Result.DONE
+        after = db_state(db.url)
+        assert after[action.run.run_id].state == "failed"
+        assert {t[0] for t in after[action.run.run_id].tasks.values()} == {"skipped"}
+        _unchanged_except(before, after, {action.run.run_id})
+    finally:
+        db.engine.dispose()
