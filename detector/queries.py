@@ -180,7 +180,8 @@ def runs_sharing_events(conn: Connection, t: AirflowTables, since: datetime | No
 
     Legitimate runs of one DAG never share an event (detector/detect.py): this is the overlap race,
     whose runs differ in run_after. One GROUP BY (dag_id, event_id) over the consumed events of the
-    asset runs since ``since`` (idx_dag_run_run_after, then dagrun_asset_event's dag_run_id index).
+    asset runs since ``since`` (idx_dag_run_run_after, then dagrun_asset_event_pkey); over all history
+    only over the events consumed more than once (idx_dagrun_asset_events_event_id).
     """
     dr, rev = t.dag_run, t.run_events
     asset_run = [dr.c.run_type == ASSET_TRIGGERED]
@@ -188,20 +189,28 @@ def runs_sharing_events(conn: Connection, t: AirflowTables, since: datetime | No
         asset_run.append(dr.c.run_after >= since)
     if t.family.has_partitions:
         asset_run.append(dr.c.partition_key.is_(None))
-    joined = rev.join(dr, dr.c.id == rev.c.dag_run_id)
-    shared = (
-        select(dr.c.dag_id, rev.c.event_id)
-        .select_from(joined)
+    consumed = (
+        select(
+            rev.c.dag_run_id,
+            func.count().over(partition_by=(dr.c.dag_id, rev.c.event_id)).label("consumers"),
+        )
+        .select_from(rev.join(dr, dr.c.id == rev.c.dag_run_id))
         .where(*asset_run)
-        .group_by(dr.c.dag_id, rev.c.event_id)
-        .having(func.count() > 1)
-        .subquery()
     )
-    ids = select(rev.c.dag_run_id).select_from(
-        joined.join(shared, and_(shared.c.dag_id == dr.c.dag_id, shared.c.event_id == rev.c.event_id))
-    )
-    query = _run_select(t).where(*asset_run, dr.c.id.in_(ids.where(*asset_run)))
-    return [_run(r) for r in conn.execute(query)]
+    if since is None:
+        # All history: only events consumed more than once at all (fan-out to several DAGs keeps this
+        # small), streamed from the event_id index; joining every consumed event to its run first
+        # made PostgreSQL hash-aggregate the whole table (18 s at 1M, benchmarks/scan_cost.py).
+        repeated = select(rev.c.event_id).group_by(rev.c.event_id).having(func.count() > 1)
+        consumed = consumed.where(rev.c.event_id.in_(repeated))
+    shared = consumed.subquery()
+    # The ids first, then their rows by primary key: as one statement the planner, expecting far more
+    # ids than the few there are, read all of dag_run to join them.
+    ids = sorted(set(conn.execute(select(shared.c.dag_run_id).where(shared.c.consumers > 1)).scalars()))
+    runs: list[Run] = []
+    for part in chunks(ids):
+        runs.extend(_run(r) for r in conn.execute(_run_select(t).where(dr.c.id.in_(part))))
+    return runs
 
 
 def runs_for_asset_keys(conn: Connection, t: AirflowTables, keys: Sequence[tuple[str, datetime]]) -> list[Run]:
