@@ -269,3 +269,37 @@ def test_rendered_output_passes_yamllint(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_standalone_lock_mode_reaches_the_configmap() -> None:
+    """Standalone behind PgBouncer: database.lockMode=transaction becomes DUPGUARD_LOCK_MODE."""
+    kinds = by_kind(render({"mode": "standalone", "database": {"lockMode": "transaction"}}))
+    assert kinds["ConfigMap"]["data"]["DUPGUARD_LOCK_MODE"] == "transaction"
+    assert kinds["ConfigMap"]["data"]["DUPGUARD_CONFIG_SOURCE"] == "configmap/dupguard"
+    (container,) = kinds["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["DUPGUARD_CONFIG_EXPECTED"] == kinds["ConfigMap"]["data"]["DUPGUARD_CONFIG_SOURCE"]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"database": {"lockMode": "transaction"}}, "pgbouncer.enabled"),
+        ({"existingSecret": "my-dupguard-secrets"}, "name your Secret"),
+    ],
+)
+def test_sidecar_mode_refuses_settings_the_overlay_would_ignore(values: dict[str, Any], message: str) -> None:
+    """Known conflicts of sidecar mode fail the render instead of being silently ignored."""
+    helm = require_module("helm_python")
+    with pytest.raises(helm.HelmError, match=message):
+        helm.Chart.load(CHART).render({"mode": "sidecar", "database": {}, **values}, name="dupguard")
+
+
+def test_notes_point_the_overlay_at_another_release_name() -> None:
+    """A companion release not named dupguard: NOTES print the label flag and the warning."""
+    helm = require_module("helm_python")
+    notes = helm.Chart.load(CHART).render({}, name="dg", namespace="airflow")["dupguard/templates/NOTES.txt"]
+    assert "--set-string scheduler.labels.dupguard-config=dg-dupguard" in notes
+    assert "merge_values.py" in notes
+    default = helm.Chart.load(CHART).render({}, name="dupguard", namespace="airflow")["dupguard/templates/NOTES.txt"]
+    assert "dupguard-config" not in default
