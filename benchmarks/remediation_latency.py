@@ -7,14 +7,25 @@ window). Each sample includes the guard's re-read; for ``api`` it includes the H
 (token already cached, as in a running daemon), for ``db`` the locked transaction and its commit.
 
     .venv/bin/python -m benchmarks.remediation_latency [--samples 50]
+    .venv/bin/python -m benchmarks.remediation_latency --gap --label after [--samples 50]
 
 Prints a table and writes benchmarks/results/remediation_latency.json.
+
+``--gap`` (issue 11 §2) measures the ``api`` backend's window between the guard's re-read and the
+moment Airflow's write acts on the task instances, in which a task can still start. Phases, on one
+host clock (wall time): the re-read; from its end to the PATCH leaving (token, request building);
+from the PATCH leaving to the server's write of the task instances (``task_instance.updated_at``,
+set by Airflow's ORM in the PATCH's transaction: auth, loading the run and its serialized DAG,
+``set_dag_run_state_to_failed``'s reads); the rest of the round trip (commit, response). The
+*gap* is from the end of the re-read to that server-side write. Results are merged by ``--label``
+into benchmarks/results/remediation_gap.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -28,7 +39,7 @@ from detector.db import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from detector.plan import Mode, plan
 from detector.ports import Result
-from detector.remediation import GuardedRemediator
+from detector.remediation import GuardedRemediator, build_remediator
 from detector.remediation_api import ApiBackend, _Budget
 from detector.remediation_db import DbBackend
 from detector.scan import scan
@@ -55,13 +66,15 @@ def measure(server: AirflowServer, backend_name: str, mode: Mode, samples: int) 
         airflow_username="admin",
         airflow_password="admin",  # noqa: S106 - the test server's throw-away user
     )
-    api = ApiBackend.from_config(config, open_tables(server)) if backend_name == "api" else None
+    readback = make_engine(parse_url(server.db_url))  # the api backend's read-back after each write
+    api = ApiBackend.from_config(config, readback, open_tables(server)) if backend_name == "api" else None
     if api is not None:
         api.tokens.get(_Budget())  # a running daemon holds a valid token already
     latencies: list[float] = []
     try:
         while len(latencies) < samples:
             url = server.reset(SCENARIO)
+            readback.dispose()  # its connections died with the old database
             engine = make_engine(parse_url(url))
             try:
                 db = open_airflow_db(engine)
@@ -85,6 +98,7 @@ def measure(server: AirflowServer, backend_name: str, mode: Mode, samples: int) 
     finally:
         if api is not None:
             api.close()
+        readback.dispose()
     return latencies
 
 
@@ -105,11 +119,133 @@ def warm(api: ApiBackend, dag_id: str, run_id: str) -> None:
         assert response.status == 200, response.data
 
 
+class _Probe:
+    """Wall-clock marks of the first call of each wrapped function during one action."""
+
+    def __init__(self) -> None:
+        self.marks: dict[str, tuple[float, float]] = {}
+
+    def wrap(self, owner: Any, name: str, label: str) -> None:
+        original = getattr(owner, name)
+        probe = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                probe.marks.setdefault(label, (started, time.time()))
+
+        setattr(owner, name, timed)
+
+
+def measure_gap(server: AirflowServer, samples: int) -> list[dict[str, float]]:
+    """Per ``api`` ``fail`` action: where the time between the guard's re-read and the write goes."""
+    from sqlalchemy import text
+
+    import detector.remediation as remediation_module
+
+    config = Config.of(
+        database_url=server.db_url,
+        remediation="fail",
+        remediation_backend="api",
+        airflow_api_url=server.url,
+        airflow_username="admin",
+        airflow_password="admin",  # noqa: S106 - the test server's throw-away user
+    )
+    probe = _Probe()
+    probe.wrap(remediation_module, "read_state", "reread")
+    rows: list[dict[str, float]] = []
+    engine = make_engine(parse_url(server.db_url))
+    try:
+        while len(rows) < samples:
+            url = server.reset(SCENARIO)
+            engine.dispose()
+            db = open_airflow_db(engine)
+            remediator = build_remediator(config, engine, db.tables, Metrics())
+            assert isinstance(remediator, GuardedRemediator)
+            api = remediator.backend
+            assert isinstance(api, ApiBackend)
+            probe.wrap(api.tokens, "get", "token")
+            probe.wrap(api, "_send", "http")
+            remediator.prepare()  # a running daemon holds a valid token already
+            stamp = datetime.now(UTC)
+            actions = plan(scan(db, now=stamp).findings, Mode.FAIL, now=stamp)
+            warm(api, actions[0].dag_id, actions[0].kept_run_id)
+            for action in actions[: samples - len(rows)]:
+                probe.marks.clear()
+                started = time.time()
+                result = remediator.execute(action)
+                ended = time.time()
+                if result.result is not Result.DONE:
+                    raise SystemExit(f"gap: {result.result} {result.detail}")
+                with engine.connect() as conn:
+                    written = conn.execute(
+                        text("SELECT max(updated_at) FROM task_instance WHERE dag_id=:d AND run_id=:r"),
+                        {"d": action.dag_id, "r": action.run.run_id},
+                    ).scalar_one()
+                write = written.timestamp()
+                reread, token, http = probe.marks["reread"], probe.marks.get("token"), probe.marks["http"]
+                rows.append(
+                    {
+                        "reread_ms": (reread[1] - reread[0]) * 1000,
+                        "token_ms": (token[1] - token[0]) * 1000 if token else 0.0,
+                        "to_send_ms": (http[0] - reread[1]) * 1000,
+                        "server_to_write_ms": (write - http[0]) * 1000,
+                        "after_write_ms": (http[1] - write) * 1000,
+                        "gap_ms": (write - reread[1]) * 1000,
+                        "execute_ms": (ended - started) * 1000,
+                    }
+                )
+            remediator.close()
+            del url
+    finally:
+        engine.dispose()
+    return rows
+
+
+def gap_main(args: argparse.Namespace) -> None:
+    templates = Templates(made={})
+    try:
+        with airflow_api_server(args.version, [SCENARIO], templates, Path(tempfile.mkdtemp())) as server:
+            samples = measure_gap(server, args.samples)
+    finally:
+        templates.drop_all()
+    columns = list(samples[0])
+    summary = {
+        c: {
+            "p50": round(statistics.median(s[c] for s in samples), 1),
+            "p90": round(percentile([s[c] for s in samples], 90), 1),
+            "max": round(max(s[c] for s in samples), 1),
+        }
+        for c in columns
+    }
+    print(f"api fail gap phases, Airflow {args.version}, {len(samples)} samples, label {args.label!r} (ms)")
+    print(f"{'phase':20} {'p50':>8} {'p90':>8} {'max':>8}")
+    for c in columns:
+        print(f"{c:20} {summary[c]['p50']:>8} {summary[c]['p90']:>8} {summary[c]['max']:>8}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "remediation_gap.json"
+    merged = json.loads(path.read_text()) if path.exists() else {}
+    merged[args.label] = {
+        "airflow_version": args.version,
+        "samples": len(samples),
+        "load_average": list(os.getloadavg()),
+        "phases_ms": summary,
+    }
+    path.write_text(json.dumps(merged, indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--version", default="3.1.2")
+    parser.add_argument("--gap", action="store_true", help="measure the api backend's re-read -> write gap")
+    parser.add_argument("--label", default="current", help="with --gap: the key of this run in the results")
     args = parser.parse_args()
+    if args.gap:
+        gap_main(args)
+        return
     templates = Templates(made={})
     rows: list[dict[str, Any]] = []
     try:

@@ -56,7 +56,7 @@ class Message:
 class Status:
     """The outcome of a group's remediation, reduced to one word and one line."""
 
-    name: str  # remediated, failed, too_late, dry_run, no_action, pending
+    name: str  # remediated, failed, caught_after_start, too_late, dry_run, no_action, pending
     label: str
     severity: str
 
@@ -167,6 +167,7 @@ _RESULT_LABELS = {
     Result.DRY_RUN: "would be stopped (dry-run)",
     Result.ALREADY: "already stopped",
     Result.TOO_LATE: "too late: its tasks had started, both runs executed",
+    Result.CAUGHT_AFTER_START: "stopped mid-run: a task had started before the stop landed",
     Result.GONE: "deleted before it could be stopped",
     Result.FAILED: "remediation FAILED",
     Result.SKIPPED: "left alone",
@@ -177,18 +178,26 @@ def result_label(result: RemediationResult) -> str:
     label = _RESULT_LABELS[result.result]
     if result.result is Result.SKIPPED:
         label = f"left alone ({result.action.outcome.value.replace('_', ' ')})"
+    if result.started_tasks:  # named first: the detail can be cut, the tasks that ran must not be
+        label += " — ran: " + ", ".join(clip(t.describe(), _NAME_LIMIT) for t in result.started_tasks[:10])
+        if len(result.started_tasks) > 10:
+            label += f" and {len(result.started_tasks) - 10} more"
     if result.detail:
         label += f": {clip(result.detail, _DETAIL_LIMIT)}"
     return label
 
 
 def status_of(results: Sequence[RemediationResult]) -> Status:
-    """One status for a group: the worst result wins (failed > too late > dry-run > stopped > nothing)."""
+    """One status for a group: the worst result wins (failed > caught after start > too late > dry-run >
+    stopped > nothing)."""
     kinds = {r.result for r in results}
     if not results:
         return PENDING
     if Result.FAILED in kinds:
         return Status("failed", "remediation failed", "error")
+    if Result.CAUGHT_AFTER_START in kinds:
+        # Stopped, but user code of the duplicate ran (and was killed mid-run): check its side effects.
+        return Status("caught_after_start", "caught after start: a duplicate's task ran and was stopped", "warning")
     if Result.TOO_LATE in kinds:
         return Status("too_late", "too late: the duplicate had started", "warning")
     if Result.DRY_RUN in kinds:
@@ -465,6 +474,10 @@ def _remediation_json(event: AlertEvent) -> dict[str, Any]:
                 "result": r.result.value,
                 "detail": r.detail,
                 "committed_at": _iso(r.committed_at),
+                "started_tasks": [
+                    {"task_id": t.task_id, "map_index": t.map_index, "state_before": t.before, "state_after": t.after}
+                    for t in r.started_tasks
+                ],
             }
             for r in event.results
         ],

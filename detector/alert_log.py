@@ -24,7 +24,10 @@ def log_event(event: AlertEvent, ui_url: str | None = None) -> None:
         if not event.results:  # the daemon remediates before alerting, so a first event often has them
             return
     fields = outcome_log_fields(event)
-    if status_of(event.results).name == "failed":
+    status = status_of(event.results).name
+    if status == "failed":
         log.error("remediation_outcome", **fields)
+    elif status == "caught_after_start":  # a duplicate's user code ran: someone should look
+        log.warning("remediation_outcome", **fields)
     else:
         log.info("remediation_outcome", **fields)

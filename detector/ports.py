@@ -52,9 +52,31 @@ class Result(enum.StrEnum):
     DRY_RUN = "dry_run"  # logged what would be done
     ALREADY = "already"  # an earlier action (or the guard) already stopped it
     TOO_LATE = "too_late"  # re-read showed started tasks: not touched
+    CAUGHT_AFTER_START = "caught_after_start"  # committed, but a task had started before the write: stopped mid-run
     GONE = "gone"  # the run was deleted (404)
     FAILED = "failed"  # could not be done; ``detail`` says why
     SKIPPED = "skipped"  # nothing to do for this outcome (not confirmed, disabled, prevented)
+
+
+@dataclass(frozen=True)
+class StartedTask:
+    """A task instance that had started when a remediation's write landed (read back after it).
+
+    ``before``: its state in the guard's re-read (e.g. ``queued``), ``after``: in the read-back
+    (``failed``: it was running and the write stopped it; ``success``: it finished in between).
+    """
+
+    task_id: str
+    map_index: int
+    before: str | None
+    after: str | None
+
+    @property
+    def name(self) -> str:
+        return self.task_id if self.map_index < 0 else f"{self.task_id}[{self.map_index}]"
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.before or 'none'} -> {self.after or 'none'})"
 
 
 @dataclass(frozen=True)
@@ -63,6 +85,7 @@ class RemediationResult:
     result: Result
     detail: str = ""
     committed_at: datetime | None = None
+    started_tasks: tuple[StartedTask, ...] = ()  # CAUGHT_AFTER_START: the tasks that ran and were stopped
 
 
 class Remediator(Protocol):

@@ -306,6 +306,12 @@ class TaskState:
     task_id: str
     map_index: int
     state: str | None
+    # Set by the Execution API's ti_run when a worker starts the task (QUEUED -> RUNNING, with the
+    # worker's pid and a first heartbeat; execution_api/routes/task_instances.py L190-197 in 3.1.2).
+    # A write whose own read was stale can overwrite the state but never these: the read-back's proof
+    # that a task ran (detector.remediation_readback).
+    pid: int | None = None
+    last_heartbeat_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,13 +341,15 @@ def run_state(conn: Connection, t: AirflowTables, dag_id: str, run_id: str, *, l
     if row is None:
         return None
     ti_query = (
-        select(ti.c.task_id, ti.c.map_index, ti.c.state)
+        select(ti.c.task_id, ti.c.map_index, ti.c.state, ti.c.pid, ti.c.last_heartbeat_at)
         .where(ti.c.dag_id == dag_id, ti.c.run_id == run_id)
         .order_by(ti.c.task_id, ti.c.map_index)
     )
     if lock:
         ti_query = ti_query.with_for_update()
-    tasks = tuple(TaskState(r.task_id, r.map_index, r.state) for r in conn.execute(ti_query))
+    tasks = tuple(
+        TaskState(r.task_id, r.map_index, r.state, r.pid, r.last_heartbeat_at) for r in conn.execute(ti_query)
+    )
     return RunState(id=row.id, dag_id=dag_id, run_id=run_id, state=row.state, tasks=tasks)
 
 

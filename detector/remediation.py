@@ -32,7 +32,7 @@ from detector.db import connect
 from detector.metrics import Metrics
 from detector.model import STARTED_TI_STATES
 from detector.plan import Action, Mode, Outcome
-from detector.ports import RemediationResult, Remediator, Result
+from detector.ports import RemediationResult, Remediator, Result, StartedTask
 from detector.queries import RunState, TaskState
 from detector.schema import AirflowTables
 
@@ -125,6 +125,7 @@ class Applied:
     result: Result
     detail: str = ""
     committed_at: datetime | None = None
+    started_tasks: tuple[StartedTask, ...] = ()  # read back after the write (detector.remediation_readback)
 
 
 class Backend(Protocol):
@@ -203,7 +204,11 @@ class GuardedRemediator:
         elapsed = self.clock() - started
         self._record(action, applied, elapsed)
         return RemediationResult(
-            action=action, result=applied.result, detail=applied.detail, committed_at=applied.committed_at
+            action=action,
+            result=applied.result,
+            detail=applied.detail,
+            committed_at=applied.committed_at,
+            started_tasks=applied.started_tasks,
         )
 
     def _execute(self, action: Action) -> Applied:
@@ -265,9 +270,9 @@ class GuardedRemediator:
             self.metrics.remediations.labels(
                 mode=action.mode.value, backend=self.backend_name, result=applied.result.value
             ).inc()
-            if applied.result is Result.DONE:
+            if applied.committed_at is not None:
                 self.metrics.remediation_latency.observe(elapsed)
-        level = "warning" if applied.result in (Result.FAILED, Result.TOO_LATE) else "info"
+        level = "warning" if applied.result in (Result.FAILED, Result.TOO_LATE, Result.CAUGHT_AFTER_START) else "info"
         getattr(log, level)(
             "remediation",
             result=applied.result.value,
@@ -279,6 +284,7 @@ class GuardedRemediator:
             kept_run_id=action.kept_run_id,
             finding_key=action.finding_key,
             detail=applied.detail,
+            started_tasks=[t.describe() for t in applied.started_tasks],
             elapsed_ms=round(elapsed * 1000, 1),
         )
 
@@ -320,5 +326,5 @@ def build_remediator(
     else:
         from detector.remediation_api import ApiBackend
 
-        backend = ApiBackend.from_config(config, tables, **backend_options)
+        backend = ApiBackend.from_config(config, engine, tables, **backend_options)
     return GuardedRemediator(backend=backend, engine=engine, tables=tables, **common)

@@ -2,8 +2,16 @@
 
 - ``fail``: ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` ``{"state": "failed", "note": …}``;
   Airflow's ``set_dag_run_state_to_failed`` then marks the TIs (facts §4.2) and fires its listeners.
-- ``skip``: the unfinished TIs -> skipped through the bulk TI endpoint (3.1+; one call) or one
-  ``PATCH`` per TI (3.0), then the note alone (``update_mask=["note"]``).
+- ``skip``: the unfinished TIs -> skipped through the bulk TI endpoint (one call), then the note
+  alone (``update_mask=["note"]``). Refused at start-up on Airflow 3.0/3.1 (``ConfigError``): their
+  scheduler can put skipped tasks back (``DagRun.schedule_tis`` updates by id without a state check,
+  dagrun.py L2046 in 3.1.2; 3.2 added the check), and the TI endpoint does not lock the ``dag_run``
+  row the scheduler holds, so no read-back right after the write can prove the skip will last.
+
+After the write the run's task instances are read again from the metadata DB and judged by
+``detector.remediation_readback``: a task that started in the window between the guard's re-read
+and Airflow's write makes the result ``caught_after_start`` (naming it), a write that did not hold
+``failed``.
 
 Auth (facts §4.3/4.4): the client has no token call, so ``POST {api}/auth/token`` goes through the
 client's own HTTP pool (same TLS settings and timeout); or a static token. The token's ``exp`` is
@@ -29,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import urllib3
@@ -39,21 +48,27 @@ from airflow_client.client import (
     DagRunApi,
     DagRunMutableStates,
     DAGRunPatchBody,
-    PatchTaskInstanceBody,
     TaskInstanceApi,
-    TaskInstanceState,
 )
 from airflow_client.client.exceptions import ApiException
+from sqlalchemy import Engine
 
-from detector import logs, redact
+from detector import logs, queries, redact
 from detector.config import Config
-from detector.errors import AirflowApiError, AirflowAuthError
+from detector.db import connect
+from detector.errors import AirflowApiError, AirflowAuthError, ConfigError, DupguardError
 from detector.plan import Action, Mode
 from detector.ports import Result
 from detector.remediation import Applied, Recheck, Work, now_utc
+from detector.remediation_readback import read_back
 from detector.schema import AirflowTables, Family
 
 log = logs.get("dupguard.remediation.api")
+
+# Airflow versions whose scheduler can undo a skip made through the API: DagRun.schedule_tis sets
+# SCHEDULED by TI id without re-checking the state (dagrun.py L2046 in 3.1.2, L1990 in 3.0.6);
+# 3.2.2 added ``schedulable_state_clause`` to that UPDATE.
+_SKIP_UNDONE = frozenset({Family.AIRFLOW_3_0, Family.AIRFLOW_3_1})
 
 Headers = dict[str, str]
 
@@ -199,7 +214,8 @@ class ApiBackend:
         client: ApiClient,
         tokens: TokenSource,
         *,
-        family: Family,
+        engine: Engine,
+        tables: AirflowTables,
         base_url: str,
         timeout: float,
         attempts: int = 4,
@@ -209,7 +225,8 @@ class ApiBackend:
     ) -> None:
         self.client = client
         self.tokens = tokens
-        self.family = family
+        self.engine = engine  # the read-back after each write
+        self.tables = tables
         self.base_url = base_url
         self.timeout = timeout
         self.attempts = max(1, attempts)
@@ -223,6 +240,7 @@ class ApiBackend:
     def from_config(
         cls,
         config: Config,
+        engine: Engine,
         tables: AirflowTables,
         *,
         auth_backoff: float = 60.0,
@@ -231,6 +249,14 @@ class ApiBackend:
     ) -> ApiBackend:
         if not config.airflow_api_url:
             raise AirflowApiError("the api backend needs DUPGUARD_AIRFLOW_API_URL")
+        if config.remediation == Mode.SKIP.value and tables.family in _SKIP_UNDONE:
+            raise ConfigError(
+                [
+                    f"DUPGUARD_REMEDIATION=skip with DUPGUARD_REMEDIATION_BACKEND=api is refused on Airflow "
+                    f"{tables.family.value}: its scheduler can put the skipped tasks back (DagRun.schedule_tis); "
+                    "use DUPGUARD_REMEDIATION=fail, or skip with DUPGUARD_REMEDIATION_BACKEND=db"
+                ]
+            )
         client = make_client(config)
         timeout = config.airflow_timeout.total_seconds()
         tokens = TokenSource(
@@ -243,7 +269,9 @@ class ApiBackend:
             auth_backoff=auth_backoff,
             clock=clock,
         )
-        return cls(client, tokens, family=tables.family, base_url=config.airflow_api_url, timeout=timeout, **options)
+        return cls(
+            client, tokens, engine=engine, tables=tables, base_url=config.airflow_api_url, timeout=timeout, **options
+        )
 
     def close(self) -> None:
         self.client.rest_client.pool_manager.clear()
@@ -265,7 +293,8 @@ class ApiBackend:
         for attempt in range(1, self.attempts + 1):
             try:
                 self._apply_once(action, work, budget)
-                return Applied(Result.DONE, work.describe(), committed_at=now_utc())
+                committed = now_utc()
+                return self._read_back(action, work, committed)
             except _Gone as exc:
                 return Applied(Result.GONE, f"HTTP 404 from the Airflow API: {exc}")
             except AirflowAuthError as exc:
@@ -275,6 +304,14 @@ class ApiBackend:
             if attempt == self.attempts:
                 break
             self.sleep(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+            landed = self._landed(action, work)  # a timed-out PATCH may have been applied all the same
+            if landed is not None:
+                return Applied(
+                    landed.result,
+                    f"{landed.detail} (applied although the attempt failed: {last})",
+                    committed_at=landed.committed_at,
+                    started_tasks=landed.started_tasks,
+                )
             verdict = recheck()  # the run may have started, finished or vanished meanwhile
             if verdict.work is None:
                 assert verdict.result is not None
@@ -286,8 +323,45 @@ class ApiBackend:
                 return Applied(verdict.result, f"{verdict.detail} (after a failed attempt: {last})")
             work = verdict.work
             log.info("remediation_retry", dag_id=action.dag_id, run_id=action.run.run_id, attempt=attempt, error=last)
+        landed = self._landed(action, work)
+        if landed is not None:
+            return Applied(
+                landed.result,
+                f"{landed.detail} (applied although the last attempt failed: {last})",
+                committed_at=landed.committed_at,
+                started_tasks=landed.started_tasks,
+            )
         shown = redact.web_url(self.base_url)
         return Applied(Result.FAILED, f"Airflow API at {shown} failed {self.attempts} times: {last}")
+
+    def _landed(self, action: Action, work: Work) -> Applied | None:
+        """After a failed attempt: if the run carries this action's note, Airflow applied the PATCH
+        (``fail`` sends state and note in one request, ``skip`` sends the note last), so judge it
+        by the read-back; None when it did not land (or cannot be told), so the caller re-checks."""
+        try:
+            with connect(self.engine) as conn:
+                after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
+                note = queries.run_note(conn, self.tables, after.id) if after is not None else None
+        except DupguardError:
+            return None
+        if after is None or note != action.note:
+            return None
+        checked = read_back(action.mode, (*work.to_fail, *work.to_skip), work.describe(), after)
+        return Applied(checked.result, checked.detail, committed_at=now_utc(), started_tasks=checked.started)
+
+    def _read_back(self, action: Action, work: Work, committed: datetime) -> Applied:
+        """The run as Airflow left it, judged against the guard's re-read (detector.remediation_readback).
+
+        The PATCH has been answered, so its transaction committed; a failing read still reports the
+        write (as done, saying the read-back failed) rather than hiding it.
+        """
+        try:
+            with connect(self.engine) as conn:
+                after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
+        except DupguardError as exc:
+            return Applied(Result.DONE, f"{work.describe()} (read-back failed: {exc})", committed_at=committed)
+        checked = read_back(action.mode, (*work.to_fail, *work.to_skip), work.describe(), after)
+        return Applied(checked.result, checked.detail, committed_at=committed, started_tasks=checked.started)
 
     def _apply_once(self, action: Action, work: Work, budget: _Budget) -> None:
         dag_id, run_id = action.dag_id, action.run.run_id
@@ -314,18 +388,6 @@ class ApiBackend:
 
     def _skip_tasks(self, dag_id: str, run_id: str, work: Work, budget: _Budget) -> None:
         tasks = (*work.to_skip, *work.to_fail)
-        if self.family is Family.AIRFLOW_3_0:  # no bulk TI endpoint before 3.1
-            body = PatchTaskInstanceBody(new_state=TaskInstanceState.SKIPPED)
-            for ti in tasks:
-                map_index = ti.map_index if ti.map_index >= 0 else None
-
-                def patch_one(h: Headers, task_id: str = ti.task_id, map_index: int | None = map_index) -> Any:
-                    return self.task_instances.patch_task_instance_without_preload_content(
-                        dag_id, run_id, task_id, body, map_index=map_index, _request_timeout=self.timeout, _headers=h
-                    )
-
-                self._call(f"PATCH taskInstance {ti.task_id}", patch_one, budget)
-            return
         bulk = BulkBodyBulkTaskInstanceBody.from_dict(
             {
                 "actions": [

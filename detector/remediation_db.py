@@ -9,6 +9,11 @@ as Airflow's ``set_dag_run_state_to_failed`` (airflow/api/common/mark_tasks.py, 
 - ``skip``: every unfinished TI -> skipped; the run is left to the scheduler, which ends it;
 - both: the note, upserted into ``dag_run_note`` with ``user_id`` NULL (no Airflow user did it).
 
+After the write, still inside the transaction, the run is read again and judged by
+``detector.remediation_readback`` like the api backend's writes: tasks the write stopped although
+they had started (only with ``remediate_started``) make the result ``caught_after_start``, and a
+task left unfinished rolls the transaction back (``failed``).
+
 Safety: the run row and then its TIs are locked ``FOR UPDATE`` and the guard is judged again on
 those locked rows, so a task that started a microsecond before the lock is seen (TOO_LATE) and one
 that tries to start after it waits for the commit and then finds itself skipped (the Execution
@@ -43,6 +48,7 @@ from detector.remediation import (
     judge,
     now_utc,
 )
+from detector.remediation_readback import read_back
 from detector.schema import AirflowTables
 
 
@@ -78,7 +84,15 @@ class DbBackend:
             locked = verdict.work
             now = self.clock()
             self._write(conn, action, locked, now)
-        return Applied(Result.DONE, locked.describe(), committed_at=now_utc())
+            # The same read-back as the api backend, inside the transaction: under the row locks no task
+            # can start between the judgement and the write, so a started task here is one the operator
+            # chose to stop (remediate_started), and an unfinished one means a write missed it.
+            after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
+            checked = read_back(action.mode, (*locked.to_fail, *locked.to_skip), locked.describe(), after)
+            if checked.result is Result.FAILED:
+                conn.rollback()  # never commit a half-done stop
+                return Applied(Result.FAILED, checked.detail + " (rolled back)")
+        return Applied(checked.result, checked.detail, committed_at=now_utc(), started_tasks=checked.started)
 
     def _set_timeouts(self, conn: Connection) -> None:
         if conn.dialect.name != "postgresql":

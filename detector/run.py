@@ -97,7 +97,12 @@ def _run(
                 startup.immune = True
                 stop.wait()
             return EXIT_OK
-        daemon = Daemon(cfg, build_parts(cfg, db, metrics))
+        try:
+            parts = build_parts(cfg, db, metrics)
+        except ConfigError as exc:  # a setting that this Airflow version rules out (e.g. api + skip on 3.1)
+            print(f"dupguard: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        daemon = Daemon(cfg, parts)
         daemon.stop = stop
         startup.daemon = daemon
         log.info("started", airflow_version=db.info.airflow_version, remediation=cfg.remediation)

@@ -109,6 +109,8 @@ def airflow_tables(family: Family) -> AirflowTables:
         Column("end_date", UtcDateTime),
         Column("try_number", Integer),
         Column("duration", Float),
+        Column("pid", Integer),
+        Column("last_heartbeat_at", UtcDateTime),  # 3.x; read only when remediating (never on Airflow 2)
         Column("updated_at", UtcDateTime),
     )
     run_events = Table(

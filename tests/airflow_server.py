@@ -428,3 +428,100 @@ def sql(url: str, statement: str, **params: Any) -> None:
             conn.execute(text(statement), params)
     finally:
         engine.dispose()
+
+
+# --- a worker starting a task, through Airflow's own Execution API ---------------------------------
+
+EXECUTION_AUDIENCE = "urn:airflow.apache.org:task"  # [execution_api] jwt_audience default
+
+
+def execution_token(ti_id: str, *, lifetime: int = 600) -> str:
+    """The JWT a worker presents to the Execution API for task instance ``ti_id`` (HS512 with the
+    server's jwt_secret, as its JWTGenerator makes it: sub = the TI's id)."""
+    import base64
+    import hashlib
+    import hmac
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    now = int(time.time())
+    claims = {
+        "jti": uuid.uuid4().hex,
+        "sub": ti_id,
+        "iss": "airflow",
+        "aud": EXECUTION_AUDIENCE,
+        "iat": now - 5,
+        "nbf": now - 5,
+        "exp": now + lifetime,
+    }
+    head = b64(json.dumps({"alg": "HS512", "typ": "JWT"}).encode())
+    body = b64(json.dumps(claims).encode())
+    sig = b64(hmac.new(JWT_SECRET.encode(), f"{head}.{body}".encode(), hashlib.sha512).digest())
+    return f"{head}.{body}.{sig}"
+
+
+def _ti_run(server: AirflowServer, ti_id: str, payload: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request(
+            "PATCH",
+            f"/execution/task-instances/{ti_id}/run",
+            body=payload,
+            headers={"Authorization": f"Bearer {execution_token(ti_id)}", "Content-Type": "application/json"},
+        )
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()
+
+
+def _run_payload(pid: int) -> str:
+    return json.dumps(
+        {
+            "state": "running",
+            "hostname": "worker-test",
+            "unixname": "airflow",
+            "pid": pid,
+            "start_date": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+        }
+    )
+
+
+def warm_execution_api(server: AirflowServer) -> None:
+    """The Execution API's first ``ti_run`` takes seconds (the server builds it lazily); pay that up
+    front with a TI id that does not exist (404), so a later start is as quick as a worker's."""
+    status, data = _ti_run(server, str(uuid.uuid4()), _run_payload(1))
+    if status != 404:
+        raise AssertionError(f"ti_run warm-up answered HTTP {status}: {data[:300]!r}")
+
+
+def start_task(server: AirflowServer, dag_id: str, run_id: str, task_id: str, *, pid: int = 4242) -> None:
+    """Start ``task_id`` of the run as a worker would: the scheduler's steps (run QUEUED -> RUNNING
+    with its start_date, the TI -> QUEUED; facts §3 steps 2-4) as a test-side write, then the worker's
+    ``PATCH /execution/task-instances/{id}/run``, which is Airflow's own QUEUED -> RUNNING transition
+    (execution_api/routes/task_instances.py ``ti_run``; it needs the run's start_date for its answer)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(make_url(server.db_url).set(drivername="postgresql+psycopg2"))
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE dag_run SET state='running', start_date=coalesce(start_date, now()) "
+                    "WHERE dag_id=:d AND run_id=:r"
+                ),
+                {"d": dag_id, "r": run_id},
+            )
+            ti_id = conn.execute(
+                text(
+                    "UPDATE task_instance SET state='queued', queued_dttm=now() "
+                    "WHERE dag_id=:d AND run_id=:r AND task_id=:t AND map_index=-1 RETURNING id"
+                ),
+                {"d": dag_id, "r": run_id, "t": task_id},
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    status, data = _ti_run(server, str(ti_id), _run_payload(pid))
+    if status != 200:
+        raise AssertionError(f"ti_run answered HTTP {status}: {data[:500]!r}")

@@ -13,21 +13,34 @@ import hmac
 import json
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine
 
+from detector.alert_format import detected_message, outcome_message, plain_text, webhook_payload
 from detector.config import Config
 from detector.db import make_engine, open_airflow_db, parse_url
+from detector.errors import ConfigError
 from detector.metrics import Metrics
 from detector.plan import Action, Mode, Outcome, plan
-from detector.ports import Result
+from detector.ports import AlertEvent, AlertKind, Result, StartedTask
 from detector.remediation import GuardedRemediator, build_remediator
 from detector.remediation_api import ApiBackend
+from detector.run import run_daemon
 from detector.scan import scan
-from tests.airflow_server import JWT_SECRET, AirflowServer, CountingProxy, airflow_api_server, db_state, free_port, sql
+from tests.airflow_server import (
+    JWT_SECRET,
+    AirflowServer,
+    CountingProxy,
+    airflow_api_server,
+    db_state,
+    free_port,
+    sql,
+    start_task,
+    warm_execution_api,
+)
 from tests.pg import Templates, ground_truth
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
@@ -132,24 +145,33 @@ def test_fail_marks_each_duplicate_failed_skips_its_tasks_and_notes_it(h: Harnes
     assert sorted(a.kept_run_id for a in actions) == sorted(g["first_run_id"] for g in truth["expected_groups"])
 
 
-def test_skip_skips_every_unfinished_task_and_leaves_the_run_to_the_scheduler(h: Harness) -> None:
-    """skip: every TI skipped (bulk endpoint), run state untouched (no failed run to page on), note set."""
-    actions = h.actions(Mode.SKIP)
+def test_skip_through_the_api_is_refused_on_3_1_at_start_up(h: Harness, capsys: pytest.CaptureFixture[str]) -> None:
+    """api + skip on 3.1: the scheduler can put skipped tasks back (DagRun.schedule_tis updates by id
+    without a state check), so the combination is refused before anything is sent: ConfigError from the
+    factory, exit code 2 with one line from ``dupguard run``."""
     before = db_state(h.url)
-    results = [h.remediator(Mode.SKIP).execute(a) for a in actions]
-    after = db_state(h.url)
-    assert [r.result for r in results] == [Result.DONE] * 3
-    for action in actions:
-        row = after[action.run.run_id]
-        assert row.state == before[action.run.run_id].state == "queued"
-        assert {ti[0] for ti in row.tasks.values()} == {"skipped"}
-        assert row.note == action.note
-    _unchanged_except(before, after, {a.run.run_id for a in actions})
+    with pytest.raises(ConfigError, match=r"refused on Airflow 3\.1") as refused:
+        h.remediator(Mode.SKIP)
+    assert "DUPGUARD_REMEDIATION=fail" in str(refused.value)
+    env = {
+        "DUPGUARD_DATABASE_URL": h.url,
+        "DUPGUARD_REMEDIATION": "skip",
+        "DUPGUARD_AIRFLOW_API_URL": h.server.url,
+        "DUPGUARD_AIRFLOW_USERNAME": "admin",
+        "DUPGUARD_AIRFLOW_PASSWORD": "admin",
+        "DUPGUARD_HTTP_PORT": "0",
+        "DUPGUARD_LOG_FORMAT": "json",
+    }
+    assert run_daemon({}, env=env, once=True, install_signals=False) == 2
+    err = capsys.readouterr().err
+    assert "skip with DUPGUARD_REMEDIATION_BACKEND=api is refused on Airflow 3.1" in err
+    assert "Traceback" not in err and "dupguard: invalid configuration" in err
+    assert db_state(h.url) == before
 
 
-@pytest.mark.parametrize("mode", [Mode.FAIL, Mode.SKIP])
-def test_second_execute_is_already_and_writes_nothing(h: Harness, mode: Mode) -> None:
+def test_second_execute_is_already_and_writes_nothing(h: Harness) -> None:
     """Idempotent: the same action again is ALREADY, with no further write."""
+    mode = Mode.FAIL
     action = h.actions(mode)[0]
     remediator = h.remediator(mode)
     assert remediator.execute(action).result is Result.DONE
@@ -238,12 +260,53 @@ def test_run_deleted_before_the_patch_is_gone_and_not_retried(h: Harness) -> Non
 
 
 def test_run_deleted_before_the_action_is_gone_without_a_call(h: Harness) -> None:
-    action = h.actions(Mode.SKIP)[0]
+    action = h.actions(Mode.FAIL)[0]
     sql(h.url, "DELETE FROM dag_run WHERE run_id=:r", r=action.run.run_id)
     with CountingProxy(h.server.port) as proxy:
-        result = h.remediator(Mode.SKIP, api_url=proxy.url).execute(action)
+        result = h.remediator(Mode.FAIL, api_url=proxy.url).execute(action)
     assert result.result is Result.GONE
     assert sum(proxy.requests.values()) == 0
+
+
+def test_a_task_started_between_the_re_read_and_the_patch_is_caught_after_start(h: Harness) -> None:
+    """The 85-220 ms window: the guard's re-read sees nothing started, then a worker starts ``extract``
+    through Airflow's own Execution API (ti_run, QUEUED -> RUNNING) before the PATCH reaches the server.
+    Airflow's set-failed stops the running task (FAILED). The read-back after the write reports that:
+    ``caught_after_start`` naming the task, counted apart, in the alert texts and the webhook payload —
+    not ``done``."""
+    action = h.actions(Mode.FAIL)[0]
+    planned_at = datetime.now(UTC)
+    finding = next(f for f in scan(h.db, now=planned_at).findings if f.key == action.finding_key)
+    warm_execution_api(h.server)  # its first call takes seconds; the token here lives JWT_LIFETIME s
+    with CountingProxy(h.server.port) as proxy:
+        proxy.hooks.append(("/api/v2/dags/", lambda: start_task(h.server, action.dag_id, action.run.run_id, "extract")))
+        remediator = h.remediator(Mode.FAIL, api_url=proxy.url, airflow_timeout=timedelta(seconds=60))
+        result = remediator.execute(action)
+
+    row = db_state(h.url)[action.run.run_id]  # ground truth: what Airflow recorded
+    assert row.state == "failed" and row.tasks["extract"][0] == "failed" and row.tasks["load"][0] == "skipped"
+    assert result.result is Result.CAUGHT_AFTER_START, result.detail
+    assert result.started_tasks == (StartedTask("extract", -1, None, "failed"),)
+    assert result.committed_at is not None and "extract (none -> failed)" in result.detail
+    assert remediator.metrics is not None
+    labels = {"mode": "fail", "backend": "api"}
+    registry = remediator.metrics.registry
+    assert registry.get_sample_value("dupguard_remediations_total", labels | {"result": "caught_after_start"}) == 1
+    assert registry.get_sample_value("dupguard_remediations_total", labels | {"result": "done"}) is None
+
+    event = AlertEvent(AlertKind.OUTCOME, finding, planned_at, "prod", "fail", (action,), (result,))
+    payload = webhook_payload(event)
+    assert payload["severity"] == "warning" and payload["remediation"]["status"] == "caught_after_start"
+    (entry,) = payload["remediation"]["results"]
+    assert entry["result"] == "caught_after_start"
+    assert entry["started_tasks"] == [
+        {"task_id": "extract", "map_index": -1, "state_before": None, "state_after": "failed"}
+    ]
+    for message in (detected_message(event), outcome_message(event)):
+        shown = json.dumps(message.blocks)
+        assert "extract (none -&gt; failed)" in shown and "stopped mid-run" in shown
+        assert "extract" in message.text
+    assert "caught after start" in plain_text(event) and "extract (none -> failed)" in plain_text(event)
 
 
 # --- auth ----------------------------------------------------------------------------------------
@@ -436,6 +499,30 @@ def test_partitioned_duplicate_on_3_2_is_failed_through_the_api(af322: AirflowSe
         assert row.state == "failed" and {ti[0] for ti in row.tasks.values()} == {"skipped"}
         assert row.note == action.note and row.note_user == "admin"
         _unchanged_except(before, after, {action.run.run_id})
+    finally:
+        h.close()
+
+
+def test_skip_on_3_2_skips_every_unfinished_task_and_leaves_the_run_to_the_scheduler(af322: AirflowServer) -> None:
+    """skip through the API where it is allowed (3.2+, whose schedule_tis re-checks the state): every TI
+    skipped with one bulk call, the run state untouched, the note set, the kept run untouched; a second
+    execute is ALREADY and writes nothing."""
+    url = af322.reset("race_partitioned")
+    h = Harness(af322, url)
+    try:
+        (action,) = h.actions(Mode.SKIP)
+        before = db_state(url)
+        remediator = h.remediator(Mode.SKIP)
+        result = remediator.execute(action)
+        assert result.result is Result.DONE, result.detail
+        after = db_state(url)
+        row = after[action.run.run_id]
+        assert row.state == before[action.run.run_id].state
+        assert {ti[0] for ti in row.tasks.values()} == {"skipped"}
+        assert row.note == action.note
+        _unchanged_except(before, after, {action.run.run_id})
+        assert remediator.execute(action).result is Result.ALREADY
+        assert db_state(url) == after
     finally:
         h.close()
 

@@ -1,14 +1,14 @@
 """Backend ``api`` against a real Airflow 3.0.6 API server, on duplicates made by 3.0.6's own scheduler code.
 
-3.0 has no bulk task-instance endpoint: ``skip`` sends one ``PATCH …/taskInstances/{task_id}`` per
-unfinished TI, then the note. A ``CountingProxy`` in front of the server records which endpoints
-were used; the database shows what they did. One server for the module.
+``skip`` through the API is refused on 3.0 (its scheduler can undo it); ``fail`` is one PATCH per
+run. A ``CountingProxy`` in front of the server records which endpoints were used; the database
+shows what they did. One server for the module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
@@ -16,14 +16,22 @@ import pytest
 
 from detector.config import Config
 from detector.db import make_engine, open_airflow_db, parse_url
+from detector.errors import ConfigError
 from detector.metrics import Metrics
-from detector.plan import Action, Mode, Outcome, plan
-from detector.ports import Result
+from detector.plan import Action, Mode, plan
+from detector.ports import Result, StartedTask
 from detector.remediation import GuardedRemediator, build_remediator
 from detector.remediation_api import ApiBackend
 from detector.scan import scan
 from detector.schema import Family
-from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server, db_state
+from tests.airflow_server import (
+    AirflowServer,
+    CountingProxy,
+    airflow_api_server,
+    db_state,
+    start_task,
+    warm_execution_api,
+)
 from tests.pg import Templates, ground_truth
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
@@ -50,17 +58,18 @@ class Live:
         now = datetime.now(UTC)
         return plan(scan(self.db, now=now).findings, mode, now=now)
 
-    def remediator(self, mode: Mode, api_url: str) -> GuardedRemediator:
+    def remediator(self, mode: Mode, api_url: str, **overrides: Any) -> GuardedRemediator:
         config = Config.of(
             database_url=self.url,
             remediation=mode.value,
             airflow_api_url=api_url,
             airflow_username="admin",
             airflow_password="admin",
+            **overrides,
         )
         remediator = build_remediator(config, self.engine, self.db.tables, Metrics())
         assert isinstance(remediator, GuardedRemediator)
-        assert isinstance(remediator.backend, ApiBackend) and remediator.backend.family is Family.AIRFLOW_3_0
+        assert isinstance(remediator.backend, ApiBackend) and remediator.backend.tables.family is Family.AIRFLOW_3_0
         self.made.append(remediator)
         return remediator
 
@@ -94,50 +103,32 @@ def _kept_runs_are_the_first_ones(actions: list[Action]) -> None:
     assert sorted(a.kept_run_id for a in actions) == sorted(g["first_run_id"] for g in truth["expected_groups"])
 
 
-def test_skip_patches_each_task_instance_on_3_0_and_notes_the_run(live: Live) -> None:
-    """skip on 3.0: one PATCH per unfinished TI (no bulk endpoint), then the note; every TI of the
-    duplicate skipped, its run state left to the scheduler, the kept run untouched."""
-    actions = live.actions(Mode.SKIP)
-    assert len(actions) == 3 and all(a.outcome is Outcome.REMEDIATE for a in actions)
-    _kept_runs_are_the_first_ones(actions)
+def test_skip_through_the_api_is_refused_on_3_0(live: Live) -> None:
+    """3.0.6's schedule_tis also sets SCHEDULED by id without a state check (dagrun.py L1990), so a
+    skip through the API could be undone: refused at start-up, nothing sent, nothing changed."""
     before = db_state(live.url)
-    for a in actions:
-        assert {ti[0] for ti in before[a.run.run_id].tasks.values()} <= {None, "scheduled", "queued"}
-
     with CountingProxy(live.server.port) as proxy:
-        results = [live.remediator(Mode.SKIP, proxy.url).execute(a) for a in actions]
-        patches = _patches(proxy)
-    after = db_state(live.url)
-
-    assert [r.result for r in results] == [Result.DONE] * 3, [r.detail for r in results]
-    expected = []
-    for a in actions:
-        run = f"/api/v2/dags/{a.dag_id}/dagRuns/{a.run.run_id}"
-        expected += [run, f"{run}/taskInstances/extract", f"{run}/taskInstances/load"]
-    assert patches == sorted(expected)  # per-TI PATCHes and the note; no bulk …/taskInstances call
-    for action in actions:
-        row = after[action.run.run_id]
-        assert {name: ti[0] for name, ti in row.tasks.items()} == {"extract": "skipped", "load": "skipped"}
-        assert all(ti[2] is not None for ti in row.tasks.values())  # end_date set by Airflow
-        assert row.state == before[action.run.run_id].state == "queued"
-        assert row.note == action.note and row.note_user == "admin"
-        kept = after[action.kept_run_id]
-        assert kept == before[action.kept_run_id] and kept.note is None
-        assert {ti[0] for ti in kept.tasks.values()} <= {None, "scheduled", "queued"}
-    _unchanged_except(before, after, {a.run.run_id for a in actions})
+        with pytest.raises(ConfigError, match=r"refused on Airflow 3\.0"):
+            live.remediator(Mode.SKIP, proxy.url)
+        assert sum(proxy.requests.values()) == 0
+    assert db_state(live.url) == before
 
 
-def test_second_skip_on_3_0_is_already_and_sends_nothing(live: Live) -> None:
-    action = live.actions(Mode.SKIP)[0]
+def test_a_task_started_between_the_re_read_and_the_patch_is_caught_after_start_on_3_0(live: Live) -> None:
+    """As on 3.1.2: a worker starts extract through 3.0.6's Execution API after the guard's re-read;
+    the PATCH's set-failed stops it; the result is caught_after_start naming it."""
+    action = live.actions(Mode.FAIL)[0]
+    warm_execution_api(live.server)
     with CountingProxy(live.server.port) as proxy:
-        remediator = live.remediator(Mode.SKIP, proxy.url)
-        assert remediator.execute(action).result is Result.DONE
-        after_first = db_state(live.url)
-        sent = sum(proxy.requests.values())
-        again = remediator.execute(action)
-        assert sum(proxy.requests.values()) == sent
-    assert again.result is Result.ALREADY
-    assert db_state(live.url) == after_first
+        proxy.hooks.append(
+            ("/api/v2/dags/", lambda: start_task(live.server, action.dag_id, action.run.run_id, "extract"))
+        )
+        # The hook (a worker starting the task) runs inside the PATCH's time: a generous timeout.
+        result = live.remediator(Mode.FAIL, proxy.url, airflow_timeout=timedelta(seconds=60)).execute(action)
+    row = db_state(live.url)[action.run.run_id]
+    assert row.state == "failed" and row.tasks["extract"][0] == "failed" and row.tasks["load"][0] == "skipped"
+    assert result.result is Result.CAUGHT_AFTER_START, result.detail
+    assert result.started_tasks == (StartedTask("extract", -1, None, "failed"),)
 
 
 def test_fail_on_3_0_marks_the_duplicate_failed_and_notes_it(live: Live) -> None:

@@ -22,7 +22,7 @@ from detector.config import Config
 from detector.db import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from detector.plan import Action, Mode, Outcome, plan
-from detector.ports import Result
+from detector.ports import Result, StartedTask
 from detector.remediation import GuardedRemediator, build_remediator
 from detector.scan import scan
 from tests.airflow_server import db_state, sql
@@ -93,11 +93,14 @@ def test_fail_with_remediate_started_fails_running_tasks_and_skips_the_rest(fano
     )
     assert fanout.remediator(Mode.FAIL).execute(action).result is Result.TOO_LATE
     result = fanout.remediator(Mode.FAIL, remediate_started=True).execute(action)
-    assert result.result is Result.DONE, result.detail
     row = db_state(fanout.url)[action.run.run_id]
     assert row.state == "failed"
     assert row.tasks["extract"][0] == "failed" and row.tasks["extract"][3] >= 3
     assert row.tasks["load"][0] == "skipped"
+    # Read back inside the transaction: the running task was stopped mid-run, and the result says so.
+    assert result.result is Result.CAUGHT_AFTER_START, result.detail
+    assert result.started_tasks == (StartedTask("extract", -1, "running", "failed"),)
+    assert result.committed_at is not None
 
 
 def test_skip_skips_every_unfinished_task_and_leaves_the_run(fanout: Db) -> None:

@@ -28,7 +28,7 @@ from detector.alert_format import (
 )
 from detector.model import Confidence, Finding, Kind, Run
 from detector.plan import Action, Mode, Outcome
-from detector.ports import AlertEvent, AlertKind, RemediationResult, Result
+from detector.ports import AlertEvent, AlertKind, RemediationResult, Result, StartedTask
 from tests.factories import T0, run
 from tests.slack_server import block_problems
 
@@ -190,6 +190,35 @@ def test_outcome_status_is_worst_result() -> None:
     assert status_of((done[0], late[1])).name == "too_late"
     assert status_of(_outcome(e, Result.DRY_RUN).results).name == "dry_run"
     assert status_of(_outcome(e, Result.SKIPPED).results).name == "no_action"
+
+
+def test_caught_after_start_is_its_own_status_and_names_the_task_that_ran() -> None:
+    """A duplicate stopped after its task had started: status caught_after_start (below failed, above
+    too late), warning severity, and every rendering names the task with its states; the v1 webhook
+    result gains ``started_tasks`` and keeps every earlier field."""
+    e = _event(_finding(n_dups=2))
+    done, caught = _outcome(e, Result.DONE).results[0], _outcome(e, Result.CAUGHT_AFTER_START).results[1]
+    caught = replace(caught, started_tasks=(StartedTask("extract", -1, "queued", "failed"),))
+    failed = _outcome(e, Result.FAILED).results[1]
+    late = _outcome(e, Result.TOO_LATE).results[1]
+    assert status_of((done, caught)).name == "caught_after_start"
+    assert status_of((caught, failed)).name == "failed"
+    assert status_of((caught, late)).name == "caught_after_start"
+    out = replace(e, kind=AlertKind.OUTCOME, results=(done, caught))
+    assert severity(out) == "warning"
+    for message in (detected_message(e, UI, out.results), outcome_message(out, UI)):
+        assert "extract (queued -&gt; failed)" in _all_text(message.blocks) and "extract" in message.text
+        assert not limits_problems(message.blocks)
+    assert "extract (queued -> failed)" in plain_text(out, UI)
+    p = json.loads(json.dumps(webhook_payload(out, UI)))
+    assert p["remediation"]["status"] == "caught_after_start"
+    first, second = p["remediation"]["results"]
+    assert set(first) == {"run_id", "outcome", "result", "detail", "committed_at", "started_tasks"}
+    assert first["result"] == "done" and first["started_tasks"] == []
+    assert second["result"] == "caught_after_start"
+    assert second["started_tasks"] == [
+        {"task_id": "extract", "map_index": -1, "state_before": "queued", "state_after": "failed"}
+    ]
 
 
 def test_updated_first_message_shows_the_outcome() -> None:

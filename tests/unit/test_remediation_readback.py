@@ -1,0 +1,93 @@
+"""The read-back after a remediation's write (detector.remediation_readback): what really happened.
+
+The task states are the ones Airflow's own code produces (mark_tasks.set_dag_run_state_to_failed,
+the Execution API's ti_run); the real-server cases are in tests/integration/test_remediation_api*.py.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from detector.plan import Mode
+from detector.ports import Result, StartedTask
+from detector.queries import RunState, TaskState
+from detector.remediation_readback import read_back
+
+BEAT = datetime(2026, 11, 30, 4, 10, 29, tzinfo=UTC)
+
+
+def _run(*tasks: TaskState, state: str = "failed") -> RunState:
+    return RunState(id=7, dag_id="d", run_id="r", state=state, tasks=tasks)
+
+
+UNSTARTED = (TaskState("extract", -1, None), TaskState("load", -1, None))
+
+
+def test_every_task_skipped_by_the_write_is_done() -> None:
+    after = _run(TaskState("extract", -1, "skipped"), TaskState("load", -1, "skipped"))
+    checked = read_back(Mode.FAIL, UNSTARTED, "run -> failed", after)
+    assert checked.result is Result.DONE and checked.started == () and checked.detail == "run -> failed"
+
+
+def test_a_task_failed_by_set_failed_had_started_and_is_named() -> None:
+    """set-failed marks FAILED only what was running: the task started between re-read and write."""
+    after = _run(TaskState("extract", -1, "failed", 4242, BEAT), TaskState("load", -1, "skipped"))
+    checked = read_back(Mode.FAIL, UNSTARTED, "run -> failed", after)
+    assert checked.result is Result.CAUGHT_AFTER_START
+    assert checked.started == (StartedTask("extract", -1, None, "failed"),)
+    assert "extract (none -> failed)" in checked.detail
+
+
+def test_a_task_that_finished_in_the_window_counts_as_started() -> None:
+    after = _run(TaskState("extract", -1, "success"), TaskState("load", -1, "skipped"))
+    checked = read_back(Mode.FAIL, UNSTARTED, "run -> failed", after)
+    assert checked.result is Result.CAUGHT_AFTER_START
+    assert [t.after for t in checked.started] == ["success"]
+
+
+def test_a_running_task_overwritten_to_skipped_by_a_stale_write_is_told_by_ti_run_marks() -> None:
+    """The write's own read was stale: RUNNING became SKIPPED, but ti_run's pid and heartbeat stay."""
+    queued = (TaskState("extract", 0, "queued"), TaskState("extract", 1, "queued"))
+    after = _run(
+        TaskState("extract", 0, "skipped", 4242, BEAT),
+        TaskState("extract", 1, "skipped"),
+        state="queued",
+    )
+    checked = read_back(Mode.SKIP, queued, "skipped: extract[0], extract[1]", after)
+    assert checked.result is Result.CAUGHT_AFTER_START
+    assert checked.started == (StartedTask("extract", 0, "queued", "skipped"),)
+    assert "extract[0] (queued -> skipped)" in checked.detail
+
+
+def test_marks_of_an_earlier_try_are_not_mistaken_for_a_start() -> None:
+    before = (TaskState("extract", -1, "scheduled", 11, BEAT),)
+    after = _run(TaskState("extract", -1, "skipped", 11, BEAT))
+    assert read_back(Mode.FAIL, before, "run -> failed", after).result is Result.DONE
+
+
+def test_remediate_started_stopping_a_running_task_is_caught_after_start() -> None:
+    """With remediate_started the task was running when judged: stopped mid-run, reported so."""
+    before = (TaskState("extract", -1, "running", 9, BEAT), TaskState("load", -1, None))
+    after = _run(TaskState("extract", -1, "failed", 9, BEAT), TaskState("load", -1, "skipped"))
+    checked = read_back(Mode.FAIL, before, "run -> failed", after)
+    assert checked.result is Result.CAUGHT_AFTER_START
+    assert checked.started == (StartedTask("extract", -1, "running", "failed"),)
+
+
+def test_tasks_put_back_by_the_scheduler_are_a_failure_not_done() -> None:
+    """The 3.0/3.1 scheduler's schedule_tis can set skipped TIs back to scheduled: the stop did not hold."""
+    after = _run(TaskState("extract", -1, "scheduled"), TaskState("load", -1, "skipped"), state="queued")
+    checked = read_back(Mode.SKIP, UNSTARTED, "skipped: extract, load", after)
+    assert checked.result is Result.FAILED
+    assert "did not hold" in checked.detail and "extract=scheduled" in checked.detail
+
+
+def test_a_fail_that_left_the_run_unfailed_is_a_failure() -> None:
+    after = _run(TaskState("extract", -1, "skipped"), TaskState("load", -1, "skipped"), state="running")
+    checked = read_back(Mode.FAIL, UNSTARTED, "run -> failed", after)
+    assert checked.result is Result.FAILED and "run state running" in checked.detail
+
+
+def test_a_run_deleted_right_after_the_write_is_still_reported_as_written() -> None:
+    checked = read_back(Mode.FAIL, UNSTARTED, "run -> failed", None)
+    assert checked.result is Result.DONE and "deleted right after the write" in checked.detail
