@@ -14,11 +14,13 @@ Prints a table and writes benchmarks/results/remediation_latency.json.
 ``--gap`` (issue 11 §2) measures the ``api`` backend's window between the guard's re-read and the
 moment Airflow's write acts on the task instances, in which a task can still start. Phases, on one
 host clock (wall time): the re-read; from its end to the PATCH leaving (token, request building);
-from the PATCH leaving to the server's write of the task instances (``task_instance.updated_at``,
-set by Airflow's ORM in the PATCH's transaction: auth, loading the run and its serialized DAG,
-``set_dag_run_state_to_failed``'s reads); the rest of the round trip (commit, response). The
-*gap* is from the end of the re-read to that server-side write. Results are merged by ``--label``
-into benchmarks/results/remediation_gap.json.
+from the PATCH leaving to the server's first write of a task instance (the lowest
+``task_instance.updated_at``, set by Airflow's ORM in the PATCH's transaction: auth, loading the
+run and its serialized DAG, ``set_dag_run_state_to_failed``'s reads); the rest of the round trip
+(commit, response). The *gap* is from the end of the re-read to that server-side write. The API
+server's pooled DB connections are refreshed after each database reset (they die with it), as in
+a steady-state deployment. Results are merged by ``--label`` into
+benchmarks/results/remediation_gap.json.
 """
 
 from __future__ import annotations
@@ -110,6 +112,31 @@ def open_tables(server: AirflowServer) -> Any:
         engine.dispose()
 
 
+def warm_server_pool(server: AirflowServer, token: str, dag_id: str, run_id: str, width: int = 8) -> None:
+    """Refresh every pooled DB connection of the API server (they died with the re-created database):
+    ``width`` concurrent GETs, twice, so none of the measured PATCHes pays for a reconnect, as in a
+    steady-state deployment."""
+    import http.client
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import quote
+
+    path = f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}"
+
+    def get(_: int) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        try:
+            conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+            answer = conn.getresponse()
+            answer.read()
+            return answer.status
+        finally:
+            conn.close()
+
+    with ThreadPoolExecutor(width) as pool:
+        for _ in range(2):
+            assert set(pool.map(get, range(width))) == {200}
+
+
 def warm(api: ApiBackend, dag_id: str, run_id: str) -> None:
     token = api.tokens.get(_Budget())
     for _ in range(2):
@@ -171,6 +198,7 @@ def measure_gap(server: AirflowServer, samples: int) -> list[dict[str, float]]:
             remediator.prepare()  # a running daemon holds a valid token already
             stamp = datetime.now(UTC)
             actions = plan(scan(db, now=stamp).findings, Mode.FAIL, now=stamp)
+            warm_server_pool(server, api.tokens.get(_Budget()), actions[0].dag_id, actions[0].kept_run_id)
             warm(api, actions[0].dag_id, actions[0].kept_run_id)
             for action in actions[: samples - len(rows)]:
                 probe.marks.clear()
@@ -181,7 +209,7 @@ def measure_gap(server: AirflowServer, samples: int) -> list[dict[str, float]]:
                     raise SystemExit(f"gap: {result.result} {result.detail}")
                 with engine.connect() as conn:
                     written = conn.execute(
-                        text("SELECT max(updated_at) FROM task_instance WHERE dag_id=:d AND run_id=:r"),
+                        text("SELECT min(updated_at) FROM task_instance WHERE dag_id=:d AND run_id=:r"),
                         {"d": action.dag_id, "r": action.run.run_id},
                     ).scalar_one()
                 write = written.timestamp()
