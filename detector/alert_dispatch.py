@@ -57,6 +57,7 @@ from detector.alert_slack import (
     make_web_client,
     make_webhook_client,
 )
+from detector.alert_split import SplitNotice
 from detector.alert_webhook import JsonWebhook
 from detector.config import Config
 from detector.metrics import Metrics
@@ -85,11 +86,13 @@ class DigestOutcomes:
     events: tuple[AlertEvent, ...]
 
 
-Item = Single | Digest | DigestOutcomes
+Item = Single | Digest | DigestOutcomes | SplitNotice
 _STOP = object()
 
 
 def _describe(item: Item) -> tuple[str, list[str], list[AlertEvent]]:
+    if isinstance(item, SplitNotice):
+        return "split_partition", [item.key], []
     if isinstance(item, Single):
         return item.event.kind.value, [item.event.finding.key], [item.event]
     kind = "digest" if isinstance(item, Digest) else "digest_outcomes"
@@ -111,6 +114,8 @@ class Channel(Protocol):
     def digest(self, events: Sequence[AlertEvent]) -> None: ...
 
     def digest_outcomes(self, events: Sequence[AlertEvent]) -> None: ...
+
+    def split(self, notice: SplitNotice) -> None: ...
 
 
 class SlackBotChannel:
@@ -168,6 +173,9 @@ class SlackBotChannel:
             else:
                 self.bot.post(digest_outcome_message(group), thread_ts=first.ts, channel=first.channel_id)
 
+    def split(self, notice: SplitNotice) -> None:
+        self.bot.post(notice.message)
+
 
 class SlackWebhookChannel:
     """An incoming webhook: one message per group, follow-ups as new messages naming the group."""
@@ -188,6 +196,9 @@ class SlackWebhookChannel:
 
     def digest_outcomes(self, events: Sequence[AlertEvent]) -> None:
         self.hook.send(digest_outcome_message(events))
+
+    def split(self, notice: SplitNotice) -> None:
+        self.hook.send(notice.message)
 
 
 class WebhookChannel:
@@ -211,6 +222,9 @@ class WebhookChannel:
     def digest_outcomes(self, events: Sequence[AlertEvent]) -> None:
         for e in events:  # receivers correlate by dedup_key; one payload each keeps that simple
             self.hook.send(webhook_payload(e, self.ui_url))
+
+    def split(self, notice: SplitNotice) -> None:
+        self.hook.send(notice.payload)
 
 
 # --- the dispatcher -------------------------------------------------------------------------------
@@ -280,6 +294,15 @@ class Dispatcher:
         except Exception:  # noqa: BLE001 - notify must never break detection
             logs.get(LOGGER).exception("alert_notify_failed", group_key=event.finding.key)
 
+    def notify_split(self, notice: SplitNotice) -> None:
+        """Log a split partition now and queue it for every channel (no digest). Never raises."""
+        try:
+            logs.get(LOGGER).warning("split_partition_detected", **notice.log_fields)
+            if self._lanes and not self._closed:
+                self._inbound.put_nowait(notice)
+        except Exception:  # noqa: BLE001 - notify must never break detection
+            logs.get(LOGGER).exception("alert_notify_failed", group_key=notice.key)
+
     def close(self, timeout: float) -> None:
         """Send what is queued (a pending digest at once) within ``timeout`` s; log the rest undelivered."""
         if self._closed:
@@ -303,6 +326,8 @@ class Dispatcher:
                 break
             if isinstance(event, AlertEvent):
                 leftovers.append(Single(event))
+            elif isinstance(event, SplitNotice):
+                leftovers.append(event)
         for lane in self._lanes:
             for item in leftovers:
                 self._undelivered(lane.channel, item, "not sent before shutdown")
@@ -336,6 +361,8 @@ class Dispatcher:
             try:
                 if isinstance(event, AlertEvent):
                     self._route(event)
+                elif isinstance(event, SplitNotice):
+                    self._forward(event)
                 if self._digest_deadline is not None and time.monotonic() >= self._digest_deadline:
                     self._flush_digest()
             except Exception:  # noqa: BLE001 - the router must outlive any bad event
@@ -393,6 +420,18 @@ class Dispatcher:
             finally:
                 lane.current = None
 
+    def _claim_key(self, channel: Channel, key: str, subject: str, alert: str) -> bool:
+        """``_claim`` for an alert that is not an ``AlertEvent`` (a split partition)."""
+        try:
+            won = self.ledger.claim(key, subject)
+        except Exception:  # noqa: BLE001 - without a ledger, alert anyway: a repeat beats silence
+            logs.get(LOGGER).exception("alert_claim_failed", channel=channel.name, group_key=key)
+            return True
+        if not won:
+            self.metrics.alerts.labels(channel=channel.name, outcome="deduplicated").inc()
+            logs.get(LOGGER).info("alert_deduplicated", channel=channel.name, alert=alert, group_key=key)
+        return won
+
     def _claim(self, channel: Channel, event: AlertEvent) -> bool:
         subject = f"alert:{channel.name}"
         if event.kind is AlertKind.OUTCOME:
@@ -410,7 +449,11 @@ class Dispatcher:
         return won
 
     def _deliver(self, channel: Channel, item: Item) -> None:
-        if isinstance(item, Single):
+        if isinstance(item, SplitNotice):
+            if not self._claim_key(channel, item.key, f"alert:{channel.name}", "split_partition"):
+                return
+            channel.split(item)
+        elif isinstance(item, Single):
             if not self._claim(channel, item.event):
                 return
             if item.event.kind is AlertKind.DETECTED:
@@ -439,7 +482,9 @@ class Dispatcher:
             alert=kind,
             group_keys=keys,
             error=error,
-            content="\n\n".join(plain_text(e, self.ui_url) for e in events),
+            content=item.text
+            if isinstance(item, SplitNotice)
+            else "\n\n".join(plain_text(e, self.ui_url) for e in events),
         )
 
 

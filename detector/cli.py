@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=timedelta(seconds=60),
         help="partitioned runs of one key this close together are suspected (default 60s)",
     )
+    p_scan.add_argument(
+        "--split-grace",
+        type=_duration,
+        default=timedelta(seconds=60),
+        help="report a partition key split into two pending rows once it lasted this long (default 60s)",
+    )
 
     p_run = sub.add_parser("run", help="the sidecar daemon: detect, alert and remediate continuously")
     p_run.add_argument("--once", action="store_true", help="one pass over the look-back window, then exit")
@@ -206,9 +212,10 @@ def _scan(args: argparse.Namespace) -> int:
         dag_filter=DagFilter(tuple(args.dag), tuple(args.exclude_dag)),
         suspect_window=args.suspect_window,
         progress=_progress_bar(),
+        split_grace=args.split_grace,
     )
     _print_report(report, args.format)
-    return EXIT_FOUND if report.findings else EXIT_OK
+    return EXIT_FOUND if report.findings or report.splits else EXIT_OK
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -188,6 +188,18 @@ SETTINGS: tuple[Setting, ...] = (
         "Partitioned runs of one key this close together with different events are suspected.",
     ),
     Setting(
+        "split_grace",
+        timedelta(seconds=60),
+        parse_duration,
+        "A partition key split into two pending asset_partition_dag_run rows is reported once it lasted this long.",
+    ),
+    Setting(
+        "split_poll_interval",
+        timedelta(seconds=10),
+        _positive_duration,
+        "Time between checks for split partition keys (Airflow 3.2+; a scan of asset_partition_dag_run).",
+    ),
+    Setting(
         "gap_grace", timedelta(seconds=60), _positive_duration, "How long an unseen lower dag_run id may still commit."
     ),
     Setting("dags", (), _globs, "Comma-separated dag_id globs to watch (empty: all)."),
@@ -259,6 +271,8 @@ class Config:
     leader_check_interval: timedelta
     startup_lookback: timedelta
     suspect_window: timedelta
+    split_grace: timedelta
+    split_poll_interval: timedelta
     gap_grace: timedelta
     dags: tuple[str, ...]
     exclude_dags: tuple[str, ...]

@@ -33,6 +33,7 @@ from detector.metrics import Metrics
 from detector.model import Finding
 from detector.plan import Action, Mode, Outcome, plan
 from detector.ports import Alerter, AlertEvent, AlertKind, Ledger, RemediationResult, Remediator, Result
+from detector.split_watch import SplitWatch
 
 log = logs.get("dupguard.daemon")
 MAX_BACKOFF = 5.0
@@ -61,6 +62,7 @@ class Parts:
     remediator: Remediator
     alerter: Alerter
     metrics: Metrics
+    splits: SplitWatch | None = None  # Airflow 3.2+: split partition keys (detector.split_watch)
 
 
 @dataclass
@@ -130,6 +132,9 @@ class Daemon:
                           max_instances=1, coalesce=True, id="leader")  # fmt: skip
         scheduler.add_job(self.log_summary, "interval", seconds=self.config.summary_interval.total_seconds(),
                           max_instances=1, coalesce=True, id="summary")  # fmt: skip
+        if self.parts.splits is not None:
+            scheduler.add_job(self.check_splits, "interval", seconds=self.config.split_poll_interval.total_seconds(),
+                              max_instances=1, coalesce=True, id="splits")  # fmt: skip
         scheduler.start()
         try:
             self._loop()
@@ -145,7 +150,7 @@ class Daemon:
         try:
             while self.poll_pass():
                 if not self._last_batch_full:
-                    return 0
+                    return 0 if self.check_splits() else EXIT_DB
             return EXIT_DB
         finally:
             self._drop_poll_connection()
@@ -199,6 +204,20 @@ class Daemon:
             log.info("database_reachable" if ok else "database_unreachable")
         self.db_ok = ok
         self.parts.metrics.db_up.set(1 if ok else 0)
+
+    def check_splits(self) -> bool:
+        """One check for split partition keys, on the leader only; False (logged) if it failed."""
+        if self.parts.splits is None or not self.parts.leadership.is_leader(self.clock()):
+            return True
+        try:
+            self.parts.splits.check(self.clock())
+        except (DupguardError, SQLAlchemyError) as exc:
+            log.warning("split_check_failed", error=str(exc) or type(exc).__name__)
+            return False
+        except Exception:  # a bug here must not end the sidecar
+            log.exception("split_check_crashed")
+            return False
+        return True
 
     def log_summary(self) -> None:
         tracker = self.detector.tracker if self.detector else None

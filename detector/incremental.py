@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 
 from detector import queries
 from detector.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
+from detector.detect_reprocess import needs_origins, refine_partitioned
 from detector.model import ASSET_TRIGGERED, Finding, Run
 from detector.schema import AirflowTables
 
@@ -128,14 +129,11 @@ class IncrementalDetector:
             frontier = list(found.values())
         ids = list(candidates)
         progress = queries.task_progress(conn, t, ids, now)
-        return [
-            f
-            for f in find_duplicates(
-                candidates.values(),
-                events,
-                progress,
-                dag_filter=self.dag_filter,
-                suspect_window=self.suspect_window,
-            )
-            if any(r.id in new_ids for r in f.runs)
-        ]
+        findings = find_duplicates(
+            candidates.values(), events, progress, dag_filter=self.dag_filter, suspect_window=self.suspect_window
+        )
+        suspects = [r.id for f in findings if needs_origins(f) for r in f.runs]
+        if suspects:  # rare: partitioned runs of one key with different events (detector.detect_reprocess)
+            origins = queries.partition_rows_for_runs(conn, t, suspects)
+            findings = refine_partitioned(findings, origins, events, progress, suspect_window=self.suspect_window)
+        return [f for f in findings if any(r.id in new_ids for r in f.runs)]

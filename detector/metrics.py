@@ -89,6 +89,16 @@ class Metrics:
             ["dag_id"],
             registry=r,
         )
+        self.split_partitions_detected = Counter(
+            "dupguard_split_partitions_detected_total",
+            "Partition keys split into two pending asset_partition_dag_run rows (apache/airflow#71070), once each.",
+            registry=r,
+        )
+        self.split_partitions_open = Gauge(
+            "dupguard_split_partitions",
+            "Split partition keys seen by the last check (past the grace period).",
+            registry=r,
+        )
         for kind in Kind:
             for confidence in Confidence:
                 self.groups_detected.labels(kind=kind.value, confidence=confidence.value)

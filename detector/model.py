@@ -106,3 +106,15 @@ class Finding:
     @property
     def creating_job_ids(self) -> tuple[int | None, ...]:
         return tuple(r.creating_job_id for r in self.runs)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    """One ``asset_partition_dag_run`` row (Airflow 3.2+): a (DAG, partition key) waiting for, or
+    having made, its run. ``created_dag_run_id`` is None while the row is pending."""
+
+    id: int
+    dag_id: str
+    partition_key: str
+    created_at: datetime
+    created_dag_run_id: int | None = None

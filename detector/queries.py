@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Row, Select, and_, bindparam, func, inspect, literal, or_, select, tuple_, union
 from sqlalchemy.exc import NoSuchTableError
 
-from detector.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, STARTED_TI_STATES, Run, TaskProgress
+from detector.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, STARTED_TI_STATES, PartitionRow, Run, TaskProgress
 from detector.schema import AirflowTables, alembic_version_table
 
 CHUNK = 500  # ids per IN list: keeps statements small on every backend
@@ -289,6 +289,82 @@ def guarded_runs(conn: Connection, t: AirflowTables, run_ids: Sequence[int]) -> 
         note.c.dag_run_id.in_(run_ids), note.c.content.startswith(GUARD_NOTE_PREFIX, autoescape=True)
     )
     return set(conn.execute(query).scalars())
+
+
+# --- partitioned assets: asset_partition_dag_run (APDR) and its key log (3.2+) ----------------------
+
+
+def _partition_row(row: Row[Any]) -> PartitionRow:
+    return PartitionRow(
+        id=row.id,
+        dag_id=row.target_dag_id,
+        partition_key=row.partition_key,
+        created_at=row.created_at,
+        created_dag_run_id=row.created_dag_run_id,
+    )
+
+
+def _partition_columns(t: AirflowTables) -> tuple[Any, ...]:
+    a = t.partition_dag_run
+    assert a is not None
+    return (a.c.id, a.c.target_dag_id, a.c.partition_key, a.c.created_at, a.c.created_dag_run_id)
+
+
+def partition_rows_with_pending(conn: Connection, t: AirflowTables) -> list[PartitionRow]:
+    """For each (DAG, key) with a pending APDR row, its rows from the oldest pending one on.
+
+    APDR has only its primary key (facts §1.3): this is two sequential scans of the table (pending
+    rows, then a hash join on their keys); docs/benchmarks.md gives the cost on a large history.
+    """
+    a = t.partition_dag_run
+    if a is None:
+        return []
+    pending = (
+        select(a.c.target_dag_id, a.c.partition_key, func.min(a.c.id).label("first_id"))
+        .where(a.c.created_dag_run_id.is_(None))
+        .group_by(a.c.target_dag_id, a.c.partition_key)
+        .subquery()
+    )
+    query = (
+        select(*_partition_columns(t))
+        .join(
+            pending,
+            and_(
+                a.c.target_dag_id == pending.c.target_dag_id,
+                a.c.partition_key == pending.c.partition_key,
+                a.c.id >= pending.c.first_id,
+            ),
+        )
+        .order_by(a.c.id)
+    )
+    return [_partition_row(r) for r in conn.execute(query)]
+
+
+def partition_rows_for_runs(conn: Connection, t: AirflowTables, run_ids: Iterable[int]) -> dict[int, PartitionRow]:
+    """run id -> the APDR row that made it (``created_dag_run_id``; no index: a scan of APDR)."""
+    a = t.partition_dag_run
+    if a is None:
+        return {}
+    found: dict[int, PartitionRow] = {}
+    for part in chunks(sorted(set(run_ids))):
+        for row in conn.execute(select(*_partition_columns(t)).where(a.c.created_dag_run_id.in_(part))):
+            found[row.created_dag_run_id] = _partition_row(row)
+    return found
+
+
+def partition_row_events(conn: Connection, t: AirflowTables, row_ids: Iterable[int]) -> dict[int, frozenset[int]]:
+    """APDR row id -> ids of the asset events logged for it (3.3.2: idx_pakl_apdr_id; 3.2.2: a scan)."""
+    log = t.partition_key_log
+    if log is None:
+        return {}
+    found: dict[int, set[int]] = defaultdict(set)
+    for part in chunks(sorted(set(row_ids))):
+        query = select(log.c.asset_partition_dag_run_id, log.c.asset_event_id).where(
+            log.c.asset_partition_dag_run_id.in_(part)
+        )
+        for row in conn.execute(query):
+            found[row.asset_partition_dag_run_id].add(row.asset_event_id)
+    return {row_id: frozenset(events) for row_id, events in found.items()}
 
 
 def ping(conn: Connection) -> None:

@@ -12,7 +12,16 @@ also printed on stderr; fields not known yet are null). ``--format csv`` always 
      "groups": [{"key", "dag_id", "kind", "confidence", "kept_run_id", "duplicate_run_ids", "shared_event_ids",
                  "run_after", "partition_key", "creating_job_ids", "creator_hostnames",
                  "duplicate_task_seconds", "runs": [{"id", "run_id", "state", "kept", "creating_job_id",
-                 "creator_hostname", "queued_at", "tasks_total", "tasks_started", "task_seconds"}]}]}
+                 "creator_hostname", "queued_at", "tasks_total", "tasks_started", "task_seconds"}]}],
+     "split_partitions": [{"key", "kind": "split_partition", "dag_id", "partition_key", "split_at", "waiting",
+                           "stuck_row_ids", "rows": [{"id", "created_at", "age_seconds", "pending",
+                           "created_dag_run_id", "event_ids"}]}]}
+
+``split_partitions`` (added in 0.x, still ``format_version`` 1: v1 readers ignore unknown keys) lists
+partition keys split into two ``asset_partition_dag_run`` rows (Airflow 3.2+, apache/airflow#71070)
+that lasted ``--split-grace``; it is the current state, whatever ``--since``. They are not duplicate
+groups (no run may exist yet), so ``groups`` and ``summary.groups`` never count them;
+``summary.split_partitions`` does (0 and ``[]`` in an error document). CSV lists groups only.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from detector import __version__
+from detector.detect_split import SplitPartition
 from detector.model import NO_PROGRESS, Confidence, Finding
 from detector.scan import ScanReport
 
@@ -65,6 +75,29 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     }
 
 
+def split_dict(split: SplitPartition) -> dict[str, Any]:
+    return {
+        "key": split.key,
+        "kind": split.kind,
+        "dag_id": split.dag_id,
+        "partition_key": split.partition_key,
+        "split_at": _iso(split.split_at),
+        "waiting": split.waiting,
+        "stuck_row_ids": list(split.stuck_row_ids),
+        "rows": [
+            {
+                "id": r.id,
+                "created_at": _iso(r.created_at),
+                "age_seconds": round(r.age_seconds, 3),
+                "pending": r.pending,
+                "created_dag_run_id": r.created_dag_run_id,
+                "event_ids": list(r.event_ids),
+            }
+            for r in split.rows
+        ],
+    }
+
+
 def summary(findings: Sequence[Finding]) -> dict[str, Any]:
     return {
         "groups": len(findings),
@@ -86,8 +119,9 @@ def as_json(report: ScanReport) -> str:
         "runs_examined": report.runs_examined,
         "note": report.note,
         "error": None,
-        "summary": summary(report.findings),
+        "summary": summary(report.findings) | {"split_partitions": len(report.splits)},
         "groups": [finding_dict(f) for f in report.findings],
+        "split_partitions": [split_dict(s) for s in report.splits],
     }
     return json.dumps(doc, indent=2)
 
@@ -104,8 +138,9 @@ def error_json(exit_code: int, message: str) -> str:
         "runs_examined": 0,
         "note": None,
         "error": {"exit_code": exit_code, "message": message},
-        "summary": summary([]),
+        "summary": summary([]) | {"split_partitions": 0},
         "groups": [],
+        "split_partitions": [],
     }
     return json.dumps(doc, indent=2)
 
@@ -173,6 +208,7 @@ def _table_lines(report: ScanReport) -> list[str]:
         f"examined {report.runs_examined} candidate runs"
         + (f" since {report.since.isoformat()}" if report.since else " over all history"),
     ]
+    lines.extend(_split_lines(report.splits))
     if not report.findings:
         lines.append("No duplicate asset-triggered runs found.")
         return lines
@@ -196,4 +232,22 @@ def _table_lines(report: ScanReport) -> list[str]:
                 f"  {role} {r.run_id}  state={r.state}  job={r.creating_job_id}{host}  "
                 f"tasks started {p.started}/{p.total}"
             )
+    return lines
+
+
+def _split_lines(splits: Sequence[SplitPartition]) -> list[str]:
+    """Split partition keys first: a waiting one means a consumer that may never run."""
+    lines: list[str] = []
+    for split in splits:
+        state = "consumer waiting, may never run" if split.waiting else "a row will never be consumed"
+        lines.append(
+            f"[SPLIT PARTITION] {split.dag_id}  partition {split.partition_key!r}  "
+            f"since {_iso(split.split_at)} ({state})"
+        )
+        for r in split.rows:
+            made = "pending" if r.pending else f"made run id {r.created_dag_run_id}"
+            events = ", ".join(map(str, r.event_ids)) or "(none)"
+            age = f"{r.age_seconds:.0f}s ago"
+            lines.append(f"  row {r.id}  created {_iso(r.created_at)} ({age})  {made}  events {events}")
+        lines.append("")
     return lines

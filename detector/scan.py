@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from detector import queries
 from detector.db import AirflowDb, connect
 from detector.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
+from detector.detect_reprocess import needs_origins, refine_partitioned
+from detector.detect_split import DEFAULT_SPLIT_GRACE, SplitPartition, find_split_partitions
 from detector.model import Finding
 from detector.versions import SchemaInfo
 
@@ -23,6 +25,7 @@ class ScanReport:
     since: datetime | None
     runs_examined: int
     note: str | None = None  # why nothing was examined (Airflow 2), shown in every format
+    splits: list[SplitPartition] = field(default_factory=list)  # current state, whatever ``since``
 
 
 def scan(
@@ -33,6 +36,7 @@ def scan(
     dag_filter: DagFilter = ALL_DAGS,
     suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW,
     progress: Progress | None = None,
+    split_grace: timedelta = DEFAULT_SPLIT_GRACE,
 ) -> ScanReport:
     """Every duplicate group whose runs have run_after within ``since`` of ``now`` (all history if None).
 
@@ -57,5 +61,14 @@ def scan(
             task_progress.update(queries.task_progress(conn, t, part, now))
             if progress is not None:
                 progress(min(done * queries.CHUNK, len(ids)), len(ids))
-    findings = find_duplicates(runs, events, task_progress, dag_filter=dag_filter, suspect_window=suspect_window)
-    return ScanReport(info=db.info, findings=findings, scanned_at=now, since=start, runs_examined=len(ids))
+        findings = find_duplicates(runs, events, task_progress, dag_filter=dag_filter, suspect_window=suspect_window)
+        suspects = [r.id for f in findings if needs_origins(f) for r in f.runs]
+        if suspects:
+            origins = queries.partition_rows_for_runs(conn, t, suspects)
+            findings = refine_partitioned(findings, origins, events, task_progress, suspect_window=suspect_window)
+        split_rows = queries.partition_rows_with_pending(conn, t)
+        split_events = queries.partition_row_events(conn, t, [r.id for r in split_rows]) if split_rows else {}
+    splits = find_split_partitions(split_rows, split_events, now, grace=split_grace, dag_filter=dag_filter)
+    return ScanReport(
+        info=db.info, findings=findings, scanned_at=now, since=start, runs_examined=len(ids), splits=splits
+    )

@@ -70,6 +70,9 @@ class AirflowTables:
     job: Table
     alembic_version: Table
     dag_run_note: Table  # written only by the db remediation backend
+    # 3.2+ partitioned assets (None before): asset_partition_dag_run and partitioned_asset_key_log.
+    partition_dag_run: Table | None = None
+    partition_key_log: Table | None = None
 
 
 def alembic_version_table(metadata: MetaData | None = None) -> Table:
@@ -153,6 +156,26 @@ def airflow_tables(family: Family) -> AirflowTables:
         Column("created_at", UtcDateTime, nullable=False),
         Column("updated_at", UtcDateTime, nullable=False),
     )
+    partition_dag_run = partition_key_log = None
+    if family.has_partitions:
+        # Only PK(id) on asset_partition_dag_run; 3.3.2 adds idx_pakl_apdr_id on the log (facts §1.3).
+        partition_dag_run = Table(
+            "asset_partition_dag_run",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("target_dag_id", String(250), nullable=False),
+            Column("created_dag_run_id", Integer),
+            Column("partition_key", String(250), nullable=False),
+            Column("created_at", UtcDateTime, nullable=False),
+        )
+        partition_key_log = Table(
+            "partitioned_asset_key_log",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("asset_id", Integer, nullable=False),
+            Column("asset_event_id", Integer, nullable=False),
+            Column("asset_partition_dag_run_id", Integer, nullable=False),
+        )
     return AirflowTables(
         family=family,
         metadata=md,
@@ -164,4 +187,6 @@ def airflow_tables(family: Family) -> AirflowTables:
         job=job,
         alembic_version=alembic_version_table(md),
         dag_run_note=dag_run_note,
+        partition_dag_run=partition_dag_run,
+        partition_key_log=partition_key_log,
     )

@@ -12,11 +12,13 @@ from detector.alert_dispatch import build_alerter
 from detector.config import Config
 from detector.daemon import Daemon, Parts
 from detector.db import AirflowDb, make_engine, open_airflow_db, parse_url
+from detector.detect import DagFilter
 from detector.errors import DatabaseError
 from detector.leader import AdvisoryLock, AlwaysLeader
 from detector.ledger import open_ledger
 from detector.metrics import Metrics
 from detector.remediation import build_remediator
+from detector.split_watch import SplitWatch
 
 log = logs.get("dupguard.main")
 MAX_STARTUP_BACKOFF = 30.0
@@ -66,6 +68,15 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
     alerter = build_alerter(config, ledger, metrics)
     metrics.init_remediations(config.remediation, getattr(remediator, "backend_name", "none"))
     metrics.init_alerts(alerter.channel_names)
+    splits = SplitWatch(
+        db,
+        ledger,
+        alerter,
+        metrics,
+        cluster=config.cluster_name,
+        grace=config.split_grace,
+        dag_filter=DagFilter(config.dags, config.exclude_dags),
+    )
     return Parts(
         db=db,
         leadership=leadership,
@@ -73,4 +84,5 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
         remediator=remediator,
         alerter=alerter,
         metrics=metrics,
+        splits=splits if splits.applies else None,
     )

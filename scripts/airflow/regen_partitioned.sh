@@ -19,7 +19,7 @@ PSQL="${PSQL:-psql}"
 
 declare -A SCENARIOS=(
   [3.2.2]="race_partitioned partition_fanout partition_successive partition_rerun"
-  [3.3.2]="race_partitioned"
+  [3.3.2]="race_partitioned race_asset partition_rerun split_and split_or"
 )
 if [ $# -gt 0 ]; then VERSIONS=("$@"); else VERSIONS=(3.2.2 3.3.2); fi
 

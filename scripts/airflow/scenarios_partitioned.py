@@ -76,6 +76,48 @@ CONSUMER = "consume_hourly_sales"  # IdentityMapper (the default)
 ROLLUP_HOUR = "report_sales_by_hour"  # StartOfHourMapper
 ROLLUP_DAY = "rollup_daily_sales"  # StartOfDayMapper
 
+# Two producer assets feeding one partitioned consumer (apache/airflow#71070), and an ordinary
+# (non-partitioned) asset consumer for the ADRQ race.
+SALES_EU, SALES_US = "sales_eu", "sales_us"
+PRODUCE_EU, PRODUCE_US = "produce_sales_eu", "produce_sales_us"
+CONSUME_AND = "consume_sales_eu_and_us"  # (sales_eu & sales_us), IdentityMapper
+CONSUME_OR = "consume_sales_eu_or_us"  # (sales_eu | sales_us), IdentityMapper
+ORDERS, PRODUCE_ORDERS, CONSUME_ORDERS = "orders", "produce_orders", "consume_orders"
+
+
+def _split_dags(consumer: str, condition: str) -> str:
+    return textwrap.dedent(
+        f"""\
+        sales_eu = Asset(name={SALES_EU!r})
+        sales_us = Asset(name={SALES_US!r})
+        with DAG({PRODUCE_EU!r}, schedule=producer_schedule, catchup=False):
+            Noop(task_id='write', outlets=[sales_eu])
+        with DAG({PRODUCE_US!r}, schedule=producer_schedule, catchup=False):
+            Noop(task_id='write', outlets=[sales_us])
+        with DAG(
+            {consumer!r},
+            schedule=PartitionedAssetTimetable(assets={condition}, default_partition_mapper=IdentityMapper()),
+            catchup=False,
+        ):
+            Noop(task_id='extract') >> Noop(task_id='load')
+        """
+    )
+
+
+EXTRA_DAGS = {
+    CONSUME_AND: _split_dags(CONSUME_AND, "sales_eu & sales_us"),
+    CONSUME_OR: _split_dags(CONSUME_OR, "sales_eu | sales_us"),
+    CONSUME_ORDERS: textwrap.dedent(
+        f"""\
+        orders = Asset(name={ORDERS!r})
+        with DAG({PRODUCE_ORDERS!r}, schedule=None, catchup=False):
+            Noop(task_id='write', outlets=[orders])
+        with DAG({CONSUME_ORDERS!r}, schedule=[orders], catchup=False):
+            Noop(task_id='extract') >> Noop(task_id='load')
+        """
+    ),
+}
+
 SCENARIOS = {
     "race_partitioned": "Two schedulers (HA) both read the same pending asset_partition_dag_run "
     "before either creates a run.",
@@ -84,7 +126,16 @@ SCENARIOS = {
     "partition_successive": "Events for different partition keys over time, each handled by "
     "alternating schedulers; one run per key.",
     "partition_rerun": "The same partition key receives a new event after its run was created; "
-    "a second run with different consumed events (legitimate re-processing, or suspicious).",
+    "a second run with different consumed events: a legitimate re-processing (each run has its own "
+    "asset_partition_dag_run row, the second created after the first run).",
+    "race_asset": "Two schedulers (HA): scheduler-b held after its unlocked asset_dag_run_queue read while "
+    "scheduler-a creates and commits the run (the 3.0/3.1 race; 3.2+ re-reads the queue with a lock).",
+    "split_and": "Two producer assets emit the same partition key at the same time; the consumer waits "
+    "for both (AND): two pending asset_partition_dag_run rows, the consumer never runs "
+    "(apache/airflow#71070).",
+    "split_or": "Two producer assets emit the same partition key at the same time; the consumer takes "
+    "either (OR): two pending asset_partition_dag_run rows, each creates its own run of the one key "
+    "(apache/airflow#71070).",
 }
 
 # Excluded from the dump: alembic_version is in the schema fixture; log/import_error are bulky
@@ -122,6 +173,9 @@ def dag_file_source(consumers: list[str]) -> str:
         "    Noop(task_id='write', outlets=[sales])",
     ]
     for dag_id in consumers:
+        if dag_id in EXTRA_DAGS:
+            lines += ["", *EXTRA_DAGS[dag_id].splitlines()]
+            continue
         lines += [
             "",
             "with DAG(",
@@ -266,8 +320,18 @@ def new_scheduler(hostname: str):
     return runner
 
 
-def produce_event(partition_key: str) -> int:
-    """Run the producer for `partition_key` and register its asset change like a finished task."""
+def produce_event(
+    partition_key: str | None,
+    *,
+    producer: str = PRODUCER,
+    asset_name: str = ASSET_NAME,
+    before_commit=None,
+) -> int:
+    """Run the producer for `partition_key` and register its asset change like a finished task.
+
+    `before_commit` (if given) is called after the change is registered and flushed, before the
+    transaction commits: two producers finishing at the same moment.
+    """
     from airflow._shared.timezones import timezone
     from airflow.assets.manager import AssetManager
     from airflow.models.asset import AssetModel
@@ -279,7 +343,7 @@ def produce_event(partition_key: str) -> int:
     from sqlalchemy import select
 
     with create_session() as session:
-        dag = SerializedDagModel.get(PRODUCER, session=session).dag
+        dag = SerializedDagModel.get(producer, session=session).dag
         now = timezone.utcnow()
         dr = dag.create_dagrun(
             run_id=DagRun.generate_run_id(run_type=DagRunType.MANUAL, logical_date=None, run_after=now),
@@ -294,17 +358,20 @@ def produce_event(partition_key: str) -> int:
         )
         ti = dr.get_task_instance("write", session=session)
         ti.set_state(TaskInstanceState.SUCCESS, session=session)
-        asset = session.scalar(select(AssetModel).where(AssetModel.name == ASSET_NAME))
+        asset = session.scalar(select(AssetModel).where(AssetModel.name == asset_name))
         event = AssetManager.register_asset_change(
             task_instance=ti,
             asset=asset,
             partition_key=partition_key,
-            extra={"rows": len(partition_key)},
+            extra={"rows": len(partition_key or "")},
             session=session,
         )
         dr.set_state(DagRunState.SUCCESS)
         session.flush()
-        return event.id
+        event_id = event.id
+        if before_commit is not None:
+            before_commit()
+        return event_id
 
 
 def scheduler_loop(runner, *, after_apdr_read=None) -> float:
@@ -406,6 +473,60 @@ def apdr_pointers() -> dict[int, int | None]:
 
     with create_session() as session:
         return dict(session.execute(select(AssetPartitionDagRun.id, AssetPartitionDagRun.created_dag_run_id)).all())
+
+
+def apdr_rows() -> list[dict]:
+    """Every asset_partition_dag_run row with the events its partitioned_asset_key_log rows hold."""
+    from airflow.models.asset import AssetPartitionDagRun, PartitionedAssetKeyLog
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        events: dict[int, list[int]] = {}
+        for apdr_id, event_id in session.execute(
+            select(PartitionedAssetKeyLog.asset_partition_dag_run_id, PartitionedAssetKeyLog.asset_event_id)
+        ):
+            events.setdefault(apdr_id, []).append(event_id)
+        return [
+            {
+                "id": a.id,
+                "target_dag_id": a.target_dag_id,
+                "partition_key": a.partition_key,
+                "created_at": a.created_at.isoformat(),
+                "created_dag_run_id": a.created_dag_run_id,
+                "event_ids": sorted(events.get(a.id, [])),
+            }
+            for a in session.scalars(select(AssetPartitionDagRun).order_by(AssetPartitionDagRun.id))
+        ]
+
+
+def produce_together(key: str, sources: list[tuple[str, str]]) -> list[int]:
+    """Producers of different assets finish at the same moment for one partition key.
+
+    Each registers its asset change in its own transaction (``register_asset_change`` ->
+    ``_get_or_create_apdr``, which locks the *producer's* asset row); both wait on a barrier
+    after their flush and before their commit, so each one's "latest pending row" SELECT ran
+    before the other committed. Returns the event ids in ``sources`` order.
+    """
+    barrier = threading.Barrier(len(sources), timeout=60)
+    ids: dict[int, int] = {}
+    errors: list[BaseException] = []
+
+    def work(i: int, producer: str, asset: str) -> None:
+        try:
+            ids[i] = produce_event(key, producer=producer, asset_name=asset, before_commit=barrier.wait)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(err)
+            barrier.abort()
+
+    threads = [threading.Thread(target=work, args=(i, p, a)) for i, (p, a) in enumerate(sources)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [ids[i] for i in range(len(sources))]
 
 
 def group_by_key(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
@@ -539,11 +660,153 @@ def scenario_partition_rerun(version: tuple[int, ...]):
     return [], suspected, {"event_ids": [e1, e2]}
 
 
+def scenario_partition_rerun_truth(version: tuple[int, ...]):
+    """partition_rerun, with what tells it from a race: the rows' pending periods do not overlap."""
+    expected, _, notes = scenario_partition_rerun(version)
+    runs = consumer_runs()
+    rows = apdr_rows()
+    own = {r["created_dag_run_id"]: r for r in rows}
+    check(all(r["id"] in own for r in runs), f"each run has its own APDR row: {rows}")
+    r1, r2 = runs
+    from datetime import datetime
+
+    second_row_created = datetime.fromisoformat(own[r2["id"]]["created_at"])
+    check(second_row_created > r1["run_after"], "the second row was created after the first run")
+    notes.update(
+        apdr=rows,
+        legitimate_reprocessing={
+            "dag_id": r1["dag_id"],
+            "partition_key": r1["partition_key"],
+            "run_ids": [r1["run_id"], r2["run_id"]],
+            "seconds_between_runs": round((r2["run_after"] - r1["run_after"]).total_seconds(), 6),
+        },
+    )
+    return expected, [], notes
+
+
+def _split(consumer: str, version: tuple[int, ...]):
+    a = new_scheduler("scheduler-a")
+    key = "2026-11-30T05:00:00"
+    e_eu, e_us = produce_together(key, [(PRODUCE_EU, SALES_EU), (PRODUCE_US, SALES_US)])
+    pending_before = [r for r in apdr_rows() if r["created_dag_run_id"] is None]
+    scheduler_loop(a)
+    scheduler_loop(a)  # a second pass changes nothing: the split rows never merge
+    rows = apdr_rows()
+    check(len(pending_before) == 2, f"two pending APDR rows for one (dag, key): {pending_before}")
+    check(
+        sorted(r["event_ids"] for r in pending_before) == sorted([[e_eu], [e_us]]),
+        f"one event per row: {pending_before}",
+    )
+    check(len({(r["target_dag_id"], r["partition_key"]) for r in rows}) == 1, "one (dag, key)")
+    return key, (e_eu, e_us), pending_before, rows
+
+
+def scenario_split_and(version: tuple[int, ...]):
+    key, events, pending, rows = _split(CONSUME_AND, version)
+    check(consumer_runs() == [], "the AND consumer never runs")
+    check(all(r["created_dag_run_id"] is None for r in rows), "both rows stay pending")
+    notes = {"event_ids": list(events), "apdr": rows}
+    notes["split_partitions"] = [
+        {
+            "dag_id": CONSUME_AND,
+            "partition_key": key,
+            "apdr_ids": [r["id"] for r in rows],
+            "event_ids_by_apdr": {str(r["id"]): r["event_ids"] for r in rows},
+        }
+    ]
+    return [], [], notes
+
+
+def scenario_split_or(version: tuple[int, ...]):
+    key, events, pending, rows = _split(CONSUME_OR, version)
+    runs = consumer_runs()
+    check(len(runs) == 2, f"two runs of one key: {runs}")
+    check(all(r["partition_key"] == key for r in runs), "same key")
+    check(sorted(r["event_ids"] for r in runs) == sorted([[e] for e in events]), "one event each")
+    own = {r["created_dag_run_id"]: r for r in rows}
+    check(all(r["id"] in own and own[r["id"]]["event_ids"] == r["event_ids"] for r in runs), "each row -> own run")
+    first, second = runs
+    expected = [
+        {
+            "dag_id": CONSUME_OR,
+            "kind": "partitioned",
+            "confidence": "confirmed",
+            "run_ids": [first["run_id"], second["run_id"]],
+            "first_run_id": first["run_id"],
+            "partition_key": key,
+            "shared_event_ids": [],
+            "split_apdr_ids": [own[first["id"]]["id"], own[second["id"]]["id"]],
+        }
+    ]
+    return expected, [], {"event_ids": list(events), "apdr": rows, "pending_apdr_before_scheduling": pending}
+
+
+def scenario_race_asset(version: tuple[int, ...]):
+    """The 3.0/3.1 ADRQ race interleaving, run on 3.2+: the locked re-read leaves scheduler-b nothing."""
+    from airflow.models.serialized_dag import SerializedDagModel
+
+    a, b = new_scheduler("scheduler-a"), new_scheduler("scheduler-b")
+    produce_event(None, producer=PRODUCE_ORDERS, asset_name=ORDERS)
+    scheduler_loop(a)  # an ordinary earlier run
+    before = {r["id"] for r in consumer_runs()}
+    event_id = produce_event(None, producer=PRODUCE_ORDERS, asset_name=ORDERS)
+    b_read, a_done = threading.Event(), threading.Event()
+    original = SerializedDagModel.get_latest_serialized_dags
+    held = {"b": False}
+
+    def hold(*args, **kwargs):
+        # dags_needing_dagruns calls this right after its unlocked SELECT of asset_dag_run_queue.
+        if threading.current_thread().name == "scheduler-b" and not held["b"]:
+            held["b"] = True
+            b_read.set()
+            a_done.wait(60)
+        return original(*args, **kwargs)
+
+    errors: list[BaseException] = []
+
+    def work(runner):
+        try:
+            scheduler_loop(runner)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(err)
+            b_read.set()
+
+    SerializedDagModel.get_latest_serialized_dags = staticmethod(hold)
+    try:
+        tb = threading.Thread(target=work, args=(b,), name="scheduler-b")
+        tb.start()
+        check(b_read.wait(60), "scheduler-b reached its queue read")
+        ta = threading.Thread(target=work, args=(a,), name="scheduler-a")
+        ta.start()
+        ta.join(60)
+        a_done.set()
+        tb.join(60)
+    finally:
+        SerializedDagModel.get_latest_serialized_dags = original
+    if errors:
+        raise errors[0]
+    check(held["b"], "scheduler-b was held after its unlocked queue read")
+    new = [r for r in consumer_runs() if r["id"] not in before]
+    check(len(new) == 1, f"one run from the race on {version}, got {new}")
+    check(new[0]["creating_job_id"] == a.job.id and new[0]["event_ids"] == [event_id], f"scheduler-a's run: {new}")
+    return [], [], {"race_event_id": event_id, "job_ids": {"scheduler-a": a.job.id, "scheduler-b": b.job.id}}
+
+
 SCENARIO_SETUP = {
     "race_partitioned": ([CONSUMER], scenario_race_partitioned),
     "partition_fanout": ([CONSUMER, ROLLUP_HOUR, ROLLUP_DAY], scenario_partition_fanout),
     "partition_successive": ([CONSUMER], scenario_partition_successive),
-    "partition_rerun": ([CONSUMER], scenario_partition_rerun),
+    "partition_rerun": ([CONSUMER], scenario_partition_rerun_truth),
+    "race_asset": ([CONSUME_ORDERS], scenario_race_asset),
+    "split_and": ([CONSUME_AND], scenario_split_and),
+    "split_or": ([CONSUME_OR], scenario_split_or),
+}
+
+
+EXTRA_PRODUCERS = {
+    "race_asset": [PRODUCE_ORDERS],
+    "split_and": [PRODUCE_EU, PRODUCE_US],
+    "split_or": [PRODUCE_EU, PRODUCE_US],
 }
 
 
@@ -568,7 +831,7 @@ def main() -> None:
     try:
         db_url = prepare_database(args.pg_url, db, home, consumers)
         serialize_dags()
-        check_unpaused([PRODUCER, *consumers])
+        check_unpaused([PRODUCER, *consumers, *EXTRA_PRODUCERS.get(args.scenario, [])])
         expected, suspected, notes = build(ver_tuple)
         runs = consumer_runs()
         truth = {
