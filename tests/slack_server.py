@@ -288,7 +288,8 @@ class SlackServer:
 
             def _generic(self, raw: bytes) -> None:
                 p = json.loads(raw or b"{}")
-                if p.get("schema") != "dupguard.alert/v1" or p.get("type") not in {"detected", "outcome", "digest"}:
+                types = {"detected", "outcome", "digest", "split_partition"}
+                if p.get("schema") != "dupguard.alert/v1" or p.get("type") not in types:
                     return self._reject(400, "not a dupguard.alert/v1 payload", "bad payload")
                 server._record(lambda: server.generic_payloads.append(p))
                 self._answer(202, {"status": "accepted"})

@@ -702,7 +702,7 @@ def _split(consumer: str, version: tuple[int, ...]):
 
 
 def scenario_split_and(version: tuple[int, ...]):
-    key, events, pending, rows = _split(CONSUME_AND, version)
+    key, events, _pending, rows = _split(CONSUME_AND, version)
     check(consumer_runs() == [], "the AND consumer never runs")
     check(all(r["created_dag_run_id"] is None for r in rows), "both rows stay pending")
     notes = {"event_ids": list(events), "apdr": rows}
