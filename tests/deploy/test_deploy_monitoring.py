@@ -235,3 +235,32 @@ def test_dashboard_and_metrics_hygiene_against_a_running_daemon(pg_templates: An
     as_rules = tmp_path / "dashboard-rules.yaml"
     as_rules.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     run_promtool("check", "rules", str(as_rules))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("source", [None, "configmap/dupguard-old"])
+def test_sidecar_without_its_configuration_says_so(pg_templates: Any, tmp_path: Path, source: str | None) -> None:
+    """A sidecar whose expected ConfigMap is absent (or another one) logs config_missing at start and
+    exports dupguard_config_missing 1; it still runs (on defaults)."""
+    from tests.daemon_harness import wait_for
+    from tests.integration.test_run_process import events, free_port, metric, spawn
+
+    port = free_port()
+    log = tmp_path / "run.log"
+    extra = {"DUPGUARD_CONFIG_SOURCE": source} if source else {}
+    proc = spawn(
+        pg_templates.clone("3.1.2"),
+        log,
+        DUPGUARD_HTTP_PORT=str(port),
+        DUPGUARD_CONFIG_EXPECTED="configmap/dupguard",
+        **extra,
+    )
+    try:
+        wait_for(lambda: metric(port, "dupguard_leader") == 1.0, what="leadership")
+        assert metric(port, "dupguard_config_missing") == 1.0
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    (warning,) = [e for e in events(log) if e["event"] == "config_missing"]
+    assert warning["level"] == "warning" and warning["expected"] == "configmap/dupguard"
+    assert warning["loaded"] == source
