@@ -191,3 +191,24 @@ def test_partitioned_runs_group_by_partition_key_and_shared_events() -> None:
     assert groups[0]["partition_key"] == "k1"
     # a partitioned run never groups with a non-partitioned one of the same run_after and events
     assert duplicate_groups([key_row(1, "p", 0, [20], "k1"), key_row(2, "p", 0, [20])]) == []
+
+
+def test_stopping_the_run_that_held_every_event_loses_an_event() -> None:
+    """Overlap group: run 5 consumed events 20 and 21, run 6 only 20. Stopping 6 loses nothing;
+    stopping 5 (keeping 6) leaves event 21 with no run although one run of the group survived:
+    counted as a kept-run violation, which the e2e test asserts is 0."""
+    rows = [key_row(5, "o", 180, [20, 21]), key_row(6, "o", 0, [20])]
+    groups = [{"ids": g["ids"]} for g in duplicate_groups(rows)]
+    note = SIDECAR_NOTE + " ..."
+
+    def judged(stopped: int) -> dict[str, Any]:
+        runs = [run(5, "o"), run(6, "o")]
+        runs[[5, 6].index(stopped)].update(note=note, state="failed")
+        log = [detected("o", 5, 6, kept=5 if stopped == 6 else 6)]
+        return judge(3, 3, groups, 0, {r["id"]: r for r in runs}, [], set(), log, RunSpec(mode="fail"), rows)
+
+    right, wrong = judged(stopped=6), judged(stopped=5)
+    assert (right["events_lost_by_stopping"], right["remediations_of_kept_runs"]) == (0, 0)
+    assert right["events_consumed_more_than_once"] == 1 and right["event_consumers"] == 2
+    assert wrong["events_lost_by_stopping"] == 1
+    assert [v["why"] for v in wrong["kept_run_violations"]] == ["every run of o that consumed event 21 stopped"]

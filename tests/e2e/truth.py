@@ -156,11 +156,16 @@ def duplicate_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(groups, key=lambda g: g["ids"][0])
 
 
-def read_groups(conn: Connection) -> list[dict[str, Any]]:
-    """The ground-truth groups of the database behind ``conn``; each also lists its ``run_ids``."""
+def read_consumptions(conn: Connection) -> list[dict[str, Any]]:
+    """Every asset-triggered run with its consumed events and creating job (``RUN_KEYS``)."""
     partitioned = conn.execute(text(HAS_PARTITION_KEY)).scalar_one() > 0
     keys = RUN_KEYS.format(partition_key="dr.partition_key" if partitioned else "NULL")
-    rows = [dict(r._mapping) for r in conn.execute(text(keys))]
+    return [dict(r._mapping) for r in conn.execute(text(keys))]
+
+
+def read_groups(conn: Connection, rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The ground-truth groups of the database behind ``conn``; each also lists its ``run_ids``."""
+    rows = read_consumptions(conn) if rows is None else rows
     run_ids = {r["id"]: r["run_id"] for r in rows}
     groups = duplicate_groups(rows)
     for g in groups:
@@ -176,14 +181,16 @@ def analyse(db_url: str, dupguard_log: Path, spec: RunSpec) -> dict[str, Any]:
             producer_runs = conn.execute(
                 text("SELECT count(*) FROM dag_run WHERE dag_id = :p"), {"p": spec.producer}
             ).scalar_one()
-            groups = read_groups(conn)
+            consumptions = read_consumptions(conn)
+            groups = read_groups(conn, consumptions)
             near_misses = conn.execute(text(SAME_RUN_AFTER_DIFFERENT_EVENTS)).scalar_one()
             runs = {r.id: dict(r._mapping) for r in conn.execute(text(RUNS))}
             tis = [dict(r._mapping) for r in conn.execute(text(TIS))]
             history = {(r.dag_id, r.run_id) for r in conn.execute(text(TI_HISTORY), {"started": list(STARTED)})}
     finally:
         engine.dispose()
-    return judge(events, producer_runs, groups, near_misses, runs, tis, history, read_json_log(dupguard_log), spec)
+    log = read_json_log(dupguard_log)
+    return judge(events, producer_runs, groups, near_misses, runs, tis, history, log, spec, consumptions)
 
 
 def judge(
@@ -196,6 +203,7 @@ def judge(
     history: set[tuple[str, str]],
     log: list[dict[str, Any]],
     spec: RunSpec,
+    consumptions: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     by_run_id = {(r["dag_id"], r["run_id"]): rid for rid, r in runs.items()}
     tis_of: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -263,6 +271,20 @@ def judge(
     for g in groups:
         if all(rid in touched for rid in g["ids"]):
             kept_violations.append({"run_id": runs[g["ids"][-1]]["run_id"], "why": "every run of its group stopped"})
+    # One run per event per consumer DAG (and key) must survive: an event whose every consumer run was
+    # stopped is lost, even when another run of its group survived (e.g. the run that consumed fewer
+    # events kept and the one holding every event stopped).
+    consumers: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+    for row in consumptions or []:
+        for event in set(row["events"] or ()):
+            consumers[(row["dag_id"], row.get("partition_key"), event)].append(row["id"])
+    lost = sorted(
+        ((k, ids) for k, ids in consumers.items() if all(rid in touched for rid in ids)),
+        key=lambda kv: (kv[0][0], str(kv[0][1]), kv[0][2]),
+    )
+    for (dag_id, _, event), ids in lost:
+        why = f"every run of {dag_id} that consumed event {event} stopped"
+        kept_violations.append({"run_id": runs[min(ids)]["run_id"], "why": why})
     guard_outside = sorted(runs[rid]["run_id"] for rid in guard_touched if rid not in member_of)
 
     # per duplicate
@@ -374,6 +396,9 @@ def judge(
         "false_positives": len(false_positives),
         "false_positive_details": false_positives,
         "remediations_of_kept_runs": len(kept_violations),
+        "event_consumers": len(consumers),
+        "events_consumed_more_than_once": sum(len(ids) > 1 for ids in consumers.values()),
+        "events_lost_by_stopping": len(lost),
         "kept_run_violations": kept_violations,
         "guard_notes_outside_groups": guard_outside,
         "prevented_by_guard": counts["prevented_by_guard"],
