@@ -7,7 +7,8 @@ suspected pair), on a database built from the real Airflow 3.3.2 schema
 (tests/fixtures/schema/airflow-3.3.2.sql) with ``--sizes`` APDR rows:
 
 - 300 partitioned DAGs, hourly keys over the history, every row resolved (``created_dag_run_id``
-  set) except 20 rows waiting normally and 2 splits (two pending rows of one key);
+  set) except 20 rows waiting normally, 2 splits (two pending rows of one key) and one old split
+  (the history's 5th row pending, a later row of its key resolved);
 - 1.5 ``partitioned_asset_key_log`` rows per APDR row on average (with 3.3.2's idx_pakl_apdr_id).
 
 The FK ``created_dag_run_id -> dag_run`` is re-added ``NOT VALID`` after the load (no dag_run rows
@@ -74,6 +75,17 @@ def build(size: str) -> str:
                    (%(n)s + 2, 'split_dag', NULL, 'k1', now() - interval '1 hour', now()),
                    (%(n)s + 3, 'split_dag', NULL, 'k2', now() - interval '1 hour', now()),
                    (%(n)s + 4, 'split_dag', NULL, 'k2', now() - interval '1 hour', now())
+            """,
+            {"n": n},
+        )
+        # An old split whose newest row made its run: row 5 left pending, a later row of its key resolved.
+        cur.execute("UPDATE asset_partition_dag_run SET created_dag_run_id = NULL WHERE id = 5")
+        cur.execute(
+            """
+            INSERT INTO asset_partition_dag_run (id, target_dag_id, created_dag_run_id, partition_key,
+                                                 created_at, updated_at)
+            SELECT %(n)s + 5, target_dag_id, %(n)s + 5, partition_key, created_at + interval '1 second', now()
+            FROM asset_partition_dag_run WHERE id = 5
             """,
             {"n": n},
         )

@@ -195,7 +195,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "split_poll_interval",
-        timedelta(seconds=10),
+        timedelta(seconds=60),
         _positive_duration,
         "Time between checks for split partition keys (Airflow 3.2+; a scan of asset_partition_dag_run).",
     ),

@@ -58,7 +58,7 @@ class SplitPartition:
     dag_id: str
     partition_key: str
     rows: tuple[SplitRow, ...]
-    split_at: datetime  # when the second row appeared
+    split_at: datetime  # creation of the next row read after the oldest stuck one (next pending, else newest)
 
     @property
     def kind(self) -> str:
@@ -85,8 +85,9 @@ def find_split_partitions(
 ) -> list[SplitPartition]:
     """Every split among ``rows`` that has lasted at least ``grace`` at ``now``.
 
-    ``rows`` must hold, for each (DAG, key) with a pending row, every row from its oldest pending
-    row on (``queries.partition_rows_with_pending``); ``events`` maps row id to its asset event ids.
+    ``rows`` must hold every pending row and the newest row of each (DAG, key) that has a pending
+    row (``queries.partition_rows_with_pending``; other rows are ignored); ``events`` maps row id to
+    its asset event ids.
     Sorted by (dag_id, partition_key).
     """
     by_key: dict[tuple[str, str], list[PartitionRow]] = defaultdict(list)

@@ -2,7 +2,7 @@
 
 A split is a state, not a new row: it cannot be tailed by ``dag_run.id`` like duplicates, and
 ``asset_partition_dag_run`` has only its primary key, so each check reads the pending rows with
-a scan (docs/benchmarks.md gives its cost). Every ``split_poll_interval`` (10 s) the leader reads
+a scan (docs/benchmarks.md gives its cost). Every ``split_poll_interval`` (60 s) the leader reads
 them, and each split that lasted ``split_grace`` is alerted once: the ledger claim ``detected`` on
 its stable key, then one claim per alert channel. Nothing is ever remediated.
 """

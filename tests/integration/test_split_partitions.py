@@ -183,3 +183,24 @@ def test_split_alert_reaches_slack_and_the_webhook_once(pg_templates: Templates,
     assert (payload["schema"], payload["type"]) == ("dupguard.alert/v1", "split_partition")
     assert payload["severity"] == "error" and payload["dedup_key"] == payload["split"]["key"]
     assert "consume_sales_eu_and_us" in server.top_level()[0].text
+
+
+@pytest.mark.parametrize(
+    ("scenario", "confidences"),
+    [("split_or", ["confirmed"]), ("partition_rerun", [])],
+    ids=["split_or", "partition_rerun"],
+)
+def test_run_judges_partitioned_runs_by_their_rows(
+    pg_templates: Templates, scenario: str, confidences: list[str]
+) -> None:
+    """The daemon's incremental path: the split's two runs are a confirmed group; a re-processing pages no one."""
+    url = pg_templates.clone("3.3.2", scenario)
+    truth = ground_truth("3.3.2", scenario)
+    ledger, metrics, recorder = MemoryLedger(), Metrics(), SplitRecorder()
+    daemon = _daemon(url, recorder, ledger, metrics)
+    assert daemon.run(once=True) == 0
+    alerted = daemon.parts.alerter.detected()  # type: ignore[attr-defined]
+    assert [e.finding.confidence.value for e in alerted] == confidences
+    for event in alerted:
+        assert sorted(r.run_id for r in event.finding.runs) == sorted(truth["expected_groups"][0]["run_ids"])
+    assert recorder.notices == []  # every split row made its run: no split left
