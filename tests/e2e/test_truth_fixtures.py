@@ -28,7 +28,9 @@ EVENT_KINDS = {"asset", "partitioned"}
 @pytest.mark.parametrize(("version", "scenario"), CASES, ids=[f"{v}-{s}" for v, s in CASES])
 def test_truth_finds_exactly_the_groups_airflow_made(version: str, scenario: str, pg_templates: Templates) -> None:
     truth = ground_truth(version, scenario)
-    recorded = [g for g in truth["expected_groups"] if g["kind"] in EVENT_KINDS]
+    # Runs of a split partition key (split_or, apache/airflow#71070) each consumed their own event:
+    # one key processed twice, not one event; that truth is the APDR rows (test_split_partitions.py).
+    recorded = [g for g in truth["expected_groups"] if g["kind"] in EVENT_KINDS and "split_apdr_ids" not in g]
     job_of = {r["run_id"]: r["creating_job_id"] for r in truth["runs"]}
     engine = create_engine(make_url(pg_templates.clone(version, scenario)).set(drivername="postgresql+psycopg2"))
     try:
