@@ -445,6 +445,28 @@ def test_5xx_is_retried_with_a_recheck_and_then_done(h: Harness) -> None:
     assert db_state(h.url)[action.run.run_id].state == "failed"
 
 
+def test_a_patch_that_timed_out_but_landed_is_judged_by_the_read_back(h: Harness) -> None:
+    """A worker starts ``extract`` and the PATCH then reaches Airflow only after dupguard's timeout: Airflow
+    applied it (the run carries our note) and stopped the running task. The result is that write,
+    ``caught_after_start`` naming the task, with no second PATCH — not ``too_late`` (the re-check
+    alone would see a failed task and call it too late although dupguard stopped it)."""
+    action = h.actions(Mode.FAIL)[0]
+    warm_execution_api(h.server)
+    with CountingProxy(h.server.port) as proxy:
+        proxy.hooks.append(("/api/v2/dags/", lambda: start_task(h.server, action.dag_id, action.run.run_id, "extract")))
+        proxy.inject.append(("/api/v2/dags/", 0, 2.5))  # then forwarded, after our 1.5 s timeout
+        remediator = h.remediator(Mode.FAIL, api_url=proxy.url, airflow_timeout=timedelta(seconds=1.5), backoff=4.0)
+        remediator.prepare()
+        result = remediator.execute(action)
+        patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
+    row = db_state(h.url)[action.run.run_id]
+    assert row.state == "failed" and row.tasks["extract"][0] == "failed" and row.note == action.note
+    assert patches == 1
+    assert result.result is Result.CAUGHT_AFTER_START, result.detail
+    assert "applied although the attempt failed" in result.detail and "timed out" in result.detail
+    assert result.started_tasks == (StartedTask("extract", -1, None, "failed"),)
+
+
 def test_a_task_starting_during_the_retry_back_off_stops_the_retries(h: Harness) -> None:
     """Retries only while the run has not started: the re-check between attempts sees the TI running."""
     action = h.actions(Mode.FAIL)[0]
