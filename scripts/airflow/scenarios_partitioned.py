@@ -816,6 +816,7 @@ def main() -> None:
     parser.add_argument("--out-dir", required=True, type=Path)
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:55432/postgres")
     parser.add_argument("--keep-home", action="store_true", help="keep the temp AIRFLOW_HOME")
+    parser.add_argument("--db", help="database to (re)create (default af_part_<ver>_<scenario>)")
     args = parser.parse_args()
 
     from importlib.metadata import version as dist_version
@@ -825,7 +826,7 @@ def main() -> None:
     if ver_tuple < (3, 2):
         sys.exit(f"partitioned assets need Airflow 3.2+, this venv has {ver}")
     consumers, build = SCENARIO_SETUP[args.scenario]
-    db = f"af_part_{ver.replace('.', '_')}_{args.scenario}"
+    db = args.db or f"af_part_{ver.replace('.', '_')}_{args.scenario}"
     home = Path(tempfile.mkdtemp(prefix=f"af-part-{ver}-"))
     started = time.monotonic()
     try:
