@@ -1,11 +1,12 @@
 """``dupguard run``: the loop beside every scheduler. Polls for new runs, and on the leader hands each
-finding to the ledger, the remediator and the alerter.
+finding to the ledger, the remediation workers and the alerter.
 
 Threads: the detection loop (this module, a plain loop: at a 10 ms cadence a job scheduler's
-per-run overhead would cost more than the poll itself); APScheduler runs the slow periodic jobs (leader
-heartbeat, summary line) with ``max_instances=1, coalesce=True``; the health server; the alerter's
-sender. A failing pass never ends the loop: it is retried with back-off and the tracker is rewound so
-no run is lost.
+per-run overhead would cost more than the poll itself); the remediation workers
+(``detector.remediation_dispatch``: the loop only queues, so a slow or hanging API never delays
+detection); APScheduler runs the slow periodic jobs (leader heartbeat, summary line) with
+``max_instances=1, coalesce=True``; the health server; the alerter's sender. A failing pass never
+ends the loop: it is retried with back-off and the tracker is rewound so no run is lost.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Connection
@@ -31,14 +31,17 @@ from detector.errors import DatabaseError, DupguardError
 from detector.incremental import IncrementalDetector, NewRowTracker
 from detector.metrics import Metrics
 from detector.model import Finding
-from detector.plan import Action, Mode, Outcome, plan
-from detector.ports import Alerter, AlertEvent, AlertKind, Ledger, RemediationResult, Remediator, Result
+from detector.plan import UNDECIDED, Action, Mode, plan
+from detector.ports import Alerter, AlertEvent, AlertKind, Ledger, Pending, RemediationResult, Remediator, Result
+from detector.prior import PriorDecisions
+from detector.remediation import passive_result
+from detector.remediation_dispatch import Job, RemediationDispatcher
 from detector.split_watch import SplitWatch
 
 log = logs.get("dupguard.daemon")
 MAX_BACKOFF = 5.0
 EXIT_DB = 3  # as ``dupguard scan``: the database failed
-REMEDIATION_WORKERS = 4
+ONCE_DRAIN_SECONDS = 60.0  # ``run --once`` waits this long for its remediations
 STARTUP_SCAN_LIMIT = 100_000  # ids below max(id) searched for the start of the look-back
 
 
@@ -92,8 +95,29 @@ class _Tally:
             return out
 
 
+@dataclass
+class _GroupOutcome:
+    """The remediation results of one group so far; its OUTCOME alert goes out once every action has
+    a first result, and again whenever a retried action reaches its final one."""
+
+    finding: Finding
+    actions: list[Action]
+    latest: dict[str, RemediationResult] = field(default_factory=dict)  # by run_id
+    open: set[str] = field(default_factory=set)  # run_ids without a final result
+    unseen: set[str] = field(default_factory=set)  # run_ids without any result yet
+    announced: bool = False
+
+
 class Daemon:
-    def __init__(self, config: Config, parts: Parts, clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(
+        self,
+        config: Config,
+        parts: Parts,
+        clock: Callable[[], datetime] = utcnow,
+        *,
+        once: bool = False,
+        dispatch_options: dict[str, Any] | None = None,
+    ) -> None:
         self.config = config
         self.parts = parts
         self.clock = clock
@@ -104,11 +128,30 @@ class Daemon:
         self._consecutive_failures = 0
         self._conn: Connection | None = None
         self._last_batch_full = False
-        # Bounded by the engine's pool (2 + 2 overflow): each remediation re-reads the run first.
-        self._pool = ThreadPoolExecutor(max_workers=REMEDIATION_WORKERS, thread_name_prefix="dupguard-remediate")
         self._tally = _Tally()
         self._mode = Mode(config.remediation)
         self._filter = DagFilter(config.dags, config.exclude_dags)
+        self._prior = PriorDecisions(parts.db.tables, parts.ledger)
+        # Re-judges one duplicate's group before a retry (no tracker state of its own is used).
+        self._rejudger = IncrementalDetector(
+            tables=parts.db.tables,
+            tracker=NewRowTracker(high=0),
+            dag_filter=self._filter,
+            suspect_window=config.suspect_window,
+            prior=self._prior,
+        )
+        self._outcomes: dict[str, _GroupOutcome] = {}
+        self._outcomes_lock = threading.Lock()
+        # Workers: bounded by the engine's pool (2 + 2 overflow), as each remediation re-reads the run.
+        self._dispatcher = RemediationDispatcher(
+            parts.remediator,
+            recheck=self._recheck,
+            on_result=self._on_result,
+            may_act=lambda: self.parts.leadership.is_leader(self.clock()),
+            metrics=parts.metrics,
+            retry=not once,
+            **(dispatch_options or {}),
+        )
         parts.metrics.set_build(parts.db.info.family.value)
 
     # --- health -------------------------------------------------------------------------------
@@ -150,6 +193,8 @@ class Daemon:
         try:
             while self.poll_pass():
                 if not self._last_batch_full:
+                    if not self._dispatcher.drain(ONCE_DRAIN_SECONDS):
+                        log.warning("remediations_unfinished", waited_seconds=ONCE_DRAIN_SECONDS)
                     return 0 if self.check_splits() else EXIT_DB
             return EXIT_DB
         finally:
@@ -174,7 +219,7 @@ class Daemon:
     def shutdown(self, timeout: float = 3.0) -> None:
         """Release the lock and drain alerts; bounded so SIGTERM finishes inside the grace period."""
         self.stop.set()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._dispatcher.close(timeout=min(timeout, 2.0))
         self.parts.alerter.close(timeout)
         self.parts.remediator.close()
         self.parts.leadership.release()
@@ -289,8 +334,11 @@ class Daemon:
             tracker=NewRowTracker(high=start, grace=self.config.gap_grace),
             dag_filter=self._filter,
             suspect_window=self.config.suspect_window,
+            prior=self._prior,
         )
         log.info("watching", from_id=start, durable_ledger=self.parts.ledger.durable)
+        if self.parts.ledger.durable:
+            self._pick_up_pending()
         return self.detector
 
     def _failed(self, exc: BaseException, tracker_state: tuple[int, dict[int, datetime]] | None) -> bool:
@@ -323,58 +371,168 @@ class Daemon:
     # --- acting on a finding --------------------------------------------------------------------
 
     def handle(self, findings: list[Finding], now: datetime) -> None:
-        """Remediate first (it races the duplicates' tasks), all at once, then log and queue alerts.
+        """Decide, record, alert, then queue the remediations; never waits for one to finish.
 
-        One asset event duplicates every consumer DAG in the same race, and an API remediation takes
-        ~100 ms: handled one after another, the last groups miss their window (docs/e2e.md). The
-        claims are taken first, so concurrency never lets two workers act on one run.
+        Claims first (exactly one replica acts on a run), then the roles this judgement gave the
+        group's runs (a decision is final: later judgements read them back, ``detector.prior``), then
+        the DETECTED alert, then the work for the remediation workers. One asset event duplicates
+        every consumer DAG at once: the workers take the groups in parallel (docs/e2e.md).
         """
         ledger = self.parts.ledger
-        claimed: list[tuple[Finding, list[Action], list[Action], bool]] = []
+        queued: list[Job] = []
         for finding in findings:
             actions = plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started)
-            # Unconfirmed/disabled actions claim nothing: a later verdict on the same group may still act.
-            decided = [a for a in actions if a.outcome not in (Outcome.NOT_CONFIRMED, Outcome.DISABLED)]
+            # Undecided actions claim nothing: a later verdict on the same group may still act.
+            decided = [a for a in actions if a.outcome not in UNDECIDED]
             won = ledger.claim_all(finding.key, ["detected", *(f"action:{a.run.run_id}" for a in decided)])
             todo = [a for a in decided if f"action:{a.run.run_id}" in won]
-            claimed.append((finding, actions, todo, "detected" in won))
-        work = [action for _, _, todo, _ in claimed for action in todo]
-        run = self._pool.map if len(work) > 1 else map
-        results = iter(list(run(self._execute, work)))  # in the order of ``work``
-        for finding, actions, todo, first in claimed:
-            self._report(finding, actions, [next(results) for _ in todo], first, now)
+            if todo:
+                ledger.record_decision((finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo])
+                self._track(finding, actions, todo)
+            self._report_detected(finding, actions, "detected" in won, now)
+            for action in todo:
+                result = passive_result(action)
+                if result is not None:
+                    self._on_result(Job(finding, action), result, True)
+                else:
+                    queued.append(self._submit(Job(finding, action)))
+        if ledger.durable:
+            for job in queued:  # a new leader picks these up if this process dies first
+                if job.action.writes:
+                    ledger.add_pending(Pending(job.finding.key, job.action.dag_id, job.action.run.run_id))
 
-    def _report(
-        self, finding: Finding, actions: list[Action], results: list[RemediationResult], first: bool, now: datetime
-    ) -> None:
-        m = self.parts.metrics
-        if first:
-            m.groups_detected.labels(kind=finding.kind.value, confidence=finding.confidence.value).inc()
-            m.groups_by_dag.labels(dag_id=finding.dag_id).inc()
-            for run in finding.duplicates:
-                if run.queued_at is not None:
-                    m.detection_latency.observe(max(0.0, (now - run.queued_at).total_seconds()))
-        elif not results:
+    def _submit(self, job: Job) -> Job:
+        if not self._dispatcher.submit(job):
+            log.error("remediation_queue_full", dag_id=job.action.dag_id, run_id=job.action.run.run_id)
+            self._on_result(
+                job,
+                RemediationResult(job.action, Result.FAILED, "remediation queue full: not attempted"),
+                True,
+            )
+        return job
+
+    def _track(self, finding: Finding, actions: list[Action], todo: list[Action]) -> None:
+        runs = {a.run.run_id for a in todo}
+        with self._outcomes_lock:
+            group = self._outcomes.get(finding.key)
+            if group is None:
+                self._outcomes[finding.key] = _GroupOutcome(finding, list(actions), open=set(runs), unseen=set(runs))
+            else:  # e.g. a third run joined the group while the first remediation is retried
+                group.finding, group.actions = finding, list(actions)
+                group.open |= runs
+                group.unseen |= runs
+
+    def _report_detected(self, finding: Finding, actions: list[Action], first: bool, now: datetime) -> None:
+        if not first:
             return
-        event = AlertEvent(
-            kind=AlertKind.DETECTED if first else AlertKind.OUTCOME,
-            finding=finding,
-            detected_at=now,
-            cluster=self.config.cluster_name,
-            mode=self._mode.value,
-            actions=tuple(actions),
-            results=tuple(results),
+        m = self.parts.metrics
+        m.groups_detected.labels(kind=finding.kind.value, confidence=finding.confidence.value).inc()
+        m.groups_by_dag.labels(dag_id=finding.dag_id).inc()
+        for run in finding.duplicates:
+            if run.queued_at is not None:
+                m.detection_latency.observe(max(0.0, (now - run.queued_at).total_seconds()))
+        self.parts.alerter.notify(
+            AlertEvent(
+                kind=AlertKind.DETECTED,
+                finding=finding,
+                detected_at=now,
+                cluster=self.config.cluster_name,
+                mode=self._mode.value,
+                actions=tuple(actions),
+            )
         )
-        self.parts.alerter.notify(event)
 
-    def _execute(self, action: Action) -> RemediationResult:
-        if action.outcome in (Outcome.REMEDIATE, Outcome.WOULD_REMEDIATE):
-            return self.parts.remediator.execute(action)
-        if action.outcome is Outcome.TOO_LATE:
-            return RemediationResult(action=action, result=Result.TOO_LATE, detail="its tasks had started")
-        return RemediationResult(
-            action=action, result=Result.ALREADY, detail="prevented: created with every task skipped (guard)"
-        )
+    def _on_result(self, job: Job, result: RemediationResult, final: bool) -> None:
+        """A worker's (or the planner's) result: alert when the group's picture changes; forget the
+        pending remediation once it is final."""
+        run_id = job.action.run.run_id
+        event: AlertEvent | None = None
+        with self._outcomes_lock:
+            group = self._outcomes.get(job.finding.key)
+            if group is None:
+                group = _GroupOutcome(job.finding, [job.action], open={run_id}, unseen={run_id})
+                self._outcomes[job.finding.key] = group
+            group.latest[run_id] = result
+            group.unseen.discard(run_id)
+            if final:
+                group.open.discard(run_id)
+            if not group.unseen and (not group.announced or final):
+                group.announced = True
+                event = AlertEvent(
+                    kind=AlertKind.OUTCOME,
+                    finding=group.finding,
+                    detected_at=self.clock(),
+                    cluster=self.config.cluster_name,
+                    mode=self._mode.value,
+                    actions=tuple(group.actions),
+                    results=tuple(group.latest.values()),
+                )
+            if not group.open:
+                del self._outcomes[job.finding.key]
+        if final and job.action.writes and self.parts.ledger.durable:
+            try:
+                self.parts.ledger.drop_pending(job.action.dag_id, run_id)
+            except Exception as exc:  # noqa: BLE001 - a stale pending entry is only re-judged later
+                log.warning("pending_remediation_not_cleared", run_id=run_id, error=str(exc))
+        if event is not None:
+            self.parts.alerter.notify(event)
+
+    def _recheck(self, job: Job) -> tuple[Finding, Action] | RemediationResult:
+        """Before a retry: judge the duplicate's group again from the database, earlier decisions
+        included. Only a run that is still a duplicate of a confirmed group, not kept by any decision
+        and (unless opted in) not started, is acted on; anything else ends the job."""
+        verdict = self._rejudge(job.action.dag_id, job.action.run.run_id, self.clock())
+        if isinstance(verdict, str):
+            return RemediationResult(job.action, Result.SKIPPED if verdict != "gone" else Result.GONE, verdict)
+        finding, action = verdict
+        passive = passive_result(action)
+        if passive is not None:
+            return passive
+        return finding, action
+
+    def _rejudge(self, dag_id: str, run_id: str, now: datetime) -> tuple[Finding, Action] | str:
+        t = self.parts.db.tables
+        with connect(self.parts.db.engine) as conn:
+            run = queries.run_by_run_id(conn, t, dag_id, run_id)
+            if run is None:
+                return "gone"
+            findings = self._rejudger.judge(conn, [run], now)
+        for finding in findings:
+            for action in plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started):
+                if action.run.id == run.id:
+                    return finding, action
+        return "re-judged: no longer a duplicate in a group: left alone"
+
+    def _pick_up_pending(self) -> None:
+        """A new leader term: remediations an earlier leader decided but did not finish (durable ledger)."""
+        try:
+            pending = self.parts.ledger.pending()
+        except Exception as exc:  # noqa: BLE001 - retried at the next term; the groups stay in the ledger
+            log.warning("pending_remediations_unreadable", error=str(exc))
+            return
+        for item in pending:
+            with self._outcomes_lock:
+                mine = any(g.finding.dag_id == item.dag_id and item.run_id in g.open for g in self._outcomes.values())
+            if mine:
+                continue  # still in this process's own queue (this replica led before)
+            try:
+                verdict = self._rejudge(item.dag_id, item.run_id, self.clock())
+            except Exception as exc:  # noqa: BLE001 - e.g. the database blinked: next term
+                log.warning("pending_remediation_not_judged", run_id=item.run_id, error=str(exc))
+                continue
+            if isinstance(verdict, str):
+                log.info("pending_remediation_dropped", dag_id=item.dag_id, run_id=item.run_id, reason=verdict)
+                self.parts.ledger.drop_pending(item.dag_id, item.run_id)
+                continue
+            finding, action = verdict
+            log.info("pending_remediation_picked_up", dag_id=item.dag_id, run_id=item.run_id)
+            job = Job(finding, action, picked_up=False)
+            self._track(finding, [action], [action])
+            result = passive_result(action)
+            if result is not None:
+                self._on_result(job, result, True)
+            else:
+                self._submit(job)
 
 
 def _safe_watermark(tracker: NewRowTracker) -> int:

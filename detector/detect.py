@@ -41,8 +41,10 @@ from datetime import timedelta
 
 from detector.model import (
     ASSET_TRIGGERED,
+    NO_DECISIONS,
     NO_PROGRESS,
     Confidence,
+    Decisions,
     Finding,
     Kind,
     Run,
@@ -68,16 +70,25 @@ class DagFilter:
 ALL_DAGS = DagFilter()
 
 
-def keep_order(run: Run, progress: Mapping[int, TaskProgress]) -> tuple[int, int, int]:
-    """Sort key of the keep rule: a run whose tasks started wins, then a run the in-scheduler guard
-    did not skip (its note), then the lowest id.
+def keep_order(run: Run, progress: Mapping[int, TaskProgress], prior: Decisions = NO_DECISIONS) -> tuple[int, int, int]:
+    """Sort key of the keep rule; the first run of a group is kept.
 
-    Deterministic from database state alone, so every replica picks the same run. The guard keeps
-    the run committed first, which can have the higher id when it serialised the creators itself
-    (docs/guard.md): its skipped twin must never be the one kept.
+    1. a run an earlier judgement kept stays kept (a decision is final, issue 11 §1);
+    2. a run that was stopped, chosen as a duplicate, or made skipped by the in-scheduler guard (its
+       note) is never kept, whatever its tasks did: stopping a duplicate whose task was starting
+       leaves a *failed* task instance, which must not make it look like the run that did the work;
+       and the guard keeps the run committed first, which can have the higher id (docs/guard.md);
+    3. among the others a run whose tasks started wins, then the lowest id.
+
+    Deterministic from database state (runs, task instances, notes) and the ledger, so every replica
+    and every restart picks the same run.
     """
+    if run.id in prior.kept:
+        return (0, 0, run.id)
     p = progress.get(run.id, NO_PROGRESS)
-    return (0 if p.any_started else 1, 1 if p.guarded else 0, run.id)
+    if prior.excluded(run.id) or p.guarded:
+        return (2, 0, run.id)
+    return (1, 0 if p.any_started else 1, run.id)
 
 
 def find_duplicates(
@@ -87,11 +98,13 @@ def find_duplicates(
     *,
     dag_filter: DagFilter = ALL_DAGS,
     suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW,
+    prior: Decisions = NO_DECISIONS,
 ) -> list[Finding]:
     """Every duplicate group among ``runs``.
 
     ``events`` maps run id to the ids of the asset events it consumed; ``progress`` maps run id to
-    its task progress (missing means nothing started). Runs that are not asset-triggered or not
+    its task progress (missing means nothing started); ``prior`` holds earlier keep decisions
+    (``keep_order``). Runs that are not asset-triggered or not
     selected by ``dag_filter`` are ignored. Findings come sorted by (dag_id, run_after, key).
     """
     progress = progress or {}
@@ -107,10 +120,10 @@ def find_duplicates(
     findings: list[Finding] = []
     for dag_runs in asset_runs.values():
         for group in _linked_groups(dag_runs, events):
-            findings.append(_asset_finding(group, events, progress))
+            findings.append(_asset_finding(group, events, progress, prior))
     for group in by_partition.values():
         if len(group) > 1:
-            findings.extend(_partition_findings(group, events, progress, suspect_window))
+            findings.extend(_partition_findings(group, events, progress, suspect_window, prior))
     findings.sort(key=lambda f: (f.dag_id, f.run_after, f.key))
     return findings
 
@@ -148,7 +161,10 @@ def _linked_groups(dag_runs: Sequence[Run], events: Mapping[int, frozenset[int]]
 
 
 def _asset_finding(
-    group: list[Run], events: Mapping[int, frozenset[int]], progress: Mapping[int, TaskProgress]
+    group: list[Run],
+    events: Mapping[int, frozenset[int]],
+    progress: Mapping[int, TaskProgress],
+    prior: Decisions,
 ) -> Finding:
     sets = {r.id: _event_set(r, events) for r in group}
     consumed = frozenset().union(*sets.values())
@@ -168,6 +184,7 @@ def _asset_finding(
         group=group,
         shared=shared,
         progress=progress,
+        prior=prior,
         preferred=covering,
     )
 
@@ -177,6 +194,7 @@ def _partition_findings(
     events: Mapping[int, frozenset[int]],
     progress: Mapping[int, TaskProgress],
     window: timedelta,
+    prior: Decisions,
 ) -> list[Finding]:
     dag_id, partition_key = group[0].dag_id, group[0].partition_key
     by_events: dict[frozenset[int], list[Run]] = defaultdict(list)
@@ -188,7 +206,7 @@ def _partition_findings(
     # a suspected group never repeats runs that a confirmed group already accounts for.
     representatives: list[Run] = []
     for event_set, members in by_events.items():
-        members.sort(key=lambda r: keep_order(r, progress))
+        members.sort(key=lambda r: keep_order(r, progress, prior))
         representatives.append(members[0])
         if len(members) > 1 and event_set:
             digest = hashlib.sha256(",".join(map(str, sorted(event_set))).encode()).hexdigest()[:16]
@@ -200,6 +218,7 @@ def _partition_findings(
                     group=members,
                     shared=event_set,
                     progress=progress,
+                    prior=prior,
                 )
             )
         elif len(members) > 1:
@@ -216,6 +235,7 @@ def _partition_findings(
                     group=cluster,
                     shared=shared,
                     progress=progress,
+                    prior=prior,
                 )
             )
     return findings
@@ -240,10 +260,18 @@ def _finding(
     group: Sequence[Run],
     shared: frozenset[int],
     progress: Mapping[int, TaskProgress],
+    prior: Decisions,
     preferred: frozenset[int] | None = None,
 ) -> Finding:
-    """``preferred``: the only runs that may be kept when not every run may be (None: every run)."""
-    ordered = sorted(group, key=lambda r: (preferred is not None and r.id not in preferred, keep_order(r, progress)))
+    """``preferred``: the only runs that may be kept when not every run may be (None: every run).
+
+    It comes before an earlier decision: keeping a run that did not consume every event would let
+    stopping the others lose an event. A run an earlier decision kept that is not kept now is still
+    never remediated (``plan``: ``kept_before``)."""
+    ids = frozenset(r.id for r in group)
+    ordered = sorted(
+        group, key=lambda r: (preferred is not None and r.id not in preferred, keep_order(r, progress, prior))
+    )
     kept, duplicates = ordered[0], tuple(sorted(ordered[1:], key=lambda r: r.id))
     return Finding(
         key=key,
@@ -257,4 +285,5 @@ def _finding(
         partition_key=kept.partition_key,
         duplicate_task_seconds=sum(progress.get(r.id, NO_PROGRESS).task_seconds for r in duplicates),
         progress={r.id: progress.get(r.id, NO_PROGRESS) for r in group},
+        prior=Decisions(stopped=prior.stopped & ids, duplicates=prior.duplicates & ids, kept=prior.kept & ids),
     )

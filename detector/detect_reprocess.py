@@ -96,7 +96,9 @@ def refine_partitioned(
             if len(members) == len(runs):
                 judged = finding
             else:
-                regrouped = find_duplicates(members, events, progress, suspect_window=suspect_window)
+                regrouped = find_duplicates(
+                    members, events, progress, suspect_window=suspect_window, prior=finding.prior
+                )
                 if len(regrouped) != 1:  # cannot happen for runs of one suspected group; keep what we had
                     out.append(finding)
                     break

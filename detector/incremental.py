@@ -10,7 +10,7 @@ duplicate whose first run is far below the watermark is still found.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -19,13 +19,15 @@ from sqlalchemy import Connection
 from detector import queries
 from detector.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
 from detector.detect_reprocess import needs_origins, refine_partitioned
-from detector.model import ASSET_TRIGGERED, Finding, Run
+from detector.model import ASSET_TRIGGERED, NO_DECISIONS, Decisions, Finding, Run
 from detector.schema import AirflowTables
 
 DEFAULT_GRACE = timedelta(seconds=60)
 DEFAULT_MAX_GAPS = 10_000
 DEFAULT_BATCH = 1_000
 MAX_HOPS = 3  # sibling-of-sibling lookups when a new run has siblings
+# Earlier keep decisions about a group's runs (detector.prior): read just before it is judged.
+PriorSource = Callable[[Connection, Sequence[Run]], Decisions]
 
 
 @dataclass
@@ -76,6 +78,7 @@ class IncrementalDetector:
     dag_filter: DagFilter = ALL_DAGS
     suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW
     batch: int = DEFAULT_BATCH
+    prior: PriorSource | None = None
 
     def poll(self, conn: Connection, now: datetime) -> PollResult:
         """One poll: fetch what became visible, then judge each new asset run with its siblings."""
@@ -84,10 +87,13 @@ class IncrementalDetector:
         fresh_ids = set(self.tracker.accept([r.id for r in fetched], now))
         new = [r for r in fetched if r.id in fresh_ids]
         watched = [r for r in new if r.run_type == ASSET_TRIGGERED and self.dag_filter.selects(r.dag_id)]
-        findings = self._judge(conn, watched, now) if watched else []
+        findings = self.judge(conn, watched, now) if watched else []
         return PollResult(new_runs=new, findings=findings, batch_full=len(fetched) >= self.batch)
 
-    def _judge(self, conn: Connection, watched: list[Run], now: datetime) -> list[Finding]:
+    def judge(self, conn: Connection, watched: list[Run], now: datetime) -> list[Finding]:
+        """The groups ``watched`` runs belong to, judged with their siblings and earlier decisions.
+
+        Also used to re-judge a duplicate before a remediation is retried."""
         t = self.tables
         events = queries.consumed_events(conn, t, [r.id for r in watched])
         candidates: dict[int, Run] = {r.id: r for r in watched}
@@ -129,8 +135,14 @@ class IncrementalDetector:
             frontier = list(found.values())
         ids = list(candidates)
         progress = queries.task_progress(conn, t, ids, now)
+        prior = self.prior(conn, list(candidates.values())) if self.prior is not None else NO_DECISIONS
         findings = find_duplicates(
-            candidates.values(), events, progress, dag_filter=self.dag_filter, suspect_window=self.suspect_window
+            candidates.values(),
+            events,
+            progress,
+            dag_filter=self.dag_filter,
+            suspect_window=self.suspect_window,
+            prior=prior,
         )
         suspects = [r.id for f in findings if needs_origins(f) for r in f.runs]
         if suspects:  # rare: partitioned runs of one key with different events (detector.detect_reprocess)

@@ -5,7 +5,11 @@
 NOTHING: exactly one replica wins it, even if two briefly believe they lead. ``MemoryLedger`` serves
 read-only database users: it forgets on restart, so a restarted or newly elected replica may alert
 again about groups from the last ``startup_lookback`` (remediation stays safe: a stopped run is
-recognised as already stopped).
+recognised as already stopped, and the note on it names the kept run, ``detector.decisions``).
+
+Besides claims the ledger keeps, per run, the role an earlier judgement gave it (``decision|<dag>|<run>``
+claims, subject ``kept`` or ``duplicate``: issue 11 §1, a decision is final), and the remediations
+not finished yet (notes ``pending|<dag>|<run>``), which a new leader picks up (issue 11 §3).
 """
 
 from __future__ import annotations
@@ -13,14 +17,16 @@ from __future__ import annotations
 import socket
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from sqlalchemy import Column, DateTime, Engine, MetaData, String, Table, Text, inspect, select, text
+from sqlalchemy import Column, DateTime, Engine, MetaData, String, Table, Text, delete, inspect, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from detector import logs
 from detector.db import connect
 from detector.errors import ConfigError
+from detector.ports import Pending
 
 SCHEMA = "dupguard"
 _md = MetaData(schema=SCHEMA)
@@ -46,7 +52,21 @@ state = Table(
     Column("value", Text, nullable=False),
 )
 WATERMARK = "watermark"
+KEPT, DUPLICATE = "kept", "duplicate"
+PENDING = "pending-remediation"
 log = logs.get("dupguard.ledger")
+
+
+def decision_key(dag_id: str, run_id: str) -> str:
+    return f"decision|{dag_id}|{run_id}"
+
+
+def pending_key(dag_id: str, run_id: str) -> str:
+    return f"pending|{dag_id}|{run_id}"
+
+
+def _decision_rows(kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(decision_key(*kept), KEPT), *((decision_key(*d), DUPLICATE) for d in duplicates)]
 
 
 class MemoryLedger:
@@ -93,6 +113,36 @@ class MemoryLedger:
 
     def save_watermark(self, high: int) -> None:
         self._watermark = high
+
+    def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
+        for group_key, subject in _decision_rows(kept, duplicates):
+            self.claim(group_key, subject)
+
+    def decisions(self, runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
+        with self._lock:
+            found: dict[tuple[str, str], set[str]] = {}
+            for dag_id, run_id in runs:
+                roles = {r for r in (KEPT, DUPLICATE) if (decision_key(dag_id, run_id), r) in self._claims}
+                if roles:
+                    found[(dag_id, run_id)] = roles
+            return found
+
+    def add_pending(self, item: Pending) -> None:
+        self.remember(pending_key(item.dag_id, item.run_id), PENDING, item.finding_key)
+
+    def drop_pending(self, dag_id: str, run_id: str) -> None:
+        with self._lock:
+            self._notes.pop((pending_key(dag_id, run_id), PENDING), None)
+
+    def pending(self) -> list[Pending]:
+        with self._lock:
+            items = [(k, v) for (k, name), v in self._notes.items() if name == PENDING]
+        return [_pending(k, v) for k, v in items]
+
+
+def _pending(group_key: str, finding_key: str) -> Pending:
+    _, dag_id, run_id = group_key.split("|", 2)
+    return Pending(finding_key=finding_key, dag_id=dag_id, run_id=run_id)
 
 
 class DbLedger:
@@ -145,6 +195,45 @@ class DbLedger:
         stmt = stmt.on_conflict_do_update(index_elements=[state.c.name], set_={"value": str(high)})
         with connect(self.engine) as conn, conn.begin():
             conn.execute(stmt)
+
+    def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
+        """The roles of one judgement, in one round trip; an existing role is never changed."""
+        now = datetime.now(UTC)
+        rows = [
+            {"group_key": k, "subject": s, "claimed_at": now, "owner": self.owner}
+            for k, s in _decision_rows(kept, duplicates)
+        ]
+        with connect(self.engine) as conn, conn.begin():
+            conn.execute(pg_insert(claims).values(rows).on_conflict_do_nothing())
+
+    def decisions(self, runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
+        """(dag_id, run_id) -> the roles earlier judgements gave it (claims pkey)."""
+        keys = {decision_key(dag_id, run_id): (dag_id, run_id) for dag_id, run_id in runs}
+        if not keys:
+            return {}
+        query = select(claims.c.group_key, claims.c.subject).where(
+            tuple_(claims.c.group_key, claims.c.subject).in_(
+                [(k, role) for k in sorted(keys) for role in (KEPT, DUPLICATE)]
+            )
+        )
+        found: dict[tuple[str, str], set[str]] = {}
+        with connect(self.engine) as conn:
+            for row in conn.execute(query):
+                found.setdefault(keys[row.group_key], set()).add(row.subject)
+        return found
+
+    def add_pending(self, item: Pending) -> None:
+        self.remember(pending_key(item.dag_id, item.run_id), PENDING, item.finding_key)
+
+    def drop_pending(self, dag_id: str, run_id: str) -> None:
+        stmt = delete(notes).where(notes.c.group_key == pending_key(dag_id, run_id), notes.c.name == PENDING)
+        with connect(self.engine) as conn, conn.begin():
+            conn.execute(stmt)
+
+    def pending(self) -> list[Pending]:
+        with connect(self.engine) as conn:
+            rows = conn.execute(select(notes.c.group_key, notes.c.value).where(notes.c.name == PENDING)).all()
+        return [_pending(r.group_key, r.value) for r in rows]
 
 
 def init_db(engine: Engine) -> None:

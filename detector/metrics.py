@@ -76,6 +76,14 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.remediation_queue_depth = Gauge(
+            "dupguard_remediation_queue_depth", "Remediations waiting for a free worker.", registry=r
+        )
+        self.remediation_retries_pending = Gauge(
+            "dupguard_remediation_retries_pending",
+            "Failed remediations waiting for their back-off to end before another attempt.",
+            registry=r,
+        )
         self.alerts = Counter(
             "dupguard_alerts_total",
             "Alert deliveries: sent, deduplicated, retried, failed.",

@@ -80,6 +80,34 @@ NO_PROGRESS = TaskProgress()
 
 
 @dataclass(frozen=True, slots=True)
+class Decisions:
+    """What earlier judgements decided about runs (by ``dag_run.id``), read back as data.
+
+    - ``stopped``: runs that carry the note dupguard or its in-scheduler guard writes when it stops a
+      duplicate (Airflow stores it, so it survives any restart);
+    - ``duplicates``: runs an earlier judgement chose as duplicates (ledger), stopped or not yet;
+    - ``kept``: runs an earlier judgement kept (ledger, or named as the kept run by such a note).
+
+    A stopped or chosen duplicate is never a keep candidate, whatever its tasks did (stopping it may
+    itself have failed a task that was starting); a kept run is never remediated.
+    """
+
+    stopped: frozenset[int] = frozenset()
+    duplicates: frozenset[int] = frozenset()
+    kept: frozenset[int] = frozenset()
+
+    def __or__(self, other: Decisions) -> Decisions:
+        return Decisions(self.stopped | other.stopped, self.duplicates | other.duplicates, self.kept | other.kept)
+
+    def excluded(self, run_id: int) -> bool:
+        """Never a keep candidate: stopped, or chosen as a duplicate, and not kept by any decision."""
+        return run_id not in self.kept and (run_id in self.stopped or run_id in self.duplicates)
+
+
+NO_DECISIONS = Decisions()
+
+
+@dataclass(frozen=True, slots=True)
 class Finding:
     """A group of runs that one asset trigger produced more than once.
 
@@ -98,6 +126,7 @@ class Finding:
     partition_key: str | None = None
     duplicate_task_seconds: float = 0.0
     progress: dict[int, TaskProgress] = field(default_factory=dict, compare=False, hash=False)
+    prior: Decisions = field(default=NO_DECISIONS, compare=False, hash=False)
 
     @property
     def runs(self) -> tuple[Run, ...]:

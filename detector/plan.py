@@ -1,8 +1,9 @@
 """Pure planning: findings and policy in, the actions to take out. Executors carry them out.
 
 Safety rules live here, in one place (issue: never touch a run that is not a confirmed duplicate):
-only ``confirmed`` groups are remediated, only their ``duplicates`` (never ``kept``), and a
-duplicate whose tasks already started is left alone unless the operator opted in.
+only ``confirmed`` groups are remediated, only their ``duplicates`` (never ``kept``), never a run an
+earlier judgement kept (issue 11 §1: a decision is final), and a duplicate whose tasks already
+started is left alone unless the operator opted in.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from detector.decisions import REMEDIATION_NOTE_PREFIX
 from detector.model import NO_PROGRESS, Confidence, Finding, Run
 
 NOTE_LIMIT = 1000  # Airflow's dag_run_note.content is varchar(1000)
@@ -33,6 +35,12 @@ class Outcome(enum.StrEnum):
     TOO_LATE = "too_late"  # its tasks started: both runs executed
     NOT_CONFIRMED = "not_confirmed"
     DISABLED = "disabled"  # remediation off
+    STOPPED_BEFORE = "stopped_before"  # its note says dupguard (or the guard) already stopped it
+    KEPT_BEFORE = "kept_before"  # an earlier judgement kept it: never remediated
+
+
+# Outcomes that take no decision, hence claim nothing: a later verdict on the group may still act.
+UNDECIDED = frozenset({Outcome.NOT_CONFIRMED, Outcome.DISABLED, Outcome.KEPT_BEFORE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +64,7 @@ def note_for(finding: Finding, run: Run, now: datetime) -> str:
     """What an operator reads on the run page in the UI; never longer than Airflow accepts."""
     events = ", ".join(map(str, finding.shared_event_ids)) or "none"
     text = (
-        f"dupguard stopped this run as a duplicate of {finding.kept.run_id} "
+        f"{REMEDIATION_NOTE_PREFIX}{finding.kept.run_id} "
         f"(same asset trigger, HA scheduler race; see apache/airflow#54491). "
         f"Shared asset events: {events}. At {now.isoformat(timespec='seconds')}."
     )
@@ -71,10 +79,14 @@ def plan(findings: Iterable[Finding], mode: Mode, *, now: datetime, remediate_st
     for finding in findings:
         for run in finding.duplicates:
             progress = finding.progress.get(run.id, NO_PROGRESS)
-            if finding.confidence is not Confidence.CONFIRMED:
+            if run.id in finding.prior.kept:
+                outcome = Outcome.KEPT_BEFORE
+            elif finding.confidence is not Confidence.CONFIRMED:
                 outcome = Outcome.NOT_CONFIRMED
             elif progress.guarded:  # by the guard's note: a run skipped by hand is not "prevented"
                 outcome = Outcome.PREVENTED
+            elif run.id in finding.prior.stopped:
+                outcome = Outcome.STOPPED_BEFORE  # before TOO_LATE: stopping it may have failed a task
             elif mode is Mode.OFF:
                 outcome = Outcome.DISABLED
             elif progress.any_started and not remediate_started:

@@ -12,12 +12,22 @@ local servers or fakes without patching.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
 from detector.model import Finding
 from detector.plan import Action
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A remediation decided (its claim taken) but not finished: the duplicate to stop, and its group."""
+
+    finding_key: str
+    dag_id: str
+    run_id: str
 
 
 class Ledger(Protocol):
@@ -45,6 +55,23 @@ class Ledger(Protocol):
         ...
 
     def save_watermark(self, high: int) -> None: ...
+
+    def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
+        """Remember which run (dag_id, run_id) one judgement kept and which it chose as duplicates.
+        A role once recorded is never changed (a decision is final)."""
+        ...
+
+    def decisions(self, runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
+        """The roles (``kept`` / ``duplicate``) earlier judgements gave ``runs``."""
+        ...
+
+    def add_pending(self, item: Pending) -> None:
+        """A remediation that is decided but not finished (a new leader picks it up)."""
+        ...
+
+    def drop_pending(self, dag_id: str, run_id: str) -> None: ...
+
+    def pending(self) -> list[Pending]: ...
 
 
 class Result(enum.StrEnum):
@@ -86,6 +113,7 @@ class RemediationResult:
     detail: str = ""
     committed_at: datetime | None = None
     started_tasks: tuple[StartedTask, ...] = ()  # CAUGHT_AFTER_START: the tasks that ran and were stopped
+    retryable: bool = False  # a FAILED result worth another attempt later (remediation_dispatch)
 
 
 class Remediator(Protocol):

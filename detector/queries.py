@@ -307,6 +307,26 @@ def guarded_runs(conn: Connection, t: AirflowTables, run_ids: Sequence[int]) -> 
     return set(conn.execute(query).scalars())
 
 
+def run_notes(conn: Connection, t: AirflowTables, run_ids: Iterable[int]) -> dict[int, str]:
+    """run id -> its note (dag_run_note pkey): the evidence of earlier keep decisions that Airflow
+    stores (``detector.decisions``). Needs SELECT on dag_run_note."""
+    note = t.dag_run_note
+    found: dict[int, str] = {}
+    for part in chunks(sorted(set(run_ids))):
+        query = select(note.c.dag_run_id, note.c.content).where(
+            note.c.dag_run_id.in_(part), note.c.content.is_not(None)
+        )
+        found.update({row.dag_run_id: row.content for row in conn.execute(query)})
+    return found
+
+
+def run_by_run_id(conn: Connection, t: AirflowTables, dag_id: str, run_id: str) -> Run | None:
+    """One run by its natural key (dag_run_dag_id_run_id_key): a retry re-judges its group from it."""
+    dr = t.dag_run
+    row = conn.execute(_run_select(t).where(dr.c.dag_id == dag_id, dr.c.run_id == run_id)).first()
+    return None if row is None else _run(row)
+
+
 # --- partitioned assets: asset_partition_dag_run (APDR) and its key log (3.2+) ----------------------
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -126,6 +126,7 @@ class Applied:
     detail: str = ""
     committed_at: datetime | None = None
     started_tasks: tuple[StartedTask, ...] = ()  # read back after the write (detector.remediation_readback)
+    retryable: bool = False  # FAILED for a reason that may pass (API down, timeout, database error)
 
 
 class Backend(Protocol):
@@ -150,7 +151,18 @@ _PASSIVE_RESULTS = {
     Outcome.PREVENTED: (Result.ALREADY, "the in-scheduler guard created it with every task skipped"),
     Outcome.NOT_CONFIRMED: (Result.SKIPPED, "group not confirmed: never remediated"),
     Outcome.DISABLED: (Result.SKIPPED, "remediation is off"),
+    Outcome.STOPPED_BEFORE: (Result.ALREADY, "its note says dupguard already stopped it"),
+    Outcome.KEPT_BEFORE: (Result.SKIPPED, "an earlier decision kept this run: never remediated"),
 }
+
+
+def passive_result(action: Action) -> RemediationResult | None:
+    """The result of an action that writes nothing and needs no re-read (too late, prevented, stopped
+    or kept before, not confirmed, off); None for the ones a worker carries out."""
+    if action.outcome not in _PASSIVE_RESULTS:
+        return None
+    result, detail = _PASSIVE_RESULTS[action.outcome]
+    return RemediationResult(action=action, result=result, detail=detail)
 
 
 class GuardedRemediator:
@@ -200,7 +212,7 @@ class GuardedRemediator:
         try:
             applied = self._execute(action)
         except Exception as exc:  # noqa: BLE001 - the daemon's loop must survive anything a backend does
-            applied = Applied(Result.FAILED, _describe(exc))
+            applied = Applied(Result.FAILED, _describe(exc), retryable=True)
         elapsed = self.clock() - started
         self._record(action, applied, elapsed)
         return RemediationResult(
@@ -209,6 +221,7 @@ class GuardedRemediator:
             detail=applied.detail,
             committed_at=applied.committed_at,
             started_tasks=applied.started_tasks,
+            retryable=applied.retryable and applied.result is Result.FAILED,
         )
 
     def _execute(self, action: Action) -> Applied:
@@ -235,7 +248,10 @@ class GuardedRemediator:
         if verdict.work is None:
             assert verdict.result is not None
             return Applied(verdict.result, verdict.detail)
-        return self.backend.apply(action, verdict.work, recheck)
+        applied = self.backend.apply(action, verdict.work, recheck)
+        # A backend's failure (API down or timing out, 5xx, auth, database) may pass: the dispatcher
+        # retries it, re-judging first (detector.remediation_dispatch). Refusals above never are.
+        return replace(applied, retryable=True) if applied.result is Result.FAILED else applied
 
     def _dry_run(self, action: Action) -> Applied:
         """Everything short of the write: the same re-read and verdict, logged as "would …"."""

@@ -102,7 +102,7 @@ def _run(
         except ConfigError as exc:  # a setting that this Airflow version rules out (e.g. api + skip on 3.1)
             print(f"dupguard: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-        daemon = Daemon(cfg, parts)
+        daemon = Daemon(cfg, parts, once=once)
         daemon.stop = stop
         startup.daemon = daemon
         log.info("started", airflow_version=db.info.airflow_version, remediation=cfg.remediation)

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from detector import queries
 from detector.db import AirflowDb, connect
+from detector.decisions import decisions_from_notes
 from detector.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
 from detector.detect_reprocess import needs_origins, refine_partitioned
 from detector.detect_split import DEFAULT_SPLIT_GRACE, SplitPartition, find_split_partitions
@@ -56,12 +57,17 @@ def scan(
         ids = [r.id for r in runs]
         events: dict[int, frozenset[int]] = {}
         task_progress = {}
+        notes: dict[int, str] = {}
         for done, part in enumerate(queries.chunks(ids), start=1):
             events.update(queries.consumed_events(conn, t, part))
             task_progress.update(queries.task_progress(conn, t, part, now))
+            notes.update(queries.run_notes(conn, t, part))  # a run dupguard stopped is never the kept one
             if progress is not None:
                 progress(min(done * queries.CHUNK, len(ids)), len(ids))
-        findings = find_duplicates(runs, events, task_progress, dag_filter=dag_filter, suspect_window=suspect_window)
+        prior = decisions_from_notes(runs, notes)  # a run dupguard stopped is never the kept one
+        findings = find_duplicates(
+            runs, events, task_progress, dag_filter=dag_filter, suspect_window=suspect_window, prior=prior
+        )
         suspects = [r.id for f in findings if needs_origins(f) for r in f.runs]
         if suspects:
             origins = queries.partition_rows_for_runs(conn, t, suspects)

@@ -41,7 +41,8 @@ def daemons() -> Iterator[list[Running]]:
 def test_duplicate_committed_while_running_is_detected_once(
     db_url: str, writer: AirflowWriter, daemons: list[Running]
 ) -> None:
-    """Ordinary runs pass silently; a race pair committed later is one DETECTED alert, kept = first."""
+    """Ordinary runs pass silently; a race pair committed later is one DETECTED alert, kept = first,
+    followed by one OUTCOME alert carrying the remediation's result (remediation runs off the loop)."""
     d = start_daemon(db_url)
     daemons.append(d)
     wait_for(d.is_leader, what="leadership")
@@ -54,7 +55,10 @@ def test_duplicate_committed_while_running_is_detected_once(
     assert event.finding.kept.run_id == first.run_id
     assert [r.run_id for r in event.finding.duplicates] == [second.run_id]
     assert [a.run.run_id for a in d.remediator.actions] == [second.run_id]
-    assert len(d.alerter.events) == 1
+    wait_for(lambda: len(d.alerter.events) == 2, what="the outcome")
+    time.sleep(0.3)
+    assert [e.kind.value for e in d.alerter.events] == ["detected", "outcome"]
+    assert [r.action.run.run_id for r in d.alerter.events[1].results] == [second.run_id]
 
 
 def test_late_commit_with_lower_id_is_not_missed(db_url: str, writer: AirflowWriter, daemons: list[Running]) -> None:
