@@ -16,7 +16,8 @@ from detector.leader import AdvisoryLock
 from detector.ledger import DbLedger, MemoryLedger, init_db
 from detector.metrics import Metrics
 from detector.plan import Action
-from detector.ports import AlertEvent, AlertKind, RemediationResult, Result
+from detector.ports import AlertEvent, AlertKind, RemediationResult, Remediator, Result
+from detector.remediation import build_remediator
 
 
 @dataclass
@@ -64,13 +65,24 @@ class RecordingAlerter:
     def detected(self) -> list[AlertEvent]:
         return [e for e in self.events if e.kind is AlertKind.DETECTED]
 
+    def outcomes(self) -> list[AlertEvent]:
+        return [e for e in self.events if e.kind is AlertKind.OUTCOME]
+
+    def results(self) -> dict[str, list[Result]]:
+        """run_id -> every result reported for it, in order."""
+        found: dict[str, list[Result]] = {}
+        for event in self.events:  # a DETECTED event may carry results too
+            for r in event.results:
+                found.setdefault(r.action.run.run_id, []).append(r.result)
+        return found
+
 
 @dataclass
 class Running:
     daemon: Daemon
     thread: threading.Thread
     alerter: RecordingAlerter
-    remediator: RecordingRemediator
+    remediator: Any  # RecordingRemediator, or the real one (real_remediation=True)
     metrics: Metrics
 
     def stop(self) -> None:
@@ -83,8 +95,18 @@ class Running:
 
 
 def start_daemon(
-    url: str, *, durable: bool = True, remediator: RecordingRemediator | None = None, **overrides: Any
+    url: str,
+    *,
+    durable: bool = True,
+    remediator: RecordingRemediator | None = None,
+    real_remediation: bool = False,
+    dispatch_options: dict[str, Any] | None = None,
+    backend_options: dict[str, Any] | None = None,
+    wrap_remediator: Callable[[Remediator], Remediator] | None = None,
+    **overrides: Any,
 ) -> Running:
+    """A daemon in a thread. ``real_remediation``: the remediator the settings ask for (``db`` writes,
+    or a real Airflow API server), instead of the recording fake."""
     settings: dict[str, Any] = {
         "database_url": url,
         "poll_interval": timedelta(milliseconds=20),
@@ -99,19 +121,26 @@ def start_daemon(
     lease = config.leader_check_interval * 3
     lock = AdvisoryLock(make_engine(parse_url(url), pool_size=1), config.lock_key, mode=config.lock_mode, lease=lease)
     metrics, alerter = Metrics(), RecordingAlerter()
-    remediator = remediator or RecordingRemediator()
+    db = open_airflow_db(engine)
+    acting: Remediator
+    if real_remediation:
+        acting = build_remediator(config, engine, db.tables, metrics, **(backend_options or {}))
+    else:
+        acting = remediator = remediator or RecordingRemediator()
+    if wrap_remediator is not None:
+        acting = wrap_remediator(acting)
     parts = Parts(
-        db=open_airflow_db(engine),
+        db=db,
         leadership=lock,
         ledger=DbLedger(engine) if durable else MemoryLedger(),
-        remediator=remediator,
+        remediator=acting,
         alerter=alerter,
         metrics=metrics,
     )
-    daemon = Daemon(config, parts)
+    daemon = Daemon(config, parts, **({"dispatch_options": dispatch_options} if dispatch_options else {}))
     thread = threading.Thread(target=daemon.run, name="daemon-under-test", daemon=True)
     thread.start()
-    return Running(daemon, thread, alerter, remediator, metrics)
+    return Running(daemon, thread, alerter, acting, metrics)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> float:

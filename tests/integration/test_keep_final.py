@@ -1,0 +1,211 @@
+"""A keep decision is final (issue 11 §1): restarts, failovers, two replicas and a third run joining
+never turn a kept run into a remediated one. Real PostgreSQL with the real 3.1.2 schema, the real
+``db`` backend, and a real Airflow 3.1.2 API server for the ``api`` backend.
+
+The trap: stopping a duplicate whose task was just starting leaves a *failed* task instance (Airflow's
+``set_dag_run_state_to_failed`` fails running tasks), and ``failed`` counts as started. A judgement
+that forgot the first one would keep the stopped run and stop the kept one: both die.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from detector.plan import Action
+from detector.ports import RemediationResult, Remediator, Result
+from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server, db_state, sql
+from tests.daemon_harness import Running, start_daemon, wait_for
+from tests.pg import Templates, ground_truth
+from tests.writer import AirflowWriter, Committed
+
+pytestmark = pytest.mark.integration
+
+FANOUT = "race_asset_fanout"
+LONG_AGO = timedelta(days=3650)  # the look-back reaches the Airflow-made scenario's runs
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Running]]:
+    started: list[Running] = []
+    yield started
+    for d in started:
+        d.stop()
+
+
+def _start(daemons: list[Running], url: str, *, task_starts: str | None = None, **settings: Any) -> Running:
+    """A daemon with the real remediator; ``task_starts``: that run's first task starts after the
+    group was judged and right before the remediation re-reads it (the window of issue 11 §1)."""
+    wrap = None if task_starts is None else (lambda inner: _TaskStartsFirst(inner, url, task_starts))
+    d = start_daemon(url, real_remediation=True, wrap_remediator=wrap, **settings)
+    daemons.append(d)
+    return d
+
+
+class _TaskStartsFirst:
+    """Wraps the real remediator: the target's task goes running (as Airflow's ti_run would) just
+    before the remediation's re-read, after planning: a decision taken while nothing had started."""
+
+    def __init__(self, inner: Remediator, url: str, run_id: str) -> None:
+        self.inner, self.url, self.run_id = inner, url, run_id
+
+    def execute(self, action: Action) -> RemediationResult:
+        if action.run.run_id == self.run_id:
+            _start_task(self.url, self.run_id)
+        return self.inner.execute(action)
+
+    def prepare(self) -> None:
+        self.inner.prepare()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _start_task(url: str, run_id: str) -> None:
+    sql(url, "UPDATE task_instance SET state='running', start_date=now() WHERE run_id=:r AND task_id='extract'",
+        r=run_id)  # fmt: skip
+
+
+def _stop(daemons: list[Running], d: Running) -> None:
+    d.stop()
+    daemons.remove(d)
+
+
+def _pair(url: str) -> tuple[AirflowWriter, Committed, Committed, datetime, int]:
+    """The race pair (nothing started): Airflow's first run is the one the keep rule keeps."""
+    writer = AirflowWriter(url)
+    run_after = datetime.now(UTC)
+    event = writer.event(run_after - timedelta(milliseconds=5))
+    kept = writer.run("consumer", run_after, [event], job=1)
+    dup = writer.run("consumer", run_after, [event], job=2)
+    return writer, kept, dup, run_after, event
+
+
+def _stopped_with_a_failed_task(url: str, run_id: str) -> bool:
+    row = db_state(url)[run_id]
+    return row.state == "failed" and row.tasks["extract"][0] == "failed" and row.note is not None
+
+
+# --- (a) restart with the in-memory ledger ----------------------------------------------------------
+
+
+def test_db_restart_with_memory_ledger_keeps_the_kept_run(pg_templates: Templates, daemons: list[Running]) -> None:
+    """db backend: the duplicate is stopped with its starting task failed; a restart without the
+    durable ledger judges the group again and leaves the kept run untouched (the note on the stopped
+    run names it), reporting the duplicate as already stopped."""
+    url = pg_templates.clone("3.1.2")
+    settings = {"remediation": "fail", "remediation_backend": "db", "remediate_started": True}
+    _, kept, dup, _, _ = _pair(url)
+    first = _start(daemons, url, durable=False, task_starts=dup.run_id, **settings)
+    wait_for(lambda: _stopped_with_a_failed_task(url, dup.run_id), what="the duplicate stopped")
+    before = db_state(url)[kept.run_id]
+    assert before.state == "queued" and before.note is None
+    _stop(daemons, first)
+
+    second = _start(daemons, url, durable=False, **settings)
+    wait_for(lambda: bool(second.alerter.results()), what="the second judgement's outcome")
+    time.sleep(0.5)  # room for a wrong remediation to land
+    [event] = second.alerter.detected()
+    assert event.finding.kept.run_id == kept.run_id
+    assert second.alerter.results() == {dup.run_id: [Result.ALREADY]}
+    assert db_state(url)[kept.run_id] == before
+
+
+@pytest.fixture(scope="module")
+def af312(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+    with airflow_api_server("3.1.2", [FANOUT], pg_templates, tmp_path_factory.mktemp("keep312")) as server:
+        yield server
+
+
+@pytest.mark.airflow
+def test_api_restart_with_memory_ledger_keeps_the_kept_run(af312: AirflowServer, daemons: list[Running]) -> None:
+    """api backend, read-only style (in-memory ledger): the duplicate's task starts between dupguard's
+    re-read and its PATCH, so Airflow itself fails that task while failing the run. After a restart the
+    group is judged again: the kept run (Airflow's first) stays untouched."""
+    url = af312.reset(FANOUT)
+    group = next(g for g in ground_truth("3.1.2", FANOUT)["expected_groups"] if g["dag_id"] == "orders_consumer_1")
+    kept_id = group["first_run_id"]
+    [dup_id] = [r for r in group["run_ids"] if r != kept_id]
+    settings = {
+        "remediation": "fail",
+        "airflow_username": "admin",
+        "airflow_password": "admin",
+        "dags": ("orders_consumer_1",),
+        "startup_lookback": LONG_AGO,
+    }
+    before = db_state(url)[kept_id]
+
+    with CountingProxy(af312.port) as proxy:  # the task starts between the re-read and the PATCH
+        proxy.hooks.append(("/api/v2/dags/orders_consumer_1/dagRuns/", lambda: _start_task(url, dup_id)))
+        first = _start(daemons, url, durable=False, airflow_api_url=proxy.url, **settings)
+        wait_for(lambda: _stopped_with_a_failed_task(url, dup_id), what="Airflow failed the duplicate")
+        _stop(daemons, first)
+    assert db_state(url)[kept_id] == before
+
+    second = _start(daemons, url, durable=False, airflow_api_url=af312.url, **settings)
+    wait_for(lambda: bool(second.alerter.results()), what="the second judgement's outcome")
+    time.sleep(0.5)
+    [event] = second.alerter.detected()
+    assert event.finding.kept.run_id == kept_id
+    assert second.alerter.results() == {dup_id: [Result.ALREADY]}
+    assert db_state(url)[kept_id] == before
+
+
+# --- (b) a third run joins the group after the decision ----------------------------------------------
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["memory-ledger", "durable-ledger"])
+def test_third_run_joining_never_stops_the_kept_run(
+    durable: bool, pg_templates: Templates, daemons: list[Running]
+) -> None:
+    """The duplicate's task started right after the group was judged (too late: left alone, no note,
+    so now it looks like the run to keep). A third run of the same trigger joins later: the first
+    decision stands (kept run untouched), the newcomer is stopped."""
+    url = pg_templates.clone("3.1.2")
+    writer, kept, dup, run_after, event = _pair(url)
+    d = _start(daemons, url, durable=durable, task_starts=dup.run_id, remediation="fail", remediation_backend="db")
+    wait_for(lambda: dup.run_id in d.alerter.results(), what="the first decision")
+    assert d.alerter.results()[dup.run_id] == [Result.TOO_LATE]
+    before = db_state(url)
+    third = writer.run("consumer", run_after, [event], job=1)
+    wait_for(lambda: third.run_id in d.alerter.results(), what="the third run judged")
+    time.sleep(0.5)
+    after = db_state(url)
+    assert after[kept.run_id] == before[kept.run_id]
+    assert after[dup.run_id] == before[dup.run_id]
+    assert after[third.run_id].state == "failed" and kept.run_id in (after[third.run_id].note or "")
+    assert {e.finding.kept.run_id for e in d.alerter.events} == {kept.run_id}
+    writer.close()
+
+
+# --- (c) two replicas with in-memory ledgers, each restarted -------------------------------------------
+
+
+def test_two_memory_replicas_each_restarted_keep_the_kept_run(pg_templates: Templates, daemons: list[Running]) -> None:
+    """Replica A stops the duplicate (its starting task failed); B takes over and judges the group
+    afresh; A restarts, takes over from B and judges it again. Nobody ever touches the kept run."""
+    url = pg_templates.clone("3.1.2")
+    settings = {"remediation": "fail", "remediation_backend": "db", "remediate_started": True}
+    _, kept, dup, _, _ = _pair(url)
+    a = _start(daemons, url, durable=False, task_starts=dup.run_id, **settings)
+    wait_for(a.is_leader, what="A leads")
+    b = _start(daemons, url, durable=False, **settings)
+    wait_for(lambda: _stopped_with_a_failed_task(url, dup.run_id), what="A stopped the duplicate")
+    before = db_state(url)
+    kept_seen = [e.finding.kept.run_id for e in a.alerter.detected()]
+
+    _stop(daemons, a)  # failover to B
+    wait_for(lambda: bool(b.alerter.results()), timeout=30, what="B judged the group")
+    a2 = _start(daemons, url, durable=False, **settings)
+    time.sleep(0.3)
+    _stop(daemons, b)  # failover back to the restarted A
+    wait_for(lambda: bool(a2.alerter.results()), timeout=30, what="restarted A judged the group")
+    time.sleep(0.5)
+    kept_seen += [e.finding.kept.run_id for d in (b, a2) for e in d.alerter.detected()]
+    assert kept_seen == [kept.run_id] * 3
+    assert b.alerter.results() == a2.alerter.results() == {dup.run_id: [Result.ALREADY]}
+    assert db_state(url) == before
