@@ -292,6 +292,7 @@ class CountingProxy:
         self.requests: Counter[tuple[str, str]] = Counter()
         self.inject: list[tuple[str, int, float]] = []  # (path prefix, status (0: forward), delay s)
         self.hooks: list[tuple[str, Callable[[], None]]] = []  # run once before forwarding a matching request
+        self.outage = 0  # while non-zero, every request is answered with this status (the API is down)
         self._lock = threading.Lock()
         proxy = self
 
@@ -307,10 +308,11 @@ class CountingProxy:
                 path = self.path.split("?")[0]
                 with proxy._lock:
                     proxy.requests[(self.command, path)] += 1
-                    rule = next((r for r in proxy.inject if path.startswith(r[0])), None)
-                    if rule is not None:
+                    down = proxy.outage
+                    rule = (path, down, 0.0) if down else next((r for r in proxy.inject if path.startswith(r[0])), None)
+                    if rule is not None and not down:
                         proxy.inject.remove(rule)
-                    hook = next((h for h in proxy.hooks if path.startswith(h[0])), None)
+                    hook = None if down else next((h for h in proxy.hooks if path.startswith(h[0])), None)
                     if hook is not None:
                         proxy.hooks.remove(hook)
                 if hook is not None:
