@@ -209,3 +209,58 @@ def test_two_memory_replicas_each_restarted_keep_the_kept_run(pg_templates: Temp
     assert kept_seen == [kept.run_id] * 3
     assert b.alerter.results() == a2.alerter.results() == {dup.run_id: [Result.ALREADY]}
     assert db_state(url) == before
+
+
+# --- the read-only grants: dag_run_note is read ---------------------------------------------------------
+
+READ_ONLY_GRANTS = "dag_run, task_instance, dagrun_asset_event, asset_event, asset, job, alembic_version"
+
+
+@pytest.mark.parametrize("with_note_grant", [True, False], ids=["documented-grants", "old-grants"])
+def test_read_only_role_reads_the_notes_or_says_it_cannot(
+    with_note_grant: bool, pg_templates: Templates, daemons: list[Running]
+) -> None:
+    """A role with exactly the documented read-only grants (SELECT on dag_run_note included) sees the
+    note of an earlier stop and keeps the run it names. A role granted before that still detects the
+    group, judging without the notes, and logs which GRANT is missing."""
+    import uuid
+
+    import structlog
+    from sqlalchemy.engine import make_url
+
+    from tests.pg import execute_admin
+
+    url = pg_templates.clone("3.1.2")
+    db = make_url(url).database
+    role = f"dupguard_ro_{uuid.uuid4().hex[:8]}"
+    tables = READ_ONLY_GRANTS + (", dag_run_note" if with_note_grant else "")
+    execute_admin(f"CREATE ROLE {role} LOGIN")
+    execute_admin(f'GRANT CONNECT ON DATABASE "{db}" TO {role}')
+    execute_admin(f"GRANT USAGE ON SCHEMA public TO {role}; GRANT SELECT ON {tables} TO {role}", dbname=str(db))
+    writer, kept, dup, _, _ = _pair(url)
+    note = f"dupguard stopped this run as a duplicate of {kept.run_id} (same asset trigger, HA scheduler race)"
+    sql(url, "UPDATE dag_run SET state='failed' WHERE run_id=:r", r=dup.run_id)
+    sql(url, "UPDATE task_instance SET state=CASE task_id WHEN 'extract' THEN 'failed' ELSE 'skipped' END "
+        "WHERE run_id=:r", r=dup.run_id)  # fmt: skip
+    sql(url, "INSERT INTO dag_run_note (dag_run_id, content, created_at, updated_at) VALUES (:i, :c, now(), now())",
+        i=dup.id, c=note)  # fmt: skip
+    ro_url = make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
+    try:
+        with structlog.testing.capture_logs() as logged:
+            d = start_daemon(ro_url, durable=False)
+            daemons.append(d)
+            wait_for(lambda: len(d.alerter.detected()) == 1, what="the group detected")
+            _stop(daemons, d)
+        [event] = d.alerter.detected()
+        missing = [e for e in logged if e["event"] == "run_notes_unreadable"]
+        if with_note_grant:
+            assert event.finding.kept.run_id == kept.run_id and missing == []
+        else:
+            assert event.finding.kept.run_id == dup.run_id  # the failed task decides, as the log warns
+            assert missing and "GRANT SELECT ON dag_run_note" in missing[0]["fix"]
+    finally:
+        writer.close()
+        execute_admin(f"REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}", dbname=str(db))
+        execute_admin(f"REVOKE ALL ON SCHEMA public FROM {role}", dbname=str(db))
+        execute_admin(f'REVOKE ALL ON DATABASE "{db}" FROM {role}')
+        execute_admin(f"DROP ROLE {role}")
