@@ -134,8 +134,8 @@ class IncrementalDetector:
             events.update(queries.consumed_events(conn, t, list(found)))
             frontier = list(found.values())
         ids = list(candidates)
-        progress = queries.task_progress(conn, t, ids, now)
         prior = self.prior(conn, list(candidates.values())) if self.prior is not None else NO_DECISIONS
+        progress = queries.task_progress(conn, t, ids, now)
         findings = find_duplicates(
             candidates.values(),
             events,

@@ -8,20 +8,22 @@ The keep rule itself stays in the pure core (``detect.keep_order``), which takes
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import ProgrammingError
 
-from detector import logs, queries
+from detector import queries
 from detector.decisions import decisions_from_notes, decisions_from_roles
+from detector.errors import DatabaseError
 from detector.model import Decisions, Run
 from detector.ports import Ledger
 from detector.schema import AirflowTables
 
-log = logs.get("dupguard.prior")
-WARN_EVERY = 300.0  # seconds between repeats of the missing-grant error
+MISSING_GRANT = (
+    "permission denied for table dag_run_note: GRANT SELECT ON dag_run_note TO the dupguard role "
+    "(the notes on stopped runs keep earlier keep decisions final; no group is judged without them)"
+)
 
 
 class PriorDecisions:
@@ -30,24 +32,15 @@ class PriorDecisions:
     def __init__(self, tables: AirflowTables, ledger: Ledger) -> None:
         self.tables = tables
         self.ledger = ledger
-        self._warned_at = -WARN_EVERY
 
     def __call__(self, conn: Connection, runs: Sequence[Run]) -> Decisions:
-        roles = self.ledger.decisions([(r.dag_id, r.run_id) for r in runs])
-        found = decisions_from_roles(runs, roles)
         try:
             notes = queries.run_notes(conn, self.tables, [r.id for r in runs])
-        except ProgrammingError as exc:  # e.g. a role granted before dag_run_note was needed
-            # Detection must go on (the poll connection is autocommit, so nothing is left aborted);
-            # the operator is told, loudly and repeatedly, what is missing and what it costs.
-            if time.monotonic() - self._warned_at >= WARN_EVERY:
-                self._warned_at = time.monotonic()
-                log.error(
-                    "run_notes_unreadable",
-                    error=str(exc.orig).splitlines()[0] if exc.orig else type(exc).__name__,
-                    fix="GRANT SELECT ON dag_run_note TO <dupguard role>",
-                    consequence="earlier keep decisions are known only from the ledger; without the durable "
-                    "ledger a restart may keep a run dupguard stopped",
-                )
-            return found
-        return decisions_from_notes(runs, notes) | found
+        except ProgrammingError as exc:
+            # Judging without the notes could keep a run dupguard stopped and stop the kept one, so
+            # the poll fails instead (loudly, naming the grant; rewound and retried, nothing lost).
+            if "permission denied" in str(exc.orig):
+                raise DatabaseError(MISSING_GRANT) from None
+            raise
+        roles = self.ledger.decisions([(r.dag_id, r.run_id) for r in runs])
+        return decisions_from_notes(runs, notes) | decisions_from_roles(runs, roles)
