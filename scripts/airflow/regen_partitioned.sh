@@ -18,7 +18,7 @@ PSQL=$(ls -d /usr/lib/postgresql/*/bin/psql 2>/dev/null | sort -V | tail -1)
 PSQL="${PSQL:-psql}"
 
 declare -A SCENARIOS=(
-  [3.2.2]="race_partitioned partition_fanout partition_successive partition_rerun"
+  [3.2.2]="race_partitioned partition_fanout partition_successive partition_rerun split_and split_or"
   [3.3.2]="race_partitioned race_asset partition_rerun split_and split_or"
 )
 if [ $# -gt 0 ]; then VERSIONS=("$@"); else VERSIONS=(3.2.2 3.3.2); fi

@@ -42,13 +42,14 @@ def _pending_split(truth: dict[str, Any]) -> dict[str, Any]:
     return {"dag_id": dag_id, "partition_key": key, "rows": {r["id"]: r["event_ids"] for r in rows}}
 
 
+@pytest.mark.parametrize("version", ["3.2.2", "3.3.2"])
 def test_split_and_consumer_is_reported_as_a_split_partition(
-    pg_templates: Templates, capsys: pytest.CaptureFixture[str]
+    version: str, pg_templates: Templates, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """3.3.2, consumer on a1 & a2: two pending rows, one event each, no run -> one split_partition, exit 1."""
-    truth = ground_truth("3.3.2", "split_and")
+    """Consumer on a1 & a2: two pending rows, one event each, no run -> one split_partition, exit 1."""
+    truth = ground_truth(version, "split_and")
     expected = _pending_split(truth)
-    code, doc = _scan(pg_templates.clone("3.3.2", "split_and"), capsys)
+    code, doc = _scan(pg_templates.clone(version, "split_and"), capsys, "--split-grace", "1s")  # any fixture age
     assert code == 1
     assert doc["groups"] == [] and doc["summary"]["groups"] == 0
     assert doc["summary"]["split_partitions"] == 1
@@ -72,15 +73,16 @@ def test_a_split_younger_than_the_grace_period_is_not_reported(
     assert code == 0 and doc["split_partitions"] == []
 
 
+@pytest.mark.parametrize("version", ["3.2.2", "3.3.2"])
 def test_split_or_consumer_runs_are_one_confirmed_group_and_no_split_remains(
-    pg_templates: Templates, capsys: pytest.CaptureFixture[str]
+    version: str, pg_templates: Templates, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """3.3.2, consumer on a1 | a2: each split row made its own run of the key -> a duplicate group."""
-    truth = ground_truth("3.3.2", "split_or")
+    """Consumer on a1 | a2: each split row made its own run of the key -> a duplicate group."""
+    truth = ground_truth(version, "split_or")
     rows = truth["notes"]["apdr"]
     made = sorted(r["created_dag_run_id"] for r in rows)
     runs = {r["id"]: r["run_id"] for r in truth["runs"]}
-    code, doc = _scan(pg_templates.clone("3.3.2", "split_or"), capsys)
+    code, doc = _scan(pg_templates.clone(version, "split_or"), capsys)
     assert code == 1 and doc["split_partitions"] == []
     [group] = doc["groups"]
     assert (group["kind"], group["confidence"]) == ("partitioned", "confirmed")
