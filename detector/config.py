@@ -69,6 +69,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _lock_key(text: str) -> int:
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{value} is outside PostgreSQL's bigint range (advisory lock keys are bigint)")
+    if value in (1, 2):
+        raise ValueError(f"{value} is one of Airflow's own advisory lock ids (1: migrations, 2: scheduler)")
+    return value
+
+
 def _positive_duration(text: str) -> timedelta:
     value = parse_duration(text)
     if value <= timedelta(0):
@@ -162,12 +171,18 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "lock_mode",
-        "session",
-        _choice("session", "transaction"),
-        "Leader lock: session advisory lock "
-        "(direct connection) or a transaction-scoped lock held in an open transaction (PgBouncer).",
+        "auto",
+        _choice("auto", "session", "transaction"),
+        "Leader lock: auto (session lock on a connection verified direct, else transaction lock), session "
+        "(refused through a pooler), transaction (lock held in an open transaction; works through PgBouncer).",
     ),
-    Setting("lock_key", 7_355_608_201, int, "PostgreSQL advisory lock key (Airflow uses 1 and 2)."),
+    Setting("lock_key", 7_355_608_201, _lock_key, "PostgreSQL advisory lock key, a bigint (Airflow uses 1 and 2)."),
+    Setting(
+        "db_timeout",
+        timedelta(seconds=5),
+        _positive_duration,
+        "Client-side deadline of every database round trip (works behind PgBouncer and against a stalled server).",
+    ),
     Setting("poll_interval", timedelta(milliseconds=10), _positive_duration, "Time between polls for new runs."),
     Setting(
         "leader_check_interval",
@@ -267,6 +282,7 @@ class Config:
     lock_database_url: str | None
     lock_mode: str
     lock_key: int
+    db_timeout: timedelta
     poll_interval: timedelta
     leader_check_interval: timedelta
     startup_lookback: timedelta

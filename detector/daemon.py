@@ -29,6 +29,7 @@ from detector.db import AirflowDb, connect, describe_error
 from detector.detect import DagFilter
 from detector.errors import DatabaseError, DupguardError
 from detector.incremental import IncrementalDetector, NewRowTracker
+from detector.leader import LockProblem
 from detector.metrics import Metrics
 from detector.model import Finding
 from detector.plan import UNDECIDED, Action, Mode, plan
@@ -37,6 +38,7 @@ from detector.prior import PriorDecisions
 from detector.remediation import passive_result
 from detector.remediation_dispatch import Job, RemediationDispatcher
 from detector.split_watch import SplitWatch
+from detector.status import StatusBoard, evaluate
 
 log = logs.get("dupguard.daemon")
 MAX_BACKOFF = 5.0
@@ -46,6 +48,8 @@ STARTUP_SCAN_LIMIT = 100_000  # ids below max(id) searched for the start of the 
 
 
 class Leadership(Protocol):
+    problem: LockProblem | None  # why this replica can neither lead nor trust another leader
+
     def ensure(self, now: datetime) -> bool: ...
     def is_leader(self, now: datetime) -> bool: ...
     def release(self) -> None: ...
@@ -152,7 +156,12 @@ class Daemon:
             retry=not once,
             **(dispatch_options or {}),
         )
+        self._db_error: str | None = None
+        self._poll_error: str | None = None
+        self.status = StatusBoard(parts.metrics)
         parts.metrics.set_build(parts.db.info.family.value)
+        # Read at scrape time: a stale heartbeat shows as 0 even while the heartbeat job is blocked.
+        parts.metrics.leader.set_function(lambda: 1.0 if parts.leadership.is_leader(self.clock()) else 0.0)
 
     # --- health -------------------------------------------------------------------------------
 
@@ -160,8 +169,20 @@ class Daemon:
         allowed = max(10.0, 50 * self.config.poll_interval.total_seconds())
         return time.monotonic() - self.last_tick < allowed
 
-    def ready(self) -> bool:
-        return self.db_ok
+    def ready(self) -> tuple[bool, str]:
+        """Ready = up (``detector.status``): leading and polling, or standing by behind a live leader."""
+        status = self.status.current
+        return status.up, f"{status.state.value}: {status.reason}"
+
+    def refresh_status(self) -> None:
+        self.status.update(
+            evaluate(
+                db_error=self._db_error,
+                leader=self.parts.leadership.is_leader(self.clock()),
+                poll_error=self._poll_error,
+                lock=self.parts.leadership.problem,
+            )
+        )
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -212,6 +233,7 @@ class Daemon:
             else:
                 if self.detector is not None:
                     log.info("standing_by", reason="leader lock lost")
+                    self.refresh_status()
                 self.detector = None  # a new term starts from the ledger watermark / look-back
                 wait = max(interval, 0.1)
             self.stop.wait(wait)
@@ -235,6 +257,7 @@ class Daemon:
         if leader != was:
             log.info("leadership_changed", leader=leader)
         self._ping_db()
+        self.refresh_status()
         if leader:
             self.parts.remediator.prepare()
 
@@ -242,9 +265,10 @@ class Daemon:
         try:
             with connect(self.parts.db.engine) as conn:
                 queries.ping(conn)
-            ok = True
-        except DupguardError:
-            ok = False
+            self._db_error = None
+        except DupguardError as exc:
+            self._db_error = str(exc)
+        ok = self._db_error is None
         if ok != self.db_ok:
             log.info("database_reachable" if ok else "database_unreachable")
         self.db_ok = ok
@@ -350,14 +374,21 @@ class Daemon:
         with self._tally.lock:
             self._tally.errors += 1
         n = self._consecutive_failures
+        error = _one_line(exc, self.parts.db)
         if n == 1 or n % 100 == 0:
-            log.warning("poll_failed", error=str(exc) or type(exc).__name__, consecutive=n)
+            log.warning("poll_failed", error=error, consecutive=n)
+        if self._poll_error is None:
+            self._poll_error = error
+            self.refresh_status()
         return False
 
     def _record_success(self, elapsed: float, new_runs: int, findings: int) -> None:
         if self._consecutive_failures:
             log.info("poll_recovered", after_failures=self._consecutive_failures)
         self._consecutive_failures = 0
+        if self._poll_error is not None:
+            self._poll_error = None
+            self.refresh_status()
         m = self.parts.metrics
         m.poll_duration.observe(elapsed)
         m.last_successful_poll.set(time.time())
@@ -533,6 +564,12 @@ class Daemon:
                 self._on_result(job, result, True)
             else:
                 self._submit(job)
+
+
+def _one_line(exc: BaseException, db: AirflowDb) -> str:
+    if isinstance(exc, SQLAlchemyError):
+        return describe_error(exc, db.engine.url)
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _safe_watermark(tracker: NewRowTracker) -> int:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import select
+import socket
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlsplit
 
+import psycopg2
+import psycopg2.extensions
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
@@ -77,15 +83,66 @@ def sqlite_path(url: URL) -> Path | None:
     return None if database in ("", ":memory:") or database.startswith("file:") else Path(database)
 
 
-def make_engine(url: URL, *, connect_timeout: float = 5.0, pool_size: int = 2, read_only: bool = False) -> Engine:
+DEFAULT_CALL_TIMEOUT = 60.0  # one-shot commands (scan, init-db); the daemon passes --db-timeout
+
+
+class CallTimeout(psycopg2.OperationalError):  # type: ignore[misc]
+    """A database call outlived its deadline. The message contains "closed the connection" so
+    SQLAlchemy classifies it as a disconnect and discards the connection instead of reusing it."""
+
+
+def _wait_with_deadline(conn: Any) -> None:
+    """psycopg2 wait callback: libpq in non-blocking mode, each round trip bounded by the connection's
+    ``call_timeout`` (``connect``, ``execute``, ``commit`` alike).
+
+    A client-side deadline is the one timeout that works everywhere: a server-side
+    ``statement_timeout`` does not stick behind PgBouncer's transaction pooling (a session SET lands on
+    whichever server connection ran it), cannot be a startup parameter there, and is never enforced by
+    a stalled backend (``kill -STOP``) or across a network black hole. On expiry the socket is shut
+    down so the server (or PgBouncer) sees the client leave; the connection is then discarded.
+    (The connection cannot be closed here: psycopg2 holds its lock during the call.)
+    """
+    timeout: float | None = getattr(conn, "call_timeout", None)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        state = conn.poll()
+        if state == psycopg2.extensions.POLL_OK:
+            return
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            with contextlib.suppress(OSError), socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.shutdown(socket.SHUT_RDWR)
+            raise CallTimeout(f"no answer within {timeout:g}s; dupguard closed the connection")
+        if state == psycopg2.extensions.POLL_READ:
+            select.select([conn.fileno()], [], [], left)
+        elif state == psycopg2.extensions.POLL_WRITE:
+            select.select([], [conn.fileno()], [], left)
+        else:  # pragma: no cover - psycopg2 documents only the states above
+            raise psycopg2.OperationalError(f"unexpected poll state {state}")
+
+
+def _timed_connection(call_timeout: float) -> type[psycopg2.extensions.connection]:
+    return type("DupguardConnection", (psycopg2.extensions.connection,), {"call_timeout": call_timeout})
+
+
+def make_engine(
+    url: URL,
+    *,
+    connect_timeout: float = 5.0,
+    pool_size: int = 2,
+    read_only: bool = False,
+    call_timeout: float = DEFAULT_CALL_TIMEOUT,
+) -> Engine:
     """An engine with timeouts on: a hung database must never hang dupguard.
 
     ``read_only`` opens a SQLite file with ``mode=ro``: reading a wrong path must neither create an
     empty file nor change a real one (``scan`` and ``run`` only read).
 
-    No ``options``/``SET`` at connect: PgBouncer rejects the startup parameter, and in transaction
-    pooling a session SET would leak into Airflow's own connections. TCP keepalives and
-    ``tcp_user_timeout`` (libpq parameters, fine through PgBouncer) detect a dead server in ~9 s.
+    Every round trip (connect included) has a client-side deadline, ``call_timeout`` (see
+    ``_wait_with_deadline``). No ``options``/``SET`` at connect: PgBouncer rejects the startup
+    parameter, and in transaction pooling a session SET would leak into Airflow's own connections.
+    TCP keepalives and ``tcp_user_timeout`` (libpq parameters, fine through PgBouncer) detect a dead
+    server in ~9 s.
     """
     if url.get_backend_name() == "sqlite":
         path = sqlite_path(url)
@@ -93,6 +150,8 @@ def make_engine(url: URL, *, connect_timeout: float = 5.0, pool_size: int = 2, r
             uri = f"file:{quote(str(path.absolute()))}?mode=ro"
             return create_engine(url, creator=lambda: sqlite3.connect(uri, uri=True, timeout=connect_timeout))
         return create_engine(url, connect_args={"timeout": connect_timeout})
+    # Process-wide (psycopg2 has one wait callback); connections without ``call_timeout`` wait unbounded.
+    psycopg2.extensions.set_wait_callback(_wait_with_deadline)
     return create_engine(
         url,
         pool_size=pool_size,
@@ -100,6 +159,7 @@ def make_engine(url: URL, *, connect_timeout: float = 5.0, pool_size: int = 2, r
         pool_pre_ping=True,
         pool_recycle=1800,
         connect_args={
+            "connection_factory": _timed_connection(call_timeout),
             "connect_timeout": max(1, int(connect_timeout)),
             "application_name": "dupguard",
             "keepalives": 1,

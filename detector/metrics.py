@@ -58,6 +58,27 @@ class Metrics:
         )
         self.leader = Gauge("dupguard_leader", "1 while this replica holds the leader lock.", registry=r)
         self.db_up = Gauge("dupguard_db_up", "1 while the metadata database answers.", registry=r)
+        self.up = Gauge(
+            "dupguard_up",
+            "1 while this replica leads and polls, or stands by behind a live leader; 0: see dupguard_state.",
+            registry=r,
+        )
+        self.state = Gauge(
+            "dupguard_state",
+            "1 for this replica's current state: leading, standby, or why it cannot detect or act.",
+            ["state"],
+            registry=r,
+        )
+        self.late_runs = Counter(
+            "dupguard_late_runs_total",
+            "Runs that became visible more than --gap-grace after a later id (found by the re-scan).",
+            registry=r,
+        )
+        self.gaps_abandoned = Counter(
+            "dupguard_gaps_abandoned_total",
+            "dag_run ids never seen within the re-scan horizon (rolled-back inserts, or runs missed).",
+            registry=r,
+        )
         self.build_info = Gauge(
             "dupguard_build_info", "Build and Airflow version.", ["version", "airflow_version"], registry=r
         )

@@ -27,10 +27,12 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    table,
     tuple_,
     union,
     values,
 )
+from sqlalchemy.dialects.postgresql import OID
 from sqlalchemy.exc import NoSuchTableError
 
 from detector.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, STARTED_TI_STATES, PartitionRow, Run, TaskProgress
@@ -413,8 +415,62 @@ def partition_row_events(conn: Connection, t: AirflowTables, row_ids: Iterable[i
 
 
 def ping(conn: Connection) -> None:
-    """The cheapest round trip: readiness and the database-up gauge."""
+    """The cheapest round trip: readiness, the database-up gauge, the leader's heartbeat."""
     conn.execute(select(literal(1)))
+
+
+# --- leader lock (detector/leader.py) ----------------------------------------------------------
+
+_pg_locks = table(
+    "pg_locks", column("locktype"), column("database"), column("classid"), column("objid"), column("objsubid"),
+    column("pid"), column("granted"),
+)  # fmt: skip
+_pg_stat_activity = table("pg_stat_activity", column("pid"), column("state_change"))
+_pg_database = table("pg_database", column("oid"), column("datname"))
+
+
+def client_endpoint(conn: Connection) -> tuple[str | None, int | None]:
+    """The address and port the server sees this connection's client at (NULL over a Unix socket)."""
+    row = conn.execute(select(func.inet_client_addr(), func.inet_client_port())).one()
+    return (None if row[0] is None else str(row[0]), row[1])
+
+
+def try_advisory_lock(conn: Connection, key: int) -> bool:
+    return bool(conn.execute(select(func.pg_try_advisory_lock(key))).scalar())
+
+
+def try_advisory_xact_lock(conn: Connection, key: int) -> bool:
+    return bool(conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar())
+
+
+def set_local_idle_in_transaction_timeout(conn: Connection, timeout: timedelta) -> None:
+    """For the current transaction only (``set_config(..., true)`` is ``SET LOCAL``): nothing leaks into
+    the session, which behind PgBouncer may later serve other clients."""
+    ms = str(max(1, int(timeout.total_seconds() * 1000)))
+    conn.execute(select(func.set_config("idle_in_transaction_session_timeout", ms, True)))
+
+
+def advisory_lock_holder_idle(conn: Connection, key: int) -> float | None:
+    """Seconds since the backend holding advisory lock ``key`` in this database last changed state;
+    None if nobody holds it or its activity is hidden from this role. A bigint key is stored as
+    classid (high 32 bits), objid (low 32 bits), objsubid 1."""
+    lk, act, db = _pg_locks, _pg_stat_activity, _pg_database
+    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    idle = func.extract("epoch", func.clock_timestamp() - act.c.state_change)
+    query = (
+        select(func.max(idle))
+        .select_from(lk.join(act, act.c.pid == lk.c.pid))
+        .where(
+            lk.c.locktype == "advisory",
+            lk.c.granted.is_(True),
+            lk.c.classid == literal(unsigned >> 32).cast(OID),
+            lk.c.objid == literal(unsigned & 0xFFFFFFFF).cast(OID),
+            lk.c.objsubid == 1,
+            lk.c.database == select(db.c.oid).where(db.c.datname == func.current_database()).scalar_subquery(),
+        )
+    )
+    value = conn.execute(query).scalar()
+    return None if value is None else float(value)
 
 
 # --- remediation: the duplicate's state right before acting ---------------------------------------

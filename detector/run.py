@@ -80,7 +80,7 @@ def _run(
         except OSError as exc:  # the port is taken or not ours to bind: the operator's setting
             raise ConfigError([f"DUPGUARD_HTTP_PORT {cfg.http_port}: cannot listen ({exc.strerror})"]) from None
     try:
-        engine = make_engine(parse_url(cfg.database_url), read_only=True)
+        engine = make_engine(parse_url(cfg.database_url), read_only=True, call_timeout=cfg.db_timeout.total_seconds())
         # --once is a check or a cron job: an unusable database is its answer (exit 3), not a reason to wait.
         db = open_airflow_db(engine) if once else connect_with_backoff(engine, stop)
         if db is None:

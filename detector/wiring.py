@@ -34,8 +34,12 @@ class Startup:
     def live(self) -> bool:
         return self.daemon.live() if self.daemon else True
 
-    def ready(self) -> bool:
-        return self.daemon.ready() if self.daemon else self.immune
+    def ready(self) -> tuple[bool, str]:
+        if self.daemon is not None:
+            return self.daemon.ready()
+        if self.immune:
+            return True, "airflow_2: Airflow 2 cannot create these duplicates; nothing to watch"
+        return False, "starting: connecting to the metadata database"
 
 
 def connect_with_backoff(engine: Engine, stop: threading.Event) -> AirflowDb | None:
@@ -57,11 +61,14 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
         leadership: AdvisoryLock | AlwaysLeader = AlwaysLeader()
     else:
         lock_url = parse_url(config.lock_database_url or config.database_url)
+        lease = config.leader_check_interval * 3
+        # A heartbeat that cannot finish within the lease is worthless: bound it by the lease.
+        call_timeout = min(config.db_timeout, lease).total_seconds()
         leadership = AdvisoryLock(
-            make_engine(lock_url, pool_size=1),
+            make_engine(lock_url, pool_size=1, call_timeout=call_timeout),
             config.lock_key,
             mode=config.lock_mode,
-            lease=config.leader_check_interval * 3,
+            lease=lease,
         )
     ledger = open_ledger(config.ledger, engine)
     remediator = build_remediator(config, engine, db.tables, metrics)

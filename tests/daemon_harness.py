@@ -91,7 +91,7 @@ class Running:
         self.daemon.parts.db.engine.dispose()
 
     def is_leader(self) -> bool:
-        return self.metrics.leader._value.get() == 1  # type: ignore[attr-defined]
+        return self.metrics.registry.get_sample_value("dupguard_leader") == 1
 
 
 def start_daemon(

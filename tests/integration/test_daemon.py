@@ -162,7 +162,7 @@ def test_health_endpoints(db_url: str) -> None:
     d = start_daemon(db_url)
     server = HealthServer(0, d.metrics.registry, d.daemon.live, d.daemon.ready, host="127.0.0.1").start()
     try:
-        wait_for(d.daemon.ready, what="ready")
+        wait_for(lambda: d.daemon.ready()[0], what="ready")
         base = f"http://127.0.0.1:{server.port}"
         for path in ("/livez", "/readyz"):
             with urllib.request.urlopen(base + path, timeout=5) as resp:  # noqa: S310 - loopback test server
