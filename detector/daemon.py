@@ -55,6 +55,9 @@ class Leadership(Protocol):
     def release(self) -> None: ...
 
 
+_TrackerState = tuple[int, dict[int, datetime], dict[int, datetime]]
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -305,11 +308,12 @@ class Daemon:
         """One poll and the handling of its findings. False (and nothing lost) if it failed."""
         now = self.clock()
         started = time.perf_counter()
-        tracker_state: tuple[int, dict[int, datetime]] | None = None
+        tracker_state: _TrackerState | None = None
         try:
             detector = self.detector or self._start_term(now)
-            tracker_state = (detector.tracker.high, dict(detector.tracker.gaps))
+            tracker_state = (detector.tracker.high, dict(detector.tracker.gaps), dict(detector.tracker.late))
             result = detector.poll(self._poll_connection(), now)
+            self._report_late(result.late, result.abandoned)
             if result.findings:
                 self.handle(result.findings, now)
             if result.new_runs and self.parts.ledger.durable:
@@ -365,10 +369,26 @@ class Daemon:
             self._pick_up_pending()
         return self.detector
 
-    def _failed(self, exc: BaseException, tracker_state: tuple[int, dict[int, datetime]] | None) -> bool:
+    def _report_late(self, late: tuple[tuple[int, float], ...], abandoned: int) -> None:
+        """A run that committed after ``gap_grace`` is never dropped silently (issue 12 §1)."""
+        if late:
+            self.parts.metrics.late_runs.inc(len(late))
+            log.warning(
+                "late_run_found",
+                run_ids=[i for i, _ in late],
+                seconds_late=[round(s, 1) for _, s in late],
+                detail="committed after --gap-grace; found by the re-scan and judged now",
+            )
+        if abandoned:
+            self.parts.metrics.gaps_abandoned.inc(abandoned)
+            log.info("gap_abandoned", ids=abandoned, detail="never committed within the re-scan horizon")
+
+    def _failed(self, exc: BaseException, tracker_state: _TrackerState | None) -> bool:
         self._drop_poll_connection()
         if self.detector is not None and tracker_state is not None:
-            self.detector.tracker.high, self.detector.tracker.gaps = tracker_state[0], tracker_state[1]
+            tracker = self.detector.tracker
+            tracker.high, tracker.gaps, tracker.late = tracker_state
+            tracker.found_late = []  # restored late ids are found again by the next pass
         self._consecutive_failures += 1
         self.parts.metrics.poll_errors.inc()
         with self._tally.lock:
@@ -573,5 +593,6 @@ def _one_line(exc: BaseException, db: AirflowDb) -> str:
 
 
 def _safe_watermark(tracker: NewRowTracker) -> int:
-    """Highest id below which every run has been examined (open gaps may still commit)."""
-    return min(tracker.gaps) - 1 if tracker.gaps else tracker.high
+    """Highest id below which every run has been examined (open and late gaps may still commit)."""
+    lowest = tracker.lowest_unseen()
+    return tracker.high if lowest is None else lowest - 1

@@ -4,7 +4,13 @@
 after a run with a higher id. ``NewRowTracker`` therefore remembers the ids it skipped over
 ("gaps") and asks for them again until they appear or are older than ``grace`` (a rolled-back
 insert never fills its gap). State is the highest id seen plus the open gaps: bounded memory over
-weeks of running. Siblings of a new run are looked up in the database, never in memory, so a
+weeks of running.
+
+A gap older than ``grace`` is not forgotten: it becomes *late* and is asked for again once a
+``late_every`` (not at every poll, which stays one index range scan) until ``late_horizon``. A late
+id that appears is reported (the daemon logs a warning and counts ``dupguard_late_runs_total``) and
+judged like any new run; one never seen within the horizon is counted as abandoned (almost always a
+rolled-back insert). Siblings of a new run are looked up in the database, never in memory, so a
 duplicate whose first run is far below the watermark is still found.
 """
 
@@ -28,6 +34,8 @@ DEFAULT_BATCH = 1_000
 MAX_HOPS = 3  # sibling-of-sibling lookups when a new run has siblings
 # Earlier keep decisions about a group's runs (detector.prior): read just before it is judged.
 PriorSource = Callable[[Connection, Sequence[Run]], Decisions]
+DEFAULT_LATE_HORIZON = timedelta(hours=1)
+DEFAULT_LATE_EVERY = timedelta(seconds=1)
 
 
 @dataclass
@@ -39,15 +47,41 @@ class NewRowTracker:
     max_gaps: int = DEFAULT_MAX_GAPS
     gaps: dict[int, datetime] = field(default_factory=dict)
     gaps_dropped: int = 0  # gaps given up because there were too many to track
+    late_horizon: timedelta = DEFAULT_LATE_HORIZON
+    late_every: timedelta = DEFAULT_LATE_EVERY
+    late: dict[int, datetime] = field(default_factory=dict)  # expired gaps, re-scanned until the horizon
+    late_checked: datetime | None = None
+    found_late: list[tuple[int, float]] = field(default_factory=list)  # (id, seconds since skipped), to drain
+    abandoned: int = 0  # ids given up (horizon passed, or too many), to drain
 
     def open_gaps(self) -> list[int]:
         return sorted(self.gaps)
 
+    def ids_to_check(self, now: datetime) -> list[int]:
+        """The open gaps, plus the late ids when their re-scan is due."""
+        if self.late and (self.late_checked is None or now - self.late_checked >= self.late_every):
+            self.late_checked = now
+            return sorted(self.gaps.keys() | self.late.keys())
+        return sorted(self.gaps)
+
+    def lowest_unseen(self) -> int | None:
+        pending = self.gaps.keys() | self.late.keys()
+        return min(pending) if pending else None
+
+    def drain(self) -> tuple[list[tuple[int, float]], int]:
+        """Late ids found and ids abandoned since the last drain."""
+        found, self.found_late = self.found_late, []
+        abandoned, self.abandoned = self.abandoned, 0
+        return found, abandoned
+
     def accept(self, ids: Sequence[int], now: datetime) -> list[int]:
         """Record the ids a fetch returned; return the ones never seen before, ascending."""
-        fresh = sorted({i for i in ids if i > self.high or i in self.gaps})
+        fresh = sorted({i for i in ids if i > self.high or i in self.gaps or i in self.late})
         for i in fresh:
             self.gaps.pop(i, None)
+            skipped_at = self.late.pop(i, None)
+            if skipped_at is not None:
+                self.found_late.append((i, (now - skipped_at).total_seconds()))
         if fresh and fresh[-1] > self.high:
             visible = set(fresh)
             for missing in range(self.high + 1, fresh[-1]):
@@ -55,12 +89,21 @@ class NewRowTracker:
                     continue
                 if len(self.gaps) >= self.max_gaps:
                     self.gaps_dropped += 1
+                    self.abandoned += 1
                     continue
                 self.gaps[missing] = now
             self.high = fresh[-1]
         expired = [i for i, since in self.gaps.items() if now - since > self.grace]
         for i in expired:
-            del self.gaps[i]
+            since = self.gaps.pop(i)
+            if len(self.late) < self.max_gaps:
+                self.late[i] = since
+            else:
+                self.abandoned += 1
+        gone = [i for i, since in self.late.items() if now - since > self.late_horizon]
+        for i in gone:
+            del self.late[i]
+        self.abandoned += len(gone)
         return fresh
 
 
@@ -69,6 +112,8 @@ class PollResult:
     new_runs: list[Run]
     findings: list[Finding]
     batch_full: bool  # more rows are waiting: poll again at once
+    late: tuple[tuple[int, float], ...] = ()  # (run id, seconds after its id was skipped over)
+    abandoned: int = 0  # ids given up on in this poll
 
 
 @dataclass
@@ -83,12 +128,19 @@ class IncrementalDetector:
     def poll(self, conn: Connection, now: datetime) -> PollResult:
         """One poll: fetch what became visible, then judge each new asset run with its siblings."""
         t = self.tables
-        fetched = queries.new_runs(conn, t, self.tracker.high, self.tracker.open_gaps(), self.batch)
+        fetched = queries.new_runs(conn, t, self.tracker.high, self.tracker.ids_to_check(now), self.batch)
         fresh_ids = set(self.tracker.accept([r.id for r in fetched], now))
         new = [r for r in fetched if r.id in fresh_ids]
         watched = [r for r in new if r.run_type == ASSET_TRIGGERED and self.dag_filter.selects(r.dag_id)]
         findings = self.judge(conn, watched, now) if watched else []
-        return PollResult(new_runs=new, findings=findings, batch_full=len(fetched) >= self.batch)
+        late, abandoned = self.tracker.drain()
+        return PollResult(
+            new_runs=new,
+            findings=findings,
+            batch_full=len(fetched) >= self.batch,
+            late=tuple(late),
+            abandoned=abandoned,
+        )
 
     def judge(self, conn: Connection, watched: list[Run], now: datetime) -> list[Finding]:
         """The groups ``watched`` runs belong to, judged with their siblings and earlier decisions.

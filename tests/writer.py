@@ -63,8 +63,27 @@ class AirflowWriter:
         run_type: str = "asset_triggered",
         ti_state: str | None = None,
     ) -> Committed:
+        with self.conn:
+            run_pk, run_id = self.begin_run(
+                dag_id, run_after, events, job=job, tasks=tasks, run_type=run_type, ti_state=ti_state
+            )
+        return Committed(run_pk, run_id, datetime.now(UTC))
+
+    def begin_run(
+        self,
+        dag_id: str,
+        run_after: datetime,
+        events: list[int],
+        *,
+        job: int = 1,
+        tasks: tuple[str, ...] = ("extract", "load"),
+        run_type: str = "asset_triggered",
+        ti_state: str | None = None,
+    ) -> tuple[int, str]:
+        """Insert a run in this connection's open transaction without committing (``conn.commit()``
+        makes it visible): its id is taken now, its commit comes whenever the caller says."""
         run_id = f"{run_type}__{run_after.isoformat()}_{_suffix(self.rng)}"
-        with self.conn, self.conn.cursor() as cur:
+        with self.conn.cursor() as cur:
             cur.execute(
                 "INSERT INTO dag_run (dag_id, run_id, run_type, run_after, state, queued_at, creating_job_id, "
                 "triggered_by, conf, clear_number, span_status) "
@@ -80,7 +99,7 @@ class AirflowWriter:
                     "try_number, span_status) VALUES (%s, %s, %s, %s, -1, 'default_pool', 1, %s, 0, 'not_started')",
                     (str(uuid.uuid4()), task_id, dag_id, run_id, ti_state),
                 )
-        return Committed(run_pk, run_id, datetime.now(UTC))
+        return run_pk, run_id
 
     def duplicate_pair(self, dag_id: str, gap: timedelta = timedelta(milliseconds=60)) -> tuple[Committed, Committed]:
         """The HA race: scheduler A's run, then B's stale copy committed ``gap`` later."""

@@ -52,3 +52,29 @@ def test_memory_ledger_claims_once_and_stays_bounded() -> None:
     for i in range(10):
         ledger.claim(f"g{i + 2}", "detected")
     assert len(ledger._claims) == 3
+
+
+def test_expired_gap_is_rescanned_and_a_late_commit_reported() -> None:
+    """A gap past the grace period is asked for again (at the re-scan cadence) and, when its run
+    finally commits, it is returned as new and reported as late, with how late it was."""
+    t = NewRowTracker(high=0, grace=timedelta(seconds=30), late_every=timedelta(seconds=1))
+    t.accept([2], T0)
+    t.accept([], T0 + timedelta(seconds=31))
+    assert t.open_gaps() == []
+    assert t.ids_to_check(T0 + timedelta(seconds=31)) == [1]  # re-scan due
+    assert t.ids_to_check(T0 + timedelta(seconds=31.5)) == []  # not again before late_every
+    assert t.accept([1], T0 + timedelta(seconds=95)) == [1]
+    late, abandoned = t.drain()
+    assert late == [(1, 95.0)] and abandoned == 0
+    assert t.late == {}
+
+
+def test_late_gap_is_abandoned_and_counted_after_the_horizon() -> None:
+    """An id never committed (a rolled-back insert) is given up after the horizon, and counted."""
+    t = NewRowTracker(high=0, grace=timedelta(seconds=30), late_horizon=timedelta(minutes=10))
+    t.accept([2], T0)
+    t.accept([], T0 + timedelta(seconds=31))
+    assert t.lowest_unseen() == 1
+    t.accept([], T0 + timedelta(minutes=11))
+    assert t.drain() == ([], 1)
+    assert t.lowest_unseen() is None

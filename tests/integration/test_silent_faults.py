@@ -1,0 +1,243 @@
+"""Issue 12 §1: a state in which dupguard cannot detect or cannot act is never silent. Real
+`dupguard run` processes on real PostgreSQL (a private server where backends are stopped with
+SIGSTOP: a stopped backend would block every other test's DROP DATABASE on the shared one).
+
+Each fault must show, within seconds, as /readyz 503 with the state in its body, `dupguard_up 0`,
+`dupguard_state{state=...} 1`, and one warning log line naming the state."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg2
+import pytest
+from sqlalchemy.engine import make_url
+
+from detector.cli import main
+from tests.daemon_harness import wait_for
+from tests.integration.test_run_process import events, free_port, metric, spawn, status
+from tests.pg import ROOT, Templates, execute_admin, schema_sql
+from tests.pgbouncer import pgbouncer
+from tests.writer import AirflowWriter
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
+def state_metric(port: int, state: str) -> float | None:
+    return metric(port, f'dupguard_state{{state="{state}"}}')
+
+
+def body(port: int, path: str) -> str:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
+            return str(resp.read().decode())
+    except urllib.error.HTTPError as exc:
+        return str(exc.read().decode())
+
+
+def assert_down(port: int, log: Path, state: str, timeout: float = 15.0) -> None:
+    """The fault is visible everywhere it must be: probe, metrics, one warning line."""
+    wait_for(lambda: status(port, "/readyz") == 503 and state_metric(port, state) == 1.0, timeout, f"{state} shown")
+    assert metric(port, "dupguard_up") == 0.0
+    assert state in body(port, "/readyz")
+    assert status(port, "/livez") == 200  # the sidecar's only probe: never restart-looped by a DB fault
+    warned = [e for e in events(log) if e["level"] == "warning" and e.get("state") == state]
+    assert len(warned) == 1, warned
+
+
+def test_failing_lock_connection_is_visible(pg_templates: Templates, tmp_path: Path, procs: list) -> None:  # type: ignore[type-arg]
+    """A leader-lock URL that cannot log in (unknown role, the same failure as a wrong password)."""
+    url = pg_templates.clone("3.1.2")
+    bad = make_url(url).set(username="no_such_role", password="s3cret-marker").render_as_string(hide_password=False)
+    port, log = free_port(), tmp_path / "lock.log"
+    procs.append(spawn(url, log, DUPGUARD_HTTP_PORT=str(port), DUPGUARD_LOCK_DATABASE_URL=bad))
+    assert_down(port, log, "lock_unavailable")
+    assert metric(port, "dupguard_leader") == 0.0
+    assert "s3cret-marker" not in log.read_text() and "s3cret-marker" not in body(port, "/readyz")
+
+
+def test_lock_key_outside_bigint_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    """PostgreSQL advisory lock keys are bigint: a larger key is a configuration error (exit 2)."""
+    code = main(["run", "--database-url", "postgresql://u@h/db", "--lock-key", str(2**63), "--once"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--lock-key" in err and "bigint" in err and "Traceback" not in err
+
+
+@pytest.fixture
+def readonly_role(pg_templates: Templates) -> Iterator[tuple[str, str]]:
+    """A clone whose ledger an admin created, and a role with the README's read-only grants."""
+    url = pg_templates.clone("3.1.2")
+    role = f"ro_{uuid.uuid4().hex[:8]}"
+    dbname = make_url(url).database
+    assert main(["init-db", "--database-url", url]) == 0
+    execute_admin(f'CREATE ROLE "{role}" LOGIN')
+    execute_admin(
+        f'GRANT CONNECT ON DATABASE "{dbname}" TO "{role}"; GRANT USAGE ON SCHEMA public TO "{role}"; '
+        "GRANT SELECT ON dag_run, task_instance, dagrun_asset_event, asset_event, asset, job, alembic_version "
+        f'TO "{role}";',
+        dbname=dbname,
+    )
+    yield url, make_url(url).set(username=role).render_as_string(hide_password=False)
+    execute_admin(f'DROP OWNED BY "{role}"', dbname=dbname)
+    execute_admin(f'DROP ROLE "{role}"')
+
+
+def test_ledger_the_role_cannot_use_is_visible(
+    readonly_role: tuple[str, str],
+    tmp_path: Path,
+    procs: list,  # type: ignore[type-arg]
+) -> None:
+    """Schema dupguard made by an admin, daemon on a read-only role: every poll fails (permission denied)."""
+    _, ro_url = readonly_role
+    port, log = free_port(), tmp_path / "ro.log"
+    procs.append(spawn(ro_url, log, DUPGUARD_HTTP_PORT=str(port)))
+    assert_down(port, log, "poll_failing")
+    assert "permission denied" in body(port, "/readyz")
+
+
+def test_ledger_dropped_under_running_daemon_is_visible(
+    pg_templates: Templates,
+    tmp_path: Path,
+    procs: list,  # type: ignore[type-arg]
+) -> None:
+    """`init-db --drop` under a running daemon: the next poll that finds a run fails, visibly."""
+    url = pg_templates.clone("3.1.2")
+    assert main(["init-db", "--database-url", url]) == 0
+    port, log = free_port(), tmp_path / "drop.log"
+    procs.append(spawn(url, log, DUPGUARD_HTTP_PORT=str(port)))
+    wait_for(lambda: status(port, "/readyz") == 200 and metric(port, "dupguard_leader") == 1.0, what="leading")
+    assert main(["init-db", "--drop", "--database-url", url]) == 0
+    writer = AirflowWriter(url)
+    writer.ordinary("consumer")
+    writer.close()
+    assert_down(port, log, "poll_failing")
+
+
+def test_run_committed_after_gap_grace_is_found_and_reported(
+    pg_templates: Templates,
+    tmp_path: Path,
+    procs: list,  # type: ignore[type-arg]
+) -> None:
+    """A duplicate whose transaction commits long after its id was taken (after --gap-grace, while a
+    later id is already visible) is still detected, with a warning and a metric."""
+    url = pg_templates.clone("3.1.2")
+    port, log = free_port(), tmp_path / "late.log"
+    procs.append(spawn(url, log, DUPGUARD_HTTP_PORT=str(port), DUPGUARD_GAP_GRACE="1s"))
+    wait_for(lambda: metric(port, "dupguard_leader") == 1.0, what="leading")
+    wait_for(lambda: any(e["event"] == "watching" for e in events(log)), what="watching")
+    a, b = AirflowWriter(url), AirflowWriter(url, seed=2)
+    try:
+        run_after = datetime.now(UTC)
+        event = a.event(run_after - timedelta(milliseconds=5))
+        first = a.run("consumer", run_after, [event], job=1)
+        late_id, _ = b.begin_run("consumer", run_after, [event], job=2)  # id taken, not committed
+        later = a.ordinary("other")  # a higher id becomes visible: late_id is a gap
+        assert first.id < late_id < later.id
+        wait_for(lambda: (metric(port, "dupguard_poll_duration_seconds_count") or 0) > 0, what="polls")
+        import time
+
+        time.sleep(3.0)  # three times the grace: the gap has expired
+        b.conn.commit()
+    finally:
+        a.close()
+        b.close()
+    wait_for(lambda: any(e["event"] == "duplicate_detected" for e in events(log)), timeout=15, what="late duplicate")
+    [found] = [e for e in events(log) if e["event"] == "duplicate_detected"]
+    assert found["kept_run"] == first.run_id
+    [warned] = [e for e in events(log) if e["event"] == "late_run_found"]
+    assert warned["level"] == "warning" and warned["run_ids"] == [late_id]
+    assert metric(port, "dupguard_late_runs_total") == 1.0
+
+
+@pytest.fixture
+def private_pg() -> Iterator[str]:
+    """A PostgreSQL of this test's own, with the 3.1.2 schema: its backends may be stopped."""
+    pg_port = free_port()
+    pg_dir = Path(tempfile.mkdtemp(prefix="dupguard-pg-"))
+    pg_dir.chmod(0o711)
+    env = os.environ | {"DUPGUARD_TEST_PG_PORT": str(pg_port), "DUPGUARD_TEST_PG_DATA": str(pg_dir / "data")}
+    pg = [str(ROOT / "scripts" / "postgres.sh")]
+    admin = subprocess.run([*pg, "start"], env=env, check=True, capture_output=True, text=True).stdout.strip()
+    try:
+        conn = psycopg2.connect(admin)
+        conn.autocommit = True
+        conn.cursor().execute(schema_sql("3.1.2"))
+        conn.close()
+        yield admin
+    finally:
+        subprocess.run([*pg, "stop"], env=env, check=False)
+        shutil.rmtree(pg_dir, ignore_errors=True)
+
+
+def _dupguard_backends(admin: str) -> list[int]:
+    conn = psycopg2.connect(admin)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+        pids = [int(r[0]) for r in cur.fetchall()]
+    conn.close()
+    return pids
+
+
+@pytest.mark.parametrize("via", ["direct", "pgbouncer"])
+def test_stalled_backends_are_visible_and_calls_time_out(
+    private_pg: str,
+    via: str,
+    tmp_path: Path,
+    procs: list,  # type: ignore[type-arg]
+) -> None:
+    """Every backend serving the daemon (lock, polls) is stopped with SIGSTOP, directly or behind
+    PgBouncer's transaction pooling: the heartbeat and the poll time out instead of hanging,
+    `dupguard_leader` drops to 0, and the replica reports that the lock's holder is unresponsive."""
+    port, log = free_port(), tmp_path / "stall.log"
+    with pgbouncer(private_pg, "transaction") if via == "pgbouncer" else _same(private_pg) as url:
+        env = {"DUPGUARD_HTTP_PORT": str(port), "DUPGUARD_DB_TIMEOUT": "1s"}
+        procs.append(spawn(url, log, **env))
+        wait_for(lambda: status(port, "/readyz") == 200 and metric(port, "dupguard_leader") == 1.0, what="leading")
+        stopped = _dupguard_backends(private_pg)
+        assert stopped
+        try:
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+            wait_for(lambda: metric(port, "dupguard_leader") == 0.0, timeout=10, what="leader gauge drops")
+            assert_down(port, log, "leader_unresponsive", timeout=20)
+            timed_out = [e for e in events(log) if "no answer within 1s" in str(e.get("reason", e.get("error", "")))]
+            assert timed_out, "no database call reported its timeout"
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+
+
+class _same:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __enter__(self) -> str:
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        return None
