@@ -157,7 +157,8 @@ class AdvisoryLock:
 
     def _report(self, problem: LockProblem | None) -> None:
         if problem is not None and (self.problem is None or self.problem.code != problem.code):
-            log.warning("leader_lock_problem", problem=problem.code, reason=problem.reason)
+            # debug: detector.status logs the resulting state change once, as a warning
+            log.debug("leader_lock_problem", problem=problem.code, reason=problem.reason)
         self.problem = problem
 
     def release(self) -> None:

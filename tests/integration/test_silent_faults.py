@@ -77,12 +77,17 @@ def test_failing_lock_connection_is_visible(pg_templates: Templates, tmp_path: P
     assert "s3cret-marker" not in log.read_text() and "s3cret-marker" not in body(port, "/readyz")
 
 
-def test_lock_key_outside_bigint_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
-    """PostgreSQL advisory lock keys are bigint: a larger key is a configuration error (exit 2)."""
-    code = main(["run", "--database-url", "postgresql://u@h/db", "--lock-key", str(2**63), "--once"])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert "--lock-key" in err and "bigint" in err and "Traceback" not in err
+def test_lock_key_outside_bigint_is_rejected() -> None:
+    """PostgreSQL advisory lock keys are bigint: a larger key (or Airflow's own 1 and 2) is a
+    configuration error naming the setting, before anything connects."""
+    from detector.config import load
+    from detector.errors import ConfigError
+
+    for key in (str(2**63), str(-(2**63) - 1), "1", "2"):
+        with pytest.raises(ConfigError) as err:
+            load({"database_url": "postgresql://u@h/db", "lock_key": key}, env={})
+        assert "--lock-key" in str(err.value), key
+    assert load({"database_url": "postgresql://u@h/db", "lock_key": str(2**63 - 1)}, env={}).lock_key == 2**63 - 1
 
 
 @pytest.fixture

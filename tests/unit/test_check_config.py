@@ -26,7 +26,7 @@ def test_prints_effective_config_with_sources(
     assert lines["poll_interval"] == "50ms  # config file key poll_interval"
     assert lines["cluster_name"] == "prod-eu  # DUPGUARD_CLUSTER_NAME"
     assert lines["database_url"].endswith("# --database-url")
-    assert lines["lock_mode"] == "session  # default"
+    assert lines["lock_mode"] == "auto  # default"
     assert len(lines) == len(SETTINGS)
     again = tmp_path / "again.yaml"
     again.write_text(out)
