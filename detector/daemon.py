@@ -183,7 +183,7 @@ class Daemon:
                 db_error=self._db_error,
                 leader=self.parts.leadership.is_leader(self.clock()),
                 poll_error=self._poll_error,
-                lock=self.parts.leadership.problem,
+                lock=getattr(self.parts.leadership, "problem", None),  # optional for simple Leadership fakes
             )
         )
 
