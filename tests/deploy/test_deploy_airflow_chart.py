@@ -207,7 +207,7 @@ def test_overlays_on_the_real_chart(airflow_chart: Any, combo: dict[str, Any]) -
         }[(combo["standard_naming"], release)]
         assert ref["name"] == expected
         # Behind PgBouncer's transaction pooling a session advisory lock is not safe (facts §6).
-        assert env["DUPGUARD_LOCK_MODE"]["value"] == ("transaction" if combo["pgbouncer"] else "session")
+        assert env["DUPGUARD_LOCK_MODE"]["value"] == ("transaction" if combo["pgbouncer"] else "auto")
         assert env["DUPGUARD_CONFIG_EXPECTED"]["value"] == "configmap/dupguard"
         assert pod["metadata"]["labels"]["dupguard-config"] == "dupguard"
         for source in container["envFrom"]:
