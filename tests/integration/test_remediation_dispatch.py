@@ -182,3 +182,36 @@ def test_a_new_leader_picks_up_an_unfinished_remediation(af312: AirflowServer, d
         cur.execute("SELECT owner FROM dupguard.claims WHERE subject = %s", (f"action:{dup}",))
         assert len(cur.fetchall()) == 1
     conn.close()
+
+
+def test_db_backend_failure_is_retried_until_the_lock_is_free(pg_templates: Templates, daemons: list[Running]) -> None:
+    """db backend: another transaction holds the duplicate's dag_run row (as a long scheduler
+    transaction could), so the remediation's lock_timeout fails it; it is retried with back-off and,
+    once the row is free, the duplicate is failed with its note; the kept run is untouched."""
+    url = pg_templates.clone("3.1.2")
+    writer = AirflowWriter(url)
+    kept, dup = writer.duplicate_pair("consumer", gap=timedelta(0))
+    holder = psycopg2.connect(url)
+    with holder.cursor() as cur:
+        cur.execute("SELECT id FROM dag_run WHERE run_id = %s FOR UPDATE", (dup.run_id,))
+    before = db_state(url)
+    d = start_daemon(
+        url,
+        real_remediation=True,
+        remediation="fail",
+        remediation_backend="db",
+        backend_options={"lock_timeout_ms": 200},
+        dispatch_options=FAST_RETRIES,
+    )
+    daemons.append(d)
+    try:
+        wait_for(lambda: Result.FAILED in d.alerter.results().get(dup.run_id, []), what="the first failure")
+        assert db_state(url) == before
+    finally:
+        holder.rollback()
+        holder.close()
+    wait_for(lambda: Result.DONE in d.alerter.results().get(dup.run_id, []), what="the duplicate stopped")
+    after = db_state(url)
+    assert after[dup.run_id].state == "failed" and kept.run_id in (after[dup.run_id].note or "")
+    assert after[kept.run_id] == before[kept.run_id]
+    writer.close()
