@@ -661,13 +661,35 @@ def partitioned_race(
     errors: list[BaseException] = []
     original_create = SerializedDAG.create_dagrun
 
+    # inverted: A's run is flushed first (the lower id), but B's guard takes the (dag, key) lock
+    # first; A's guard then waits for B's commit. A is held inside its guard, right before the lock.
+    a_in_hook, b_locked = threading.Event(), threading.Event()
+    g = guard._dupguard_guard if guard is not None else None
+    original_take_lock = getattr(g, "take_lock", None)
+    if scenario == "partitioned-inverted" and original_take_lock is not None:
+
+        def take_lock(*l_args: Any, **l_kwargs: Any) -> Any:
+            name = threading.current_thread().name
+            if name == "scheduler-a":
+                a_in_hook.set()
+                b_locked.wait(60)
+            taken = original_take_lock(*l_args, **l_kwargs)
+            if name == "scheduler-b":
+                b_locked.set()
+            return taken
+
+        g.take_lock = take_lock  # type: ignore[union-attr]
+
     def create_dagrun(self: Any, *c_args: Any, **c_kwargs: Any) -> Any:
         name = threading.current_thread().name
         if scenario == "partitioned-overlap" and name == "scheduler-b":
             a_created.wait(60)  # A's run exists (uncommitted) before B creates its own
+        if scenario == "partitioned-inverted" and name == "scheduler-b":
+            a_in_hook.wait(60)  # A's run is flushed and A is in its guard (older guard: created)
         run = original_create(self, *c_args, **c_kwargs)
         if name == "scheduler-a":
             a_created.set()
+            a_in_hook.set()
             if scenario == "partitioned-overlap":
                 b_is_creating(b_created)  # A commits only once B is creating its run
         elif name == "scheduler-b":
@@ -689,8 +711,8 @@ def partitioned_race(
         except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
             errors.append(err)
             both_read.abort()
-            a_created.set()
-            b_created.set()
+            for event in (a_created, b_created, a_in_hook, b_locked):
+                event.set()
         finally:
             if name == "scheduler-a":
                 a_committed.set()
@@ -707,6 +729,8 @@ def partitioned_race(
             t.join(120)
     finally:
         SerializedDAG.create_dagrun = original_create  # type: ignore[method-assign]
+        if g is not None:
+            g.__dict__.pop("take_lock", None)
     if errors:
         raise errors[0]
     out["runs"] = [r for r in run_rows(sp.CONSUMER) if r["id"] not in before]
@@ -718,6 +742,7 @@ PARTITIONED_SCENARIOS = {
     "partitioned-serial": "2026-11-30T05:00:00",
     "partitioned-overlap": "2026-11-30T06:00:00",
     "partitioned-timeout": "2026-11-30T07:00:00",
+    "partitioned-inverted": "2026-11-30T09:00:00",
     "partitioned-stress": "2026-11-30T08",  # prefix of the stress keys
 }
 STRESS_CONSUMERS = 8

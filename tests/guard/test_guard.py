@@ -73,7 +73,13 @@ PLAN: list[Entry] = [
         "3.2.2",
         "local-settings",
         "local-settings",
-        ("partitioned-serial", "partitioned-overlap", "partitioned-timeout", "partitioned-stress"),
+        (
+            "partitioned-serial",
+            "partitioned-overlap",
+            "partitioned-timeout",
+            "partitioned-stress",
+            "partitioned-inverted",
+        ),
     ),
 ]
 
@@ -531,3 +537,17 @@ def test_pip_installed_guard_prevents_the_race_without_local_settings(runs: Runs
     assert dup["note"] == NOTE.format(kept=first["run_id"])
     first, dup = overlap_pair(result, "overlap")
     assert states(first) == {None} and states(dup) == {"skipped"}
+
+
+def test_partitioned_guard_inverted_order_keeps_the_first_committed_and_the_daemon_agrees(runs: Runs) -> None:
+    """3.2.2: A's run is flushed first (lower id) but B's guard takes the (dag, key) lock first, so B
+    commits first. A's guard waits, sees B's committed run and skips A: the lower-id run is the
+    guarded one. The daemon keeps B too (never a guarded run) and reports A as prevented."""
+    result = runs.get("3.2.2", "local-settings")
+    first, second = partition_pair(result, "partitioned-inverted")  # first = A's, the lower id
+    assert states(second) == {None} and second["note"] is None and second["state"] == "queued"
+    assert states(first) == {"skipped"} and first["state"] == "success"
+    assert first["note"] == NOTE.format(kept=second["run_id"])
+    outcomes = daemon_outcomes(runs, "3.2.2", "local-settings")
+    assert outcomes[first["run_id"]] is Outcome.PREVENTED
+    assert second["run_id"] not in outcomes, "the live run is the one kept, never a target"
