@@ -32,8 +32,8 @@ The advisory lock (PostgreSQL) is polled with ``pg_try_advisory_xact_lock`` for 
 ``DUPGUARD_GUARD_LOCK_WAIT_SECONDS`` (default 5) per scheduler transaction; a creator that cannot
 take it in time lets its run through untouched (fail open, logged) and the sidecar handles it.
 
-Safety: at most one indexed query per new asset run (plus the lock round trip where a lock is
-taken), inside a SAVEPOINT of the scheduler's own session (a failing query rolls back to it and
+Safety: one small indexed query per new asset run, a second one only in a race (plus the lock round
+trip where a lock is taken), inside a SAVEPOINT of the scheduler's own session (a failing query rolls back to it and
 leaves the scheduler's transaction usable), never a commit or a flush; the decision is cached per
 (dag_id, run_id) in a small LRU, so later calls for the same run (mapped task instances expanded
 later, a new DAG version) cost no query; any error is logged (rate-limited) and leaves the task
@@ -96,7 +96,8 @@ class _DupguardGuard:
         self._last_error_log = float("-inf")
         self._timeouts_unlogged = 0
         self._last_timeout_log = float("-inf")
-        self.queries = 0  # lookups run against the database (tests and the benchmark read it)
+        self.queries = 0  # decisions looked up in the database: one per new run (tests, benchmark)
+        self.statements = 0  # statements those lookups ran (the precheck, and the statement in a race)
         self.skipped_runs = 0
         # One wait budget per scheduler transaction: a transaction that meets another scheduler's
         # long transaction waits lock_wait seconds in all, not lock_wait for each of its runs.
@@ -177,16 +178,19 @@ class _DupguardGuard:
         if found is None:
             return None
         run, (run_pk, run_after, partition_key) = found
-        statement, lock_key = None, None
+        precheck, statement, lock_key = None, None, None
         if family == "dagmodel-lock":
             if not self.row_locking():
                 # Without the DagModel row lock nothing serialises two creators of one DAG's asset
                 # runs (facts 2.1): the guard does it itself, per DAG.
                 lock_key = (dag_id,)
-            statement = self.asset_statement(dag_id, run_after, run_pk, lower_id_only=lock_key is None)
+            lower_id_only = lock_key is None
+            precheck = self.asset_precheck(dag_id, run_after, run_pk, lower_id_only)
+            statement = self.asset_statement(dag_id, run_after, run_pk, lower_id_only=lower_id_only)
         elif partition_key is not None:  # 3.2 locks its non-partitioned path itself
             stale = self.stale_partition_rows(session, dag_id, partition_key)
             if stale:
+                precheck = self.partitioned_precheck(run_pk, stale)
                 statement = self.partitioned_statement(dag_id, partition_key, run_pk, stale)
                 # 3.2's partitioned path takes no lock at all (facts 2.5): serialise the creators of
                 # one (dag, partition key), so the second one sees the first one's committed run.
@@ -194,7 +198,7 @@ class _DupguardGuard:
         if statement is None:
             kept, has_note, has_tis = _DUPGUARD_NOT_A_DUPLICATE, True, True
         else:
-            kept, has_note, has_tis = self._lookup(session, statement, lock_key)
+            kept, has_note, has_tis = self._lookup(session, precheck, statement, lock_key)
         if kept:
             if not has_note and not self.note_pending(session, run_pk):
                 self.add_note(session, run_pk, kept)
@@ -212,10 +216,13 @@ class _DupguardGuard:
         return kept
 
     def _lookup(
-        self, session: Any, statement: Any, lock_key: tuple[str, ...] | None
+        self, session: Any, precheck: Any, statement: Any, lock_key: tuple[str, ...] | None
     ) -> tuple[str, bool, bool]:
-        """Run the statement in a SAVEPOINT of the scheduler's transaction.
+        """Run the precheck, and the statement only if the precheck found a candidate, in a SAVEPOINT
+        of the scheduler's transaction.
 
+        The precheck is a plain indexed lookup that finds nothing for an ordinary run, so an ordinary
+        run costs one small query; the statement (comparing consumed events) runs only in a race.
         Returns (kept run_id or "", the run has a note, the run already has task instance rows).
 
         With ``lock_key``, first take a transaction-scoped advisory lock on it (PostgreSQL only), so
@@ -231,7 +238,11 @@ class _DupguardGuard:
             if locking and not self.take_lock(connection, lock_key, session):
                 savepoint.commit()
                 return _DUPGUARD_NOT_A_DUPLICATE, True, True  # fail open: the sidecar still sees it
-            row = connection.execute(statement).first()
+            self.statements += 1
+            row = connection.execute(precheck).first()
+            if row is not None:
+                self.statements += 1
+                row = connection.execute(statement).first()
         except BaseException:
             savepoint.rollback()  # the scheduler's transaction stays usable
             raise
@@ -349,6 +360,42 @@ class _DupguardGuard:
             .exists(),
         )
 
+    def asset_precheck(self, dag_id: str, run_after: Any, run_pk: int, lower_id_only: bool) -> Any:
+        """3.0/3.1: is there any other asset run of the DAG created before, with a run_after at or after
+        this one? Normally none (runs are created in run_after order): a range scan on
+        idx_dag_run_run_after that returns nothing. Only then does asset_statement run."""
+        from airflow.models.dagrun import DagRun
+        from sqlalchemy import select
+
+        dr = DagRun.__table__
+        return (
+            select(dr.c.id)
+            .where(
+                dr.c.dag_id == dag_id,
+                dr.c.run_after >= run_after,
+                dr.c.run_type == "asset_triggered",
+                dr.c.id < run_pk if lower_id_only else dr.c.id != run_pk,
+            )
+            .limit(1)
+        )
+
+    def partitioned_precheck(self, run_pk: int, stale_ids: list[int]) -> Any:
+        """3.2: has one of the pending rows this scheduler read been consumed by another run since?
+        Normally not (primary-key lookups). Only then does partitioned_statement run."""
+        from airflow.models.asset import AssetPartitionDagRun
+        from sqlalchemy import select
+
+        apdr = AssetPartitionDagRun.__table__
+        return (
+            select(apdr.c.id)
+            .where(
+                apdr.c.id.in_(stale_ids),
+                apdr.c.created_dag_run_id.is_not(None),
+                apdr.c.created_dag_run_id != run_pk,
+            )
+            .limit(1)
+        )
+
     def asset_statement(self, dag_id: str, run_after: Any, run_pk: int, lower_id_only: bool = True) -> Any:
         """3.0/3.1: the earliest committed asset run of the DAG that this run duplicates.
 
@@ -406,8 +453,12 @@ class _DupguardGuard:
                 ),
             ),
         )
-        consumed_by_candidate = exists().where(
-            consumed.c.dag_run_id == dr.c.id, consumed.c.event_id == event.c.id
+        # Explicit correlation: SQLAlchemy's automatic one only reaches the immediately enclosing
+        # SELECT, so dag_run would otherwise become a FROM of its own here (any run, not R).
+        consumed_by_candidate = (
+            exists()
+            .where(consumed.c.dag_run_id == dr.c.id, consumed.c.event_id == event.c.id)
+            .correlate(dr, event)
         )
         return (
             select(dr.c.run_id, *self.run_facts(run_pk))
@@ -441,15 +492,20 @@ class _DupguardGuard:
 
         dr, apdr = DagRun.__table__, AssetPartitionDagRun.__table__
         pakl, consumed = PartitionedAssetKeyLog.__table__, dagrun_asset_event
+        # Explicit correlation of the innermost EXISTS (see asset_statement).
         row_event_not_consumed = exists().where(
             pakl.c.asset_partition_dag_run_id == apdr.c.id,
-            ~exists().where(consumed.c.dag_run_id == dr.c.id, consumed.c.event_id == pakl.c.asset_event_id),
+            ~exists()
+            .where(consumed.c.dag_run_id == dr.c.id, consumed.c.event_id == pakl.c.asset_event_id)
+            .correlate(dr, pakl),
         )
         consumed_event_not_in_row = exists().where(
             consumed.c.dag_run_id == dr.c.id,
-            ~exists().where(
+            ~exists()
+            .where(
                 pakl.c.asset_partition_dag_run_id == apdr.c.id, pakl.c.asset_event_id == consumed.c.event_id
-            ),
+            )
+            .correlate(apdr, consumed),
         )
         return (
             select(dr.c.run_id, *self.run_facts(run_pk))

@@ -593,9 +593,11 @@ def run_asset_scenarios(args: argparse.Namespace, result: dict[str, Any]) -> Non
     result["job_ids"] = {"scheduler-a": ctx.schedulers[0].job.id, "scheduler-b": ctx.schedulers[1].job.id}
     for name in args.scenarios:
         before = guard._dupguard_guard.queries if guard else 0
+        statements_before = getattr(guard._dupguard_guard, "statements", 0) if guard else 0
         out = ASSET_SCENARIOS[name](ctx)
         if guard is not None:
             out["guard_queries"] = guard._dupguard_guard.queries - before
+            out["guard_statements"] = getattr(guard._dupguard_guard, "statements", 0) - statements_before
         result[name] = out
     if guard is not None:
         result["guard"] = guard_counters(guard)
@@ -875,6 +877,7 @@ def guard_counters(guard: Any) -> dict[str, Any]:
     return {
         "queries": g.queries,
         "skipped_runs": g.skipped_runs,
+        "statements": getattr(g, "statements", None),
         "lock_waits": getattr(g, "lock_waits", None),
         "lock_timeouts": getattr(g, "lock_timeouts", None),
     }

@@ -69,6 +69,8 @@ PLAN: list[Entry] = [
     # Issue 13 section 5: a clean 3.1.2 venv with the wheel pip-installed, no airflow_local_settings.
     Entry("3.1.2", "pip-installed", "installed", ("race", "overlap")),
     Entry("3.2.2", "none", "none", ("partitioned-serial", "partitioned-overlap")),
+    # 3.3 locks both run-creation paths itself: the guard, installed, must do nothing there.
+    Entry("3.3.2", "local-settings", "local-settings", ("partitioned-serial",)),
     Entry(
         "3.2.2",
         "local-settings",
@@ -255,6 +257,8 @@ def test_guard_creates_the_duplicate_skipped_and_leaves_the_first_run(runs: Runs
     assert dup["note"] == NOTE.format(kept=first["run_id"])
     assert dup["event_ids"] == first["event_ids"], "Airflow still records what the duplicate consumed"
     assert result["race"]["guard_queries"] == 2, "one lookup per new asset run, none per task instance"
+    # A's lookup: one small query that finds nothing; B's: that query finds A, then the event check.
+    assert result["race"]["guard_statements"] == 3
 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
@@ -306,6 +310,7 @@ def test_guard_ignores_ordinary_runs(runs: Runs, version: str) -> None:
         assert run["note"] is None
     assert len({r["run_after"] for r in ordinary if r["run_type"] == "asset_triggered"}) == 3
     assert result["ordinary"]["guard_queries"] == 3
+    assert result["ordinary"]["guard_statements"] == 3, "one small query per ordinary asset run, as before"
 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
@@ -382,7 +387,7 @@ def test_partitioned_guard_serialises_overlapping_creators(runs: Runs) -> None:
 def test_partitioned_guard_lock_timeout_lets_the_run_through(runs: Runs) -> None:
     """A creator that cannot take the (dag, key) lock within its wait budget (another session holds
     it) creates its run untouched (fail open) and says so in a warning: both runs stay runnable,
-    for the sidecar to handle, and nothing hangs."""
+    nothing hangs, and the sidecar's planner sees the pair as a duplicate to remediate."""
     result = runs.get("3.2.2", "local-settings")
     first, second = partition_pair(result, "partitioned-timeout")
     assert states(first) == states(second) == {None}
@@ -390,6 +395,8 @@ def test_partitioned_guard_lock_timeout_lets_the_run_through(runs: Runs) -> None
     before = result["partitioned-overlap"]["guard_after"]["lock_timeouts"]
     assert result["partitioned-timeout"]["guard_after"]["lock_timeouts"] > before
     assert any("created unguarded" in log["message"] for log in result["guard_logs"])
+    # The sidecar still sees the pair: a confirmed duplicate it would remediate (the later one).
+    assert daemon_outcomes(runs, "3.2.2", "local-settings")[second["run_id"]] is Outcome.REMEDIATE
 
 
 def test_partitioned_guard_stress_two_schedulers_many_dags_and_keys(runs: Runs) -> None:
@@ -450,6 +457,7 @@ def test_guard_skips_the_overlap_duplicate(runs: Runs, version: str) -> None:
     assert states(dup) == {"skipped"} and dup["state"] == "success"
     assert dup["note"] == NOTE.format(kept=first["run_id"])
     assert result["overlap"]["guard_queries"] == 2
+    assert result["overlap"]["guard_statements"] == 3
 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
@@ -551,3 +559,16 @@ def test_partitioned_guard_inverted_order_keeps_the_first_committed_and_the_daem
     outcomes = daemon_outcomes(runs, "3.2.2", "local-settings")
     assert outcomes[first["run_id"]] is Outcome.PREVENTED
     assert second["run_id"] not in outcomes, "the live run is the one kept, never a target"
+
+
+def test_guard_does_nothing_on_airflow_3_3(runs: Runs) -> None:
+    """Airflow 3.3.2 with the guard installed: the partitioned race (both schedulers read the pending
+    row; Airflow 3.3 locks it, FOR UPDATE SKIP LOCKED) makes one run, untouched, and the guard runs
+    no query at all."""
+    result = runs.get("3.3.2", "local-settings")
+    assert result["policy"]["is_noop"] is False, "the hook is called"
+    assert all(states(r) == {None} for r in result["ordinary_runs"])
+    (only,) = result["partitioned-serial"]["runs"]
+    assert only["creating_job_id"] == result["job_ids"]["scheduler-a"]
+    assert states(only) == {None} and only["note"] is None and only["state"] == "queued"
+    assert result["guard"]["queries"] == 0 and result["guard"]["skipped_runs"] == 0
