@@ -33,15 +33,15 @@ The advisory lock (PostgreSQL) is polled with ``pg_try_advisory_xact_lock`` for 
 take it in time lets its run through untouched (fail open, logged) and the sidecar handles it.
 
 Safety: one small indexed query per new asset run, a second one only in a race (plus the lock round
-trip where a lock is taken), inside a SAVEPOINT of the scheduler's own session (a failing query rolls back to it and
-leaves the scheduler's transaction usable), never a commit or a flush; the decision is cached per
-(dag_id, run_id) in a small LRU, so later calls for the same run (mapped task instances expanded
-later, a new DAG version) cost no query; any error is logged (rate-limited) and leaves the task
-instance untouched. Only the standard library and Airflow (with its SQLAlchemy) are used, so this
-file works both as an installed ``airflow.policy`` entry point and pasted into
+trip where a lock is taken), inside a SAVEPOINT of the scheduler's own session (a failing query
+rolls back to it and leaves the scheduler's transaction usable), never a commit or a flush; the
+decision is cached per (dag_id, run_id) in a small LRU, so later calls for the same run (mapped task
+instances expanded later, a new DAG version) cost no query; any error is logged (rate-limited) and
+leaves the task instance untouched. Only the standard library and Airflow (with its SQLAlchemy) are
+used, so this file works both as an installed ``airflow.policy`` entry point and pasted into
 ``airflow_local_settings.py``. Every module-level name is either a module, an import that Airflow's
-settings module already holds, a ``_dupguard`` name, or the hook itself: Airflow copies the names
-of ``airflow_local_settings`` into ``airflow.settings``.
+settings module already holds, a ``_dupguard`` name, or the hook itself: Airflow copies the names of
+``airflow_local_settings`` into ``airflow.settings``.
 """
 
 from __future__ import annotations
