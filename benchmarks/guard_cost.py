@@ -140,8 +140,9 @@ def worker(args: argparse.Namespace) -> None:
         for round_no in range(args.rounds):
             for a in range(ASSETS):
                 if args.partitioned:
-                    sp.PRODUCER, sp.ASSET_NAME = f"producer_{a}", f"bench_{a}"
-                    sp.produce_event(f"2026-11-30T{round_no:02d}:00:00")
+                    sp.produce_event(
+                        f"2026-11-30T{round_no:02d}:00:00", producer=f"producer_{a}", asset_name=f"bench_{a}"
+                    )
                 else:
                     af.emit(f"producer_{a}", f"bench_{a}")
             while True:

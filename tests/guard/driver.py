@@ -803,14 +803,8 @@ def partitioned_stress(sp: Any, schedulers: tuple[Any, Any], key_prefix: str) ->
     what every (dag, key) got; any exception (deadlock, lock timeout in Airflow) is re-raised."""
     a, b = schedulers
     before = {r["id"] for r in run_rows()}
-    # sp.produce_event reads its producer and asset from these module names.
-    saved = sp.PRODUCER, sp.ASSET_NAME
-    sp.PRODUCER, sp.ASSET_NAME = STRESS_PRODUCER, STRESS_ASSET
-    try:
-        for k in range(STRESS_KEYS):
-            sp.produce_event(f"{key_prefix}:{k:02d}:00")
-    finally:
-        sp.PRODUCER, sp.ASSET_NAME = saved
+    for k in range(STRESS_KEYS):
+        sp.produce_event(f"{key_prefix}:{k:02d}:00", producer=STRESS_PRODUCER, asset_name=STRESS_ASSET)
     both_read = threading.Barrier(2, timeout=60)
     errors: list[BaseException] = []
     loops = {"scheduler-a": 0, "scheduler-b": 0}
