@@ -178,7 +178,9 @@ class _DupguardGuard:
         if found is None:
             return None
         run, (run_pk, run_after, partition_key) = found
-        precheck, statement, lock_key = None, None, None
+        precheck: Any = None
+        statement: Any = None
+        lock_key: tuple[str, ...] | None = None
         if family == "dagmodel-lock":
             if not self.row_locking():
                 # Without the DagModel row lock nothing serialises two creators of one DAG's asset
@@ -186,12 +188,18 @@ class _DupguardGuard:
                 lock_key = (dag_id,)
             lower_id_only = lock_key is None
             precheck = self.asset_precheck(dag_id, run_after, run_pk, lower_id_only)
-            statement = self.asset_statement(dag_id, run_after, run_pk, lower_id_only=lower_id_only)
+
+            def statement() -> Any:  # built only in a race: building it costs as much as a round trip
+                return self.asset_statement(dag_id, run_after, run_pk, lower_id_only=lower_id_only)
+
         elif partition_key is not None:  # 3.2 locks its non-partitioned path itself
             stale = self.stale_partition_rows(session, dag_id, partition_key)
             if stale:
                 precheck = self.partitioned_precheck(run_pk, stale)
-                statement = self.partitioned_statement(dag_id, partition_key, run_pk, stale)
+
+                def statement() -> Any:
+                    return self.partitioned_statement(dag_id, partition_key, run_pk, stale)
+
                 # 3.2's partitioned path takes no lock at all (facts 2.5): serialise the creators of
                 # one (dag, partition key), so the second one sees the first one's committed run.
                 lock_key = (dag_id, partition_key)
@@ -218,8 +226,8 @@ class _DupguardGuard:
     def _lookup(
         self, session: Any, precheck: Any, statement: Any, lock_key: tuple[str, ...] | None
     ) -> tuple[str, bool, bool]:
-        """Run the precheck, and the statement only if the precheck found a candidate, in a SAVEPOINT
-        of the scheduler's transaction.
+        """Run the precheck, and the statement (built by ``statement()``) only if the precheck found a
+        candidate, in a SAVEPOINT of the scheduler's transaction.
 
         The precheck is a plain indexed lookup that finds nothing for an ordinary run, so an ordinary
         run costs one small query; the statement (comparing consumed events) runs only in a race.
@@ -242,7 +250,7 @@ class _DupguardGuard:
             row = connection.execute(precheck).first()
             if row is not None:
                 self.statements += 1
-                row = connection.execute(statement).first()
+                row = connection.execute(statement()).first()
         except BaseException:
             savepoint.rollback()  # the scheduler's transaction stays usable
             raise
