@@ -21,7 +21,7 @@ def log_event(event: AlertEvent, ui_url: str | None = None) -> None:
     log = logs.get(LOGGER)
     if event.kind is AlertKind.DETECTED:
         log.warning("duplicate_detected", **log_fields(event, ui_url))
-        if not event.results:  # the daemon remediates before alerting, so a first event often has them
+        if not event.results:  # the daemon's first event has none (remediation follows off the loop)
             return
     fields = outcome_log_fields(event)
     status = status_of(event.results).name
