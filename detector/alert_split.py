@@ -20,7 +20,7 @@ from detector.alert_format import (
     clip,
     escape,
 )
-from detector.detect_split import SplitPartition
+from detector.detect_split import SplitPartition, split_dict
 
 _ADVICE = (
     "Airflow wrote this partition key's asset events into two asset_partition_dag_run rows "
@@ -67,27 +67,9 @@ def split_text(split: SplitPartition, cluster: str, detected_at: datetime) -> st
 
 
 def split_log_fields(split: SplitPartition, cluster: str, detected_at: datetime) -> dict[str, Any]:
-    return {
-        "group_key": split.key,
-        "kind": split.kind,
-        "dag_id": split.dag_id,
-        "partition_key": split.partition_key,
-        "split_at": _iso(split.split_at),
-        "waiting": split.waiting,
-        "stuck_row_ids": list(split.stuck_row_ids),
-        "rows": [
-            {
-                "id": r.id,
-                "created_at": _iso(r.created_at),
-                "age_seconds": round(r.age_seconds, 3),
-                "created_dag_run_id": r.created_dag_run_id,
-                "event_ids": list(r.event_ids),
-            }
-            for r in split.rows
-        ],
-        "detected_at": _iso(detected_at),
-        "cluster": cluster,
-    }
+    fields = split_dict(split)
+    fields["group_key"] = fields.pop("key")
+    return fields | {"detected_at": _iso(detected_at), "cluster": cluster}
 
 
 def split_notice(split: SplitPartition, cluster: str, detected_at: datetime) -> SplitNotice:

@@ -23,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from detector.detect import ALL_DAGS, DagFilter
 from detector.model import PartitionRow
@@ -124,3 +125,31 @@ def find_split_partitions(
             )
         )
     return found
+
+
+def _iso_or_none(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def split_dict(split: SplitPartition) -> dict[str, Any]:
+    """The one description of a split, shared by `scan --format json`, the log line and the webhook."""
+    return {
+        "key": split.key,
+        "kind": split.kind,
+        "dag_id": split.dag_id,
+        "partition_key": split.partition_key,
+        "split_at": _iso_or_none(split.split_at),
+        "waiting": split.waiting,
+        "stuck_row_ids": list(split.stuck_row_ids),
+        "rows": [
+            {
+                "id": r.id,
+                "created_at": _iso_or_none(r.created_at),
+                "age_seconds": round(r.age_seconds, 3),
+                "pending": r.pending,
+                "created_dag_run_id": r.created_dag_run_id,
+                "event_ids": list(r.event_ids),
+            }
+            for r in split.rows
+        ],
+    }

@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from detector import __version__
-from detector.detect_split import SplitPartition
+from detector.detect_split import SplitPartition, split_dict
 from detector.model import NO_PROGRESS, Confidence, Finding
 from detector.scan import ScanReport
 
@@ -71,29 +71,6 @@ def finding_dict(f: Finding) -> dict[str, Any]:
                 "task_seconds": round(f.progress.get(r.id, NO_PROGRESS).task_seconds, 3),
             }
             for r in f.runs
-        ],
-    }
-
-
-def split_dict(split: SplitPartition) -> dict[str, Any]:
-    return {
-        "key": split.key,
-        "kind": split.kind,
-        "dag_id": split.dag_id,
-        "partition_key": split.partition_key,
-        "split_at": _iso(split.split_at),
-        "waiting": split.waiting,
-        "stuck_row_ids": list(split.stuck_row_ids),
-        "rows": [
-            {
-                "id": r.id,
-                "created_at": _iso(r.created_at),
-                "age_seconds": round(r.age_seconds, 3),
-                "pending": r.pending,
-                "created_dag_run_id": r.created_dag_run_id,
-                "event_ids": list(r.event_ids),
-            }
-            for r in split.rows
         ],
     }
 

@@ -5,7 +5,6 @@ session pooling, across 20 leader kills (issue 11 §4)."""
 from __future__ import annotations
 
 import http.client
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,16 +22,6 @@ from tests.pgbouncer import pgbouncer
 
 pytestmark = pytest.mark.integration
 LEASE = timedelta(seconds=3)
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
 
 
 @pytest.fixture(params=["transaction", "session"])

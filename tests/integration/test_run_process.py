@@ -13,7 +13,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -70,16 +69,6 @@ def status(port: int, path: str) -> int | None:
         return int(exc.code)
     except OSError:
         return None
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
 
 
 def test_once_reports_airflow_made_duplicate(pg_templates: Templates, tmp_path: Path) -> None:

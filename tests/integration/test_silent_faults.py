@@ -31,16 +31,6 @@ from tests.writer import AirflowWriter
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
-
-
 def state_metric(port: int, state: str) -> float | None:
     return metric(port, f'dupguard_state{{state="{state}"}}')
 
