@@ -83,12 +83,13 @@ def rig(pg_templates: Templates) -> Iterator[Rig]:
     init_db(engine)
     lock_engine = make_engine(parse_url(url), pool_size=1)
     lock = AdvisoryLock(lock_engine, config.lock_key, mode=config.lock_mode, lease=3 * config.leader_check_interval)
+    alerter = RecordingAlerter()
     parts = Parts(
         db=open_airflow_db(engine),
         leadership=lock,
         ledger=DbLedger(engine),
         remediator=RecordingRemediator(),
-        alerter=RecordingAlerter(),
+        alerter=alerter,
         metrics=Metrics(),
     )
     daemon = Daemon(config, parts)
@@ -98,7 +99,7 @@ def rig(pg_templates: Templates) -> Iterator[Rig]:
     # First pass: starts the term (look-back) and judges the planted pair; then the table is quiet.
     assert daemon.poll_pass()
     assert daemon.poll_pass()
-    assert parts.alerter.detected(), "the planted duplicate was found: the poll really reads dag_run"
+    assert alerter.detected(), "the planted duplicate was found: the poll really reads dag_run"
     yield rig
     daemon.shutdown(timeout=1.0)
     engine.dispose()
