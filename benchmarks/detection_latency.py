@@ -1,21 +1,34 @@
-"""Detection latency and idle cost of `dupguard run`, measured against a real PostgreSQL.
+"""Detection latency, idle cost and the start-up/failover window of `dupguard run`, on a real PostgreSQL.
 
-For each poll interval: start `dupguard run` as its own process (as in a pod) on the real Airflow 3.1.2
-schema; measure it idle (CPU of one core, RSS, database execution time per second from
-pg_stat_statements); then commit duplicate pairs at random moments and measure commit -> detection
-(the `duplicate_detected` log line's timestamp minus the wall clock right after the duplicate's
-COMMIT returned: an upper bound, it includes planning and logging). It also measures the
-alternative we did not ship, LISTEN/NOTIFY through a trigger on dag_run, side by side.
+``poll`` mode, for each poll interval: start `dupguard run` as its own process (as in a pod) on the real
+Airflow 3.1.2 schema; measure it idle (CPU of one core from /proc, RSS, the CPU of its PostgreSQL
+backends from /proc, and their execution time from pg_stat_statements); then commit duplicate pairs at
+random moments and measure commit -> detection (the `duplicate_detected` log line's timestamp minus the
+wall clock right after the duplicate's COMMIT returned: an upper bound, it includes planning and
+logging).
 
-    .venv/bin/python -m benchmarks.detection_latency [--intervals 10ms,20ms,50ms,100ms] [--pairs 40] [--idle 20]
+``failover`` mode (at the first interval): replica A starts (process start -> its `leader_acquired`),
+replica B starts and stands by; A is SIGKILLed, a duplicate pair is committed at once (nobody leads),
+and B's `leader_acquired` and first judgement (`duplicate_detected` of that pair) are timed from the kill.
 
-Uses its own PostgreSQL cluster (port 55470, fsync off) with pg_stat_statements; prints a table and
-writes benchmarks/results/detection_latency.json.
+``notify`` mode: the alternative we did not ship, LISTEN/NOTIFY through a trigger on dag_run.
+
+Each configuration is repeated ``--repeats`` times (default 5); the summary gives the median and the
+spread (min to max) of every figure, with the machine's 1-minute load average before and during the runs
+(sampled every second). Every run's raw figures (latencies included) go to
+benchmarks/results/detection_latency-<tag>.json; the summary of the latest invocation to
+benchmarks/results/detection_latency.json.
+
+    .venv/bin/python -m benchmarks.detection_latency [--intervals 10ms,50ms] [--repeats 5] [--pairs 40]
+        [--idle 20] [--modes poll,failover,notify]
+
+Uses its own PostgreSQL cluster (port 55470, fsync off) with pg_stat_statements.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -24,8 +37,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -101,62 +115,195 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measure_polling(url: str, interval: str, pairs: int, idle: float, workdir: Path) -> dict[str, Any]:
-    name = "lat_" + interval.replace("ms", "")
-    db_url = fresh_db(url, name)
-    subprocess.run([sys.executable, "-m", "detector", "init-db", "--database-url", db_url], check=True,
-                   capture_output=True)  # fmt: skip
-    log = workdir / f"{name}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DUPGUARD_")} | {
+class LoadSampler:
+    """The machine's 1-minute load average, sampled once a second while a run lasts."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.samples.append(os.getloadavg()[0])
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, float | None]:
+        if not self.samples:
+            return {"load_during_mean": None, "load_during_max": None}
+        return {
+            "load_during_mean": round(statistics.fmean(self.samples), 2),
+            "load_during_max": round(max(self.samples), 2),
+        }
+
+
+def backend_cpu_seconds(url: str, db: str) -> float:
+    """CPU of the PostgreSQL backends serving dupguard (same machine: read from /proc)."""
+    rows = admin(
+        url, db=db, sql=f"SELECT pid FROM pg_stat_activity WHERE datname = '{db}' AND application_name = 'dupguard'"
+    )
+    total = 0.0
+    for (pid,) in rows:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            total += cpu_seconds(int(pid))
+    return total
+
+
+def daemon_env(db_url: str, interval: str) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("DUPGUARD_")} | {
         "DUPGUARD_DATABASE_URL": db_url, "DUPGUARD_POLL_INTERVAL": interval, "DUPGUARD_LOG_FORMAT": "json",
         "DUPGUARD_HTTP_PORT": "0", "DUPGUARD_REMEDIATION": "dry-run",
     }  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "detector", "run"], env=env, stdout=out, stderr=out)
-    try:
-        time.sleep(3)  # start-up, leadership, first polls
-        admin(url, "SELECT pg_stat_statements_reset()", db=name)
-        cpu0, t0, db0 = cpu_seconds(proc.pid), time.monotonic(), db_ms(url, name)
-        time.sleep(idle)
-        elapsed = time.monotonic() - t0
-        idle_cpu = 100 * (cpu_seconds(proc.pid) - cpu0) / elapsed
-        idle_db = 100 * (db_ms(url, name) - db0) / 1000 / elapsed
-        idle_rss = rss_mb(proc.pid)
 
-        writer, rng, commits = AirflowWriter(db_url, seed=1), random.Random(2), {}
-        for i in range(pairs):
-            time.sleep(rng.uniform(0.2, 1.0))
-            for _ in range(rng.randint(0, 3)):
-                writer.ordinary(f"dag_{rng.randint(1, 40)}")
-            _first, dup = writer.duplicate_pair(f"consumer_{i}", gap=__import__("datetime").timedelta(milliseconds=0))
-            commits[dup.run_id] = dup.committed_at.timestamp()
-        time.sleep(2)
-        writer.close()
-        peak_rss = rss_mb(proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait(15)
-    latencies = []
+
+def log_events(log: Path) -> list[dict[str, Any]]:
+    events = []
     for line in log.read_text().splitlines():
-        if not line.startswith("{"):
-            continue
-        event = json.loads(line)
-        if event.get("event") == "duplicate_detected":
-            for run_id in event["duplicate_runs"]:
-                if run_id in commits:
-                    ts = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
-                    latencies.append(1000 * (ts - commits[run_id]))
+        if line.startswith("{"):
+            event = json.loads(line)
+            event["_ts"] = datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+            events.append(event)
+    return events
+
+
+def measure_polling(url: str, interval: str, pairs: int, idle: float, workdir: Path, run: int) -> dict[str, Any]:
+    name = "lat_" + interval.replace("ms", "").replace("s", "s_")
+    db_url = fresh_db(url, name)
+    subprocess.run([sys.executable, "-m", "detector", "init-db", "--database-url", db_url], check=True,
+                   capture_output=True)  # fmt: skip
+    log = workdir / f"{name}-{run}.log"
+    load_before = os.getloadavg()[0]
+    with log.open("wb") as out, LoadSampler() as load:
+        proc = subprocess.Popen([sys.executable, "-m", "detector", "run"], env=daemon_env(db_url, interval),
+                                stdout=out, stderr=out)  # fmt: skip
+        try:
+            time.sleep(3)  # start-up, leadership, first polls
+            admin(url, "SELECT pg_stat_statements_reset()", db=name)
+            cpu0, t0, db0 = cpu_seconds(proc.pid), time.monotonic(), db_ms(url, name)
+            be0 = backend_cpu_seconds(url, name)
+            time.sleep(idle)
+            elapsed = time.monotonic() - t0
+            idle_cpu = 100 * (cpu_seconds(proc.pid) - cpu0) / elapsed
+            idle_db = 100 * (db_ms(url, name) - db0) / 1000 / elapsed
+            idle_backend = 100 * (backend_cpu_seconds(url, name) - be0) / elapsed
+            idle_rss = rss_mb(proc.pid)
+            load_idle = statistics.fmean(load.samples) if load.samples else None
+
+            writer, rng, commits = AirflowWriter(db_url, seed=1 + run), random.Random(2 + run), {}
+            for i in range(pairs):
+                time.sleep(rng.uniform(0.2, 1.0))
+                for _ in range(rng.randint(0, 3)):
+                    writer.ordinary(f"dag_{rng.randint(1, 40)}")
+                _first, dup = writer.duplicate_pair(f"consumer_{i}", gap=timedelta(milliseconds=0))
+                commits[dup.run_id] = dup.committed_at.timestamp()
+            time.sleep(2)
+            writer.close()
+            peak_rss = rss_mb(proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(15)
+    latencies = [
+        1000 * (e["_ts"] - commits[r])
+        for e in log_events(log)
+        if e.get("event") == "duplicate_detected"
+        for r in e["duplicate_runs"]
+        if r in commits
+    ]
     return {
-        "mechanism": f"poll every {interval}",
+        "mode": "poll",
+        "interval": interval,
+        "run": run,
         "pairs": pairs,
+        "idle_seconds": idle,
         "detected": len(latencies),
         "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
         "p99_ms": round(pct(latencies, 0.99), 1) if latencies else None,
         "max_ms": round(max(latencies), 1) if latencies else None,
         "idle_cpu_pct_of_core": round(idle_cpu, 2),
-        "idle_db_pct_of_core": round(idle_db, 3),
+        "idle_db_exec_pct_of_core": round(idle_db, 3),
+        "idle_db_backend_cpu_pct_of_core": round(idle_backend, 2),
         "rss_mb_idle": round(idle_rss, 1),
         "rss_mb_after_load": round(peak_rss, 1),
+        "load_before": round(load_before, 2),
+        "load_during_idle_mean": round(load_idle, 2) if load_idle is not None else None,
+        **load.summary(),
+        "latencies_ms": [round(x, 2) for x in latencies],
+    }
+
+
+def spawn(db_url: str, interval: str, out: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "detector", "run"], env=daemon_env(db_url, interval), stdout=out,
+                            stderr=out)  # fmt: skip
+
+
+def wait_event(log: Path, pred: Any, timeout: float) -> dict[str, Any] | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for e in log_events(log):
+            if pred(e):
+                return e
+        time.sleep(0.05)
+    return None
+
+
+def measure_failover(url: str, workdir: Path, run: int, interval: str) -> dict[str, Any]:
+    """Two `dupguard run` replicas on one database. Start-up: process start -> `leader_acquired`.
+    Failover: SIGKILL the leader, commit a duplicate pair at once (nobody leads), then -> the other
+    replica's `leader_acquired` and its `duplicate_detected` for that pair (its first judgement)."""
+    name = "failover"
+    db_url = fresh_db(url, name)
+    subprocess.run([sys.executable, "-m", "detector", "init-db", "--database-url", db_url], check=True,
+                   capture_output=True)  # fmt: skip
+    logs = [workdir / f"failover-{run}-a.log", workdir / f"failover-{run}-b.log"]
+    procs: list[subprocess.Popen[bytes]] = []
+    load_before = os.getloadavg()[0]
+    with LoadSampler() as load:
+        try:
+            started = time.time()
+            with logs[0].open("wb") as out:
+                procs.append(spawn(db_url, interval, out))
+            first = wait_event(logs[0], lambda e: e.get("event") == "leader_acquired", 30)
+            assert first is not None, "replica A never led"
+            with logs[1].open("wb") as out:
+                procs.append(spawn(db_url, interval, out))
+            time.sleep(4)  # B is up and standing by
+            assert wait_event(logs[1], lambda e: e.get("event") == "leader_acquired", 0.1) is None, "two leaders"
+            procs[0].kill()
+            killed = time.time()
+            procs[0].wait(5)
+            writer = AirflowWriter(db_url, seed=run)
+            _first, dup = writer.duplicate_pair("consumer_failover", gap=timedelta(0))
+            committed = dup.committed_at.timestamp()
+            writer.close()
+            acquired = wait_event(logs[1], lambda e: e.get("event") == "leader_acquired", 30)
+            judged = wait_event(
+                logs[1],
+                lambda e: e.get("event") == "duplicate_detected" and dup.run_id in e.get("duplicate_runs", []),
+                30,
+            )
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait(15)
+    return {
+        "mode": "failover",
+        "interval": interval,
+        "run": run,
+        "start_to_leader_ms": round(1000 * (first["_ts"] - started), 1),
+        "kill_to_commit_ms": round(1000 * (committed - killed), 1),
+        "kill_to_leader_ms": round(1000 * (acquired["_ts"] - killed), 1) if acquired else None,
+        "kill_to_first_judgement_ms": round(1000 * (judged["_ts"] - killed), 1) if judged else None,
+        "commit_to_judgement_ms": round(1000 * (judged["_ts"] - committed), 1) if judged else None,
+        "load_before": round(load_before, 2),
+        **load.summary(),
     }
 
 
@@ -174,7 +321,7 @@ def measure_listen_notify(url: str, pairs: int) -> dict[str, Any]:
     writer, rng, latencies = AirflowWriter(db_url, seed=1), random.Random(2), []
     for i in range(pairs):
         time.sleep(rng.uniform(0.05, 0.2))
-        _first, dup = writer.duplicate_pair(f"consumer_{i}", gap=__import__("datetime").timedelta(0))
+        _first, dup = writer.duplicate_pair(f"consumer_{i}", gap=timedelta(0))
         while True:
             if select.select([listener], [], [], 5) == ([], [], []):
                 break
@@ -200,31 +347,85 @@ def measure_listen_notify(url: str, pairs: int) -> dict[str, Any]:
     }
 
 
+SUMMARY_KEYS = {
+    "poll": ["p50_ms", "p99_ms", "max_ms", "idle_cpu_pct_of_core", "idle_db_exec_pct_of_core",
+             "idle_db_backend_cpu_pct_of_core", "rss_mb_idle", "rss_mb_after_load", "load_before",
+             "load_during_mean"],
+    "failover": ["start_to_leader_ms", "kill_to_leader_ms", "kill_to_first_judgement_ms", "commit_to_judgement_ms",
+                 "load_before", "load_during_mean"],
+}  # fmt: skip
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and spread (min, max) of every figure over the repeats of one configuration."""
+    out: dict[str, Any] = {"mode": runs[0]["mode"], "interval": runs[0]["interval"], "repeats": len(runs)}
+    if runs[0]["mode"] == "poll":
+        out["detected"] = f"{sum(r['detected'] for r in runs)}/{sum(r['pairs'] for r in runs)}"
+    for key in SUMMARY_KEYS[runs[0]["mode"]]:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        if values:
+            out[key] = {"median": round(statistics.median(values), 2), "min": min(values), "max": max(values)}
+    return out
+
+
+def fmt(cell: Any) -> str:
+    if isinstance(cell, dict):
+        return f"{cell['median']:g} ({cell['min']:g} to {cell['max']:g})"
+    return str(cell)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--intervals", default="10ms,20ms,50ms,100ms")
+    parser.add_argument("--intervals", default="10ms,50ms")
     parser.add_argument("--pairs", type=int, default=40)
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle measurement")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each configuration (median and spread)")
+    parser.add_argument("--modes", default="poll,failover", help="poll, failover, notify (comma-separated)")
+    parser.add_argument("--tag", default=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), help="name of the raw file")
     args = parser.parse_args()
+    modes = set(args.modes.split(","))
     workdir = Path(tempfile.mkdtemp(prefix="dupguard-bench-"))
     workdir.chmod(0o711)
     data = workdir / "pg"
     url = start_cluster(data)
+    runs: list[dict[str, Any]] = []
+    summaries: list[dict[str, Any]] = []
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    raw_path = RESULTS / f"detection_latency-{args.tag}.json"
+    meta = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(), "args": vars(args)}
     try:
-        rows = [measure_polling(url, i, args.pairs, args.idle, workdir) for i in args.intervals.split(",")]
-        rows.append(measure_listen_notify(url, args.pairs))
+        for interval in args.intervals.split(","):
+            for mode in ("poll", "failover"):
+                if mode not in modes or (mode == "failover" and interval != args.intervals.split(",")[0]):
+                    continue  # failover: at the first (default) interval only
+                batch: list[dict[str, Any]] = []
+                for n in range(args.repeats):
+                    batch.append(
+                        measure_polling(url, interval, args.pairs, args.idle, workdir, n)
+                        if mode == "poll"
+                        else measure_failover(url, workdir, n, interval)
+                    )
+                    print(json.dumps({k: v for k, v in batch[-1].items() if k != "latencies_ms"}), flush=True)
+                    runs.append(batch[-1])
+                    raw_path.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
+                summaries.append(summarise(batch))
+        if "notify" in modes:
+            runs.append(measure_listen_notify(url, args.pairs))
     finally:
         stop_cluster(data)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "detection_latency.json").write_text(json.dumps(rows, indent=2) + "\n")
-    header = ["mechanism", "detected", "p50_ms", "p99_ms", "max_ms", "idle_cpu_pct_of_core", "idle_db_pct_of_core",
-              "rss_mb_idle", "rss_mb_after_load"]  # fmt: skip
-    print("| " + " | ".join(header) + " |")
-    print("|" + " --- |" * len(header))
-    for r in rows:
-        print(
-            "| " + " | ".join(str(r[h]) if h != "detected" else f"{r['detected']}/{r['pairs']}" for h in header) + " |"
-        )
+    raw_path.write_text(json.dumps({"meta": meta, "runs": runs, "summary": summaries}, indent=1) + "\n")
+    (RESULTS / "detection_latency.json").write_text(json.dumps({"meta": meta, "summary": summaries}, indent=2) + "\n")
+    for mode in ("poll", "failover"):
+        rows = [s for s in summaries if s["mode"] == mode]
+        if not rows:
+            continue
+        header = ["interval", "repeats", *(["detected"] if mode == "poll" else []), *SUMMARY_KEYS[mode]]
+        print(f"\n{mode}: median (min to max) over repeats")
+        print("| " + " | ".join(header) + " |")
+        print("|" + " --- |" * len(header))
+        for r in rows:
+            print("| " + " | ".join(fmt(r.get(h, "—")) for h in header) + " |")
+    print(f"\nraw: {raw_path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
