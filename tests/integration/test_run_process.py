@@ -43,8 +43,11 @@ def spawn(url: str, log: Path, *args: str, **env: str) -> subprocess.Popen[bytes
 
 
 def events(log: Path) -> list[dict]:  # type: ignore[type-arg]
+    """The JSON events of a running daemon's log. Only complete lines: the daemon may be in the middle
+    of writing the last one, and half a line is not a broken log."""
+    text = log.read_text()
     out = []
-    for line in log.read_text().splitlines():
+    for line in text[: text.rfind("\n") + 1].splitlines():
         if line.startswith("{"):
             out.append(json.loads(line))
     return out
