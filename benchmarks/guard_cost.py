@@ -252,7 +252,7 @@ def main() -> None:
         worker(args)
         return
 
-    from detector.guard_cli import print_local_settings
+    from detector.app.guard_cli import print_local_settings
     from tests.pg import admin_url, database_url
 
     python = ROOT / ".airflow-venvs" / args.version / "bin" / "python"

@@ -37,10 +37,10 @@ from typing import Any
 import history
 from sqlalchemy import event, select, union
 
-from detector import queries
-from detector.db import AirflowDb, connect, make_engine, open_airflow_db, parse_url
-from detector.incremental import IncrementalDetector, NewRowTracker
-from detector.model import ASSET_TRIGGERED, Run
+from detector.core.model import ASSET_TRIGGERED, Run
+from detector.metadb import queries
+from detector.metadb.engine import AirflowDb, connect, make_engine, open_airflow_db, parse_url
+from detector.sources.database.poll import IncrementalDetector, NewRowTracker
 
 SCENARIOS = ("idle", "ordinary", "duplicate", "overlap")
 PLANS = history.RESULTS / "plans" / "poll"
@@ -51,7 +51,7 @@ TARGET_RATIO = 1.5
 
 @dataclass
 class Capture:
-    """Statements the poll sends, with the name of the ``detector.queries`` function that sent them."""
+    """Statements the poll sends, with the name of the ``detector.metadb.queries`` function that sent them."""
 
     on: bool = False
     statements: list[tuple[str, str, Any]] = field(default_factory=list)
@@ -62,7 +62,10 @@ class Capture:
         frame = sys._getframe(1)
         name = "?"
         while frame is not None:
-            if frame.f_globals.get("__name__") == "detector.queries" or frame.f_code.co_name == "sibling_runs_union":
+            if (
+                frame.f_globals.get("__name__") == "detector.metadb.queries"
+                or frame.f_code.co_name == "sibling_runs_union"
+            ):
                 name = frame.f_code.co_name
                 break
             frame = frame.f_back  # type: ignore[assignment]

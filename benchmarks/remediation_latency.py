@@ -36,15 +36,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from detector.actions.remediation.api import ApiBackend, _Budget
+from detector.actions.remediation.db import DbBackend
+from detector.actions.remediation.guarded import GuardedRemediator
+from detector.app.scan import scan
+from detector.app.wiring import build_remediator
 from detector.config import Config
-from detector.db import make_engine, open_airflow_db, parse_url
+from detector.core.plan import Mode, plan
+from detector.core.ports import Result
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
-from detector.plan import Mode, plan
-from detector.ports import Result
-from detector.remediation import GuardedRemediator, build_remediator
-from detector.remediation_api import ApiBackend, _Budget
-from detector.remediation_db import DbBackend
-from detector.scan import scan
 from tests.airflow_server import AirflowServer, airflow_api_server
 from tests.pg import Templates
 
@@ -170,7 +171,7 @@ def measure_gap(server: AirflowServer, samples: int) -> list[dict[str, float]]:
     """Per ``api`` ``fail`` action: where the time between the guard's re-read and the write goes."""
     from sqlalchemy import text
 
-    import detector.remediation as remediation_module
+    import detector.actions.remediation.guarded as remediation_module
 
     config = Config.of(
         database_url=server.db_url,

@@ -5,7 +5,7 @@ Per size, each timed ``--repeat`` times (median reported):
 - the real CLI, ``dupguard scan --database-url URL --since 1d --format json`` (a new process each
   time: interpreter start-up and imports included; ``dupguard --help`` is timed too, to show that
   share);
-- the ``detector.scan.scan()`` function for the last day, in process;
+- the ``detector.app.scan.scan()`` function for the last day, in process;
 - the naive query a user would write: GROUP BY (dag_id, run_after) over *all* asset-triggered
   runs joined to their consumed events, HAVING more than one run;
 - the full-history CLI scan (no ``--since``), for information (``--repeat-full`` times).
@@ -35,8 +35,8 @@ import history
 from poll_cost import Capture, explain
 from sqlalchemy import event
 
-from detector.db import connect, make_engine, open_airflow_db, parse_url
-from detector.scan import scan
+from detector.app.scan import scan
+from detector.metadb.engine import connect, make_engine, open_airflow_db, parse_url
 
 PLANS = history.RESULTS / "plans" / "scan"
 DUPGUARD = str(history.ROOT / ".venv" / "bin" / "dupguard")

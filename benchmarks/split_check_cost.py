@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine, parse_sizes  # noqa: E402
 from detector import queries  # noqa: E402
-from detector.db import make_engine, open_airflow_db, parse_url  # noqa: E402
-from detector.detect_split import find_split_partitions  # noqa: E402
+from detector.core.split import find_split_partitions  # noqa: E402
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
 from tests.pg import fixture_sql  # noqa: E402
 
 SCHEMA = ROOT / "tests" / "fixtures" / "schema" / "airflow-3.3.2.sql"

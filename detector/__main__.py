@@ -1,3 +1,3 @@
-from detector.cli import main_entry
+from detector.app.cli import main_entry
 
 main_entry()

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import yaml
 
 from detector import redact as _redact
-from detector.db import parse_url, redact
 from detector.durations import parse_duration
 from detector.errors import ConfigError
+from detector.metadb.engine import parse_url, redact
 
 ENV_PREFIX = "DUPGUARD_"
 

@@ -23,8 +23,8 @@ from prometheus_client import (
 )
 
 from detector import __version__
-from detector.model import Confidence, Kind
-from detector.ports import Result
+from detector.core.model import Confidence, Kind
+from detector.core.ports import Result
 
 # Process-wide switch of prometheus-client: drop the `_created` series of counters and histograms.
 disable_created_metrics()  # type: ignore[no-untyped-call]

@@ -9,15 +9,15 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from detector.app.daemon import Daemon, Parts
+from detector.app.leader import AdvisoryLock
+from detector.app.ledger import DbLedger, MemoryLedger, init_db
+from detector.app.wiring import build_remediator
 from detector.config import Config
-from detector.daemon import Daemon, Parts
-from detector.db import make_engine, open_airflow_db, parse_url
-from detector.leader import AdvisoryLock
-from detector.ledger import DbLedger, MemoryLedger, init_db
+from detector.core.plan import Action
+from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Remediator, Result
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
-from detector.plan import Action
-from detector.ports import AlertEvent, AlertKind, RemediationResult, Remediator, Result
-from detector.remediation import build_remediator
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from itertools import count
 
-from detector.model import ASSET_TRIGGERED, Run
+from detector.core.model import ASSET_TRIGGERED, Run
 
 T0 = datetime(2026, 3, 12, 11, 35, 9, 550275, tzinfo=UTC)
 _ids = count(1)

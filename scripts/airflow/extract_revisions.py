@@ -1,4 +1,4 @@
-"""Writes detector/airflow_revisions.json: Airflow version <-> alembic head revision.
+"""Writes detector/metadb/airflow_revisions.json: Airflow version <-> alembic head revision.
 
 dupguard reads `alembic_version.version_num` from the metadata DB to know which Airflow it watches.
 Airflow itself keeps the mapping in `airflow/utils/db.py` as `_REVISION_HEADS_MAP`
@@ -52,7 +52,7 @@ def measured_heads() -> dict[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--airflow-version", default="3.3.2")
-    ap.add_argument("--out", default=str(ROOT / "detector/airflow_revisions.json"))
+    ap.add_argument("--out", default=str(ROOT / "detector/metadb/airflow_revisions.json"))
     args = ap.parse_args()
     venv = ROOT / ".airflow-venvs" / args.airflow_version
     candidates = sorted(venv.glob("lib/python3*/site-packages/airflow/utils/db.py"))

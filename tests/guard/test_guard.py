@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from detector.db import make_engine, open_airflow_db, parse_url
-from detector.guard_cli import print_local_settings
-from detector.plan import Mode, Outcome, plan
-from detector.scan import scan
+from detector.app.guard_cli import print_local_settings
+from detector.app.scan import scan
+from detector.core.plan import Mode, Outcome, plan
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from tests.guard.support import ROOT, build_guard_site, pip_installed_airflow
 from tests.pg import admin_url, database_url, execute_admin
 

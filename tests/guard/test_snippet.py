@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from detector.guard_cli import print_local_settings
+from detector.app.guard_cli import print_local_settings
 from tests.guard.support import POLICY, build_guard_site
 
 
@@ -59,7 +59,7 @@ def test_guard_package_has_no_dependencies_and_the_entry_point(guard_site: Path)
 def test_guard_note_starts_with_what_the_daemon_recognises() -> None:
     """The daemon reports a duplicate as "prevented" by the guard's note (GUARD_NOTE_PREFIX), so the
     note the guard writes must start with it."""
-    from detector.model import GUARD_NOTE_PREFIX
+    from detector.core.model import GUARD_NOTE_PREFIX
 
     namespace: dict[str, Any] = {"__name__": "probe"}
     exec(compile(print_local_settings(), "airflow_local_settings.py", "exec"), namespace)  # noqa: S102

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from detector.alert_dispatch import Dispatcher, build_alerter
+from detector.actions.alerts.dispatch import Dispatcher, build_alerter
 from detector.config import Config
+from detector.core.model import Confidence, Finding, Kind, Run
+from detector.core.plan import Action, Mode, Outcome
+from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Result
 from detector.metrics import Metrics
-from detector.model import Confidence, Finding, Kind, Run
-from detector.plan import Action, Mode, Outcome
-from detector.ports import AlertEvent, AlertKind, RemediationResult, Result
 from tests.factories import T0, run
 from tests.slack_server import SlackServer
 

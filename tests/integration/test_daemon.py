@@ -157,7 +157,7 @@ def test_memory_ledger_restart_reexamines_lookback(db_url: str, writer: AirflowW
 
 def test_health_endpoints(db_url: str) -> None:
     """/livez and /readyz answer 200 while running; /metrics exposes the documented metrics."""
-    from detector.health import HealthServer
+    from detector.app.health import HealthServer
 
     d = start_daemon(db_url)
     server = HealthServer(0, d.metrics.registry, d.daemon.live, d.daemon.ready, host="127.0.0.1").start()
@@ -187,7 +187,7 @@ def test_health_endpoints(db_url: str) -> None:
 
 def test_init_db_creates_only_its_schema_and_drop_removes_it(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     """`init-db` adds schema dupguard (3 tables) and nothing in public; `init-db --drop` removes it."""
-    from detector.cli import main
+    from detector.app.cli import main
 
     def tables() -> set[tuple[str, str]]:
         conn = psycopg2.connect(db_url)

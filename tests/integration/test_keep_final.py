@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from detector.plan import Action
-from detector.ports import RemediationResult, Remediator, Result
+from detector.core.plan import Action
+from detector.core.ports import RemediationResult, Remediator, Result
 from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server, db_state, sql
 from tests.daemon_harness import Running, start_daemon, wait_for
 from tests.pg import Templates, ground_truth

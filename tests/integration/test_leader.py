@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import psycopg2
 import pytest
 
-from detector.db import make_engine, parse_url
-from detector.leader import AdvisoryLock
+from detector.app.leader import AdvisoryLock
+from detector.metadb.engine import make_engine, parse_url
 from tests.pg import Templates
 
 pytestmark = pytest.mark.integration

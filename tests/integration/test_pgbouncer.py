@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from detector.app.leader import LOCK_REFUSED, AdvisoryLock
 from detector.config import SETTINGS_BY_NAME
-from detector.db import make_engine, parse_url
-from detector.leader import LOCK_REFUSED, AdvisoryLock
+from detector.metadb.engine import make_engine, parse_url
 from tests.integration.test_run_process import events, free_port, metric, spawn, status
 from tests.pg import Templates
 from tests.pgbouncer import pgbouncer

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event
 
+from detector.app.daemon import Daemon, Parts
+from detector.app.leader import AdvisoryLock
+from detector.app.ledger import DbLedger, init_db
 from detector.config import Config
-from detector.daemon import Daemon, Parts
-from detector.db import make_engine, open_airflow_db, parse_url
-from detector.leader import AdvisoryLock
-from detector.ledger import DbLedger, init_db
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from tests.daemon_harness import RecordingAlerter, RecordingRemediator
 from tests.pg import Templates

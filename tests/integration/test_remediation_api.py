@@ -19,17 +19,18 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from detector.alert_format import detected_message, outcome_message, plain_text, webhook_payload
+from detector.actions.alerts.format import detected_message, outcome_message, plain_text, webhook_payload
+from detector.actions.remediation.api import ApiBackend
+from detector.actions.remediation.guarded import GuardedRemediator
+from detector.app.run import run_daemon
+from detector.app.scan import scan
+from detector.app.wiring import build_remediator
 from detector.config import Config
-from detector.db import make_engine, open_airflow_db, parse_url
+from detector.core.plan import Action, Mode, Outcome, plan
+from detector.core.ports import AlertEvent, AlertKind, Result, StartedTask
 from detector.errors import ConfigError
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
-from detector.plan import Action, Mode, Outcome, plan
-from detector.ports import AlertEvent, AlertKind, Result, StartedTask
-from detector.remediation import GuardedRemediator, build_remediator
-from detector.remediation_api import ApiBackend
-from detector.run import run_daemon
-from detector.scan import scan
 from tests.airflow_server import (
     JWT_SECRET,
     AirflowServer,

@@ -14,16 +14,17 @@ from urllib.parse import unquote
 
 import pytest
 
+from detector.actions.remediation.api import ApiBackend
+from detector.actions.remediation.guarded import GuardedRemediator
+from detector.app.scan import scan
+from detector.app.wiring import build_remediator
 from detector.config import Config
-from detector.db import make_engine, open_airflow_db, parse_url
+from detector.core.plan import Action, Mode, plan
+from detector.core.ports import Result, StartedTask
 from detector.errors import ConfigError
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.metadb.schema import Family
 from detector.metrics import Metrics
-from detector.plan import Action, Mode, plan
-from detector.ports import Result, StartedTask
-from detector.remediation import GuardedRemediator, build_remediator
-from detector.remediation_api import ApiBackend
-from detector.scan import scan
-from detector.schema import Family
 from tests.airflow_server import (
     AirflowServer,
     CountingProxy,

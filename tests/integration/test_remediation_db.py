@@ -18,13 +18,14 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
+from detector.actions.remediation.guarded import GuardedRemediator
+from detector.app.scan import scan
+from detector.app.wiring import build_remediator
 from detector.config import Config
-from detector.db import make_engine, open_airflow_db, parse_url
+from detector.core.plan import Action, Mode, Outcome, plan
+from detector.core.ports import Result, StartedTask
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
-from detector.plan import Action, Mode, Outcome, plan
-from detector.ports import Result, StartedTask
-from detector.remediation import GuardedRemediator, build_remediator
-from detector.scan import scan
 from tests.airflow_server import db_state, sql
 from tests.pg import Templates, ground_truth
 

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-from detector.ports import Result
+from detector.core.ports import Result
 from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server, db_state
 from tests.daemon_harness import Running, start_daemon, wait_for
 from tests.pg import Templates, ground_truth

@@ -21,14 +21,15 @@ import urllib3
 from structlog.testing import capture_logs
 
 from detector import config as config_module
-from detector.db import make_engine, open_airflow_db, parse_url
+from detector.actions.remediation.api import ApiBackend
+from detector.actions.remediation.guarded import GuardedRemediator
+from detector.app.scan import scan
+from detector.app.wiring import build_remediator
+from detector.core.plan import Action, Mode, Outcome, plan
+from detector.core.ports import RemediationResult, Result
 from detector.errors import ConfigError
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
-from detector.plan import Action, Mode, Outcome, plan
-from detector.ports import RemediationResult, Result
-from detector.remediation import GuardedRemediator, build_remediator
-from detector.remediation_api import ApiBackend
-from detector.scan import scan
 from tests.airflow_server import AirflowServer, TlsFiles, airflow_api_server, db_state, make_test_ca
 from tests.pg import Templates, ground_truth
 

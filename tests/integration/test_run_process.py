@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from detector.cli import main
+from detector.app.cli import main
 from tests.daemon_harness import wait_for
 from tests.pg import ROOT, Templates, ground_truth, schema_sql
 from tests.writer import AirflowWriter

@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from detector.cli import main
-from detector.render import CSV_COLUMNS
+from detector.app.cli import main
+from detector.app.render import CSV_COLUMNS
 from tests.pg import Templates, database_url, execute_admin
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from detector.cli import main
+from detector.app.cli import main
 from tests.pg import Templates, ground_truth, scenarios
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ import psycopg2
 import pytest
 from sqlalchemy.engine import make_url
 
-from detector.cli import main
+from detector.app.cli import main
 from tests.daemon_harness import wait_for
 from tests.integration.test_run_process import events, free_port, metric, spawn, status
 from tests.pg import ROOT, Templates, execute_admin, schema_sql

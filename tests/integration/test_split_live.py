@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from detector.cli import main
+from detector.app.cli import main
 from tests.airflow_server import venv_for
 from tests.pg import ROOT, admin_url, database_url, execute_admin
 

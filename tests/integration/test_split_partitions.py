@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from detector.alert_dispatch import build_alerter
-from detector.cli import main
+from detector.actions.alerts.dispatch import build_alerter
+from detector.app.cli import main
+from detector.app.daemon import Daemon, Parts
+from detector.app.ledger import MemoryLedger
+from detector.app.split_watch import SplitWatch
 from detector.config import Config
-from detector.daemon import Daemon, Parts
-from detector.db import make_engine, open_airflow_db, parse_url
-from detector.ledger import MemoryLedger
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
-from detector.split_watch import SplitWatch
 from tests.daemon_harness import RecordingAlerter, RecordingRemediator
 from tests.pg import Templates, ground_truth
 from tests.slack_server import SlackServer

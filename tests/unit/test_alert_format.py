@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 from datetime import timedelta
 
-from detector.alert_format import (
+from detector.actions.alerts.format import (
     BLOCK_LIMIT,
     HEADER_LIMIT,
     SCHEMA,
@@ -26,9 +26,9 @@ from detector.alert_format import (
     status_of,
     webhook_payload,
 )
-from detector.model import Confidence, Finding, Kind, Run
-from detector.plan import Action, Mode, Outcome
-from detector.ports import AlertEvent, AlertKind, RemediationResult, Result, StartedTask
+from detector.core.model import Confidence, Finding, Kind, Run
+from detector.core.plan import Action, Mode, Outcome
+from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Result, StartedTask
 from tests.factories import T0, run
 from tests.slack_server import block_problems
 

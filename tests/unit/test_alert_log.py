@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from structlog.testing import capture_logs
 
-from detector.alert_log import log_event
-from detector.ports import AlertKind, Result, StartedTask
+from detector.actions.alerts.log import log_event
+from detector.core.ports import AlertKind, Result, StartedTask
 from tests.unit.test_alert_format import _event, _finding, _outcome
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from detector import demo
-from detector.cli import main
+from detector.app import demo
+from detector.app.cli import main
 from detector.config import SETTINGS, Setting
 
 MALFORMED = (

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from detector.cli import build_parser, main
+from detector.app.cli import build_parser, main
 from detector.config import SETTINGS, load
 
 

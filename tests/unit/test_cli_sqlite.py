@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from detector import demo
-from detector.cli import main
+from detector.app import demo
+from detector.app.cli import main
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from detector.app.settings_doc import BEGIN, END, block
 from detector.config import SETTINGS, Config, load
 from detector.errors import ConfigError
-from detector.settings_doc import BEGIN, END, block
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 URL = "postgresql://airflow:pw-in-url@db:5432/airflow"
@@ -86,7 +86,7 @@ def test_redacted_hides_secrets() -> None:
 
 
 def test_readme_settings_table_matches_code() -> None:
-    """README's settings table is exactly what SETTINGS generates (`python -m detector.settings_doc`)."""
+    """README's settings table is exactly what SETTINGS generates (`python -m detector.app.settings_doc`)."""
     text = README.read_text()
     assert BEGIN in text and END in text, "README lacks the settings table markers"
     current = text[text.index(BEGIN) : text.index(END) + len(END)]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from detector.decisions import decisions_from_notes, decisions_from_roles
-from detector.detect import find_duplicates
-from detector.model import Decisions, TaskProgress
-from detector.plan import Mode, Outcome, note_for, plan
+from detector.core.decisions import decisions_from_notes, decisions_from_roles
+from detector.core.detect import find_duplicates
+from detector.core.model import Decisions, TaskProgress
+from detector.core.plan import Mode, Outcome, note_for, plan
 from tests.factories import T0, run
 
 EVENTS = {1: frozenset({7}), 2: frozenset({7}), 3: frozenset({7})}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from detector.detect import DagFilter, find_duplicates
-from detector.model import Confidence, Kind, TaskProgress
+from detector.core.detect import DagFilter, find_duplicates
+from detector.core.model import Confidence, Kind, TaskProgress
 from tests.factories import T0, run
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from detector.detect import DagFilter, find_duplicates
-from detector.detect_reprocess import refine_partitioned
-from detector.detect_split import find_split_partitions
-from detector.model import Confidence, Kind, PartitionRow
+from detector.core.detect import DagFilter, find_duplicates
+from detector.core.model import Confidence, Kind, PartitionRow
+from detector.core.reprocess import refine_partitioned
+from detector.core.split import find_split_partitions
 from tests.factories import T0, run
 
 MS = timedelta(milliseconds=1)

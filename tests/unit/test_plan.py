@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from detector.detect import find_duplicates
-from detector.model import Finding, TaskProgress
-from detector.plan import NOTE_LIMIT, Mode, Outcome, note_for, plan
+from detector.core.detect import find_duplicates
+from detector.core.model import Finding, TaskProgress
+from detector.core.plan import NOTE_LIMIT, Mode, Outcome, note_for, plan
 from tests.factories import T0, run
 
 

@@ -9,9 +9,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy.exc import OperationalError
 
 from detector import redact
+from detector.actions.remediation.api import _detail
 from detector.config import Config
-from detector.db import describe_error, parse_url
-from detector.remediation_api import _detail
+from detector.metadb.engine import describe_error, parse_url
 
 
 @pytest.mark.parametrize(

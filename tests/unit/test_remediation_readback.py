@@ -1,4 +1,4 @@
-"""The read-back after a remediation's write (detector.remediation_readback): what really happened.
+"""The read-back after a remediation's write (detector.actions.remediation.readback): what really happened.
 
 The task states are the ones Airflow's own code produces (mark_tasks.set_dag_run_state_to_failed,
 the Execution API's ti_run); the real-server cases are in tests/integration/test_remediation_api*.py.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from detector.plan import Mode
-from detector.ports import Result, StartedTask
-from detector.queries import RunState, TaskState
-from detector.remediation_readback import read_back
+from detector.actions.remediation.readback import read_back
+from detector.core.plan import Mode
+from detector.core.ports import Result, StartedTask
+from detector.metadb.queries import RunState, TaskState
 
 BEAT = datetime(2026, 11, 30, 4, 10, 29, tzinfo=UTC)
 

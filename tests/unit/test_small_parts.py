@@ -6,11 +6,11 @@ from datetime import timedelta
 
 import pytest
 
-from detector.db import parse_url, redact
 from detector.durations import parse_duration
 from detector.errors import ConfigError, UnsupportedSchema
-from detector.schema import Family
-from detector.versions import family_from_columns, identify
+from detector.metadb.engine import parse_url, redact
+from detector.metadb.schema import Family
+from detector.metadb.versions import family_from_columns, identify
 
 
 @pytest.mark.parametrize(

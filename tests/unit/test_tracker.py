@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from detector.incremental import NewRowTracker
+from detector.sources.database.poll import NewRowTracker
 from tests.factories import T0
 
 
@@ -44,7 +44,7 @@ def test_gap_count_is_bounded() -> None:
 
 def test_memory_ledger_claims_once_and_stays_bounded() -> None:
     """A claim is won once; the in-memory ledger forgets its oldest entries past its bound."""
-    from detector.ledger import MemoryLedger
+    from detector.app.ledger import MemoryLedger
 
     ledger = MemoryLedger(max_entries=3)
     assert ledger.claim_all("g1", ["detected", "action:r2"]) == {"detected", "action:r2"}

@@ -7,11 +7,11 @@ from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 
-from detector.alert_dispatch import WebhookChannel
-from detector.alert_format import DIGEST_MAX_BYTES, DIGEST_MAX_GROUPS
-from detector.alert_webhook import JsonWebhook
-from detector.model import Confidence, Finding, Kind
-from detector.ports import AlertEvent, AlertKind
+from detector.actions.alerts.dispatch import WebhookChannel
+from detector.actions.alerts.format import DIGEST_MAX_BYTES, DIGEST_MAX_GROUPS
+from detector.actions.alerts.webhook import JsonWebhook
+from detector.core.model import Confidence, Finding, Kind
+from detector.core.ports import AlertEvent, AlertKind
 from tests.factories import T0, run
 from tests.slack_server import SlackServer
 

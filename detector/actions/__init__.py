@@ -1,0 +1,1 @@
+"""Side effects on planned actions: alerts and remediation. Never imports the app wiring."""

@@ -1,0 +1,554 @@
+"""The ``Alerter``: logs every group at once, then delivers to Slack and the webhook off the detection path.
+
+Threads::
+
+    notify() ──log event (sync)──► inbound queue ──► router thread ──► one queue + worker per channel
+                                                     (storm → digest)     (claim, send, remember)
+
+``notify`` writes the ``duplicate_detected`` / ``remediation_outcome`` log event and enqueues; it
+never waits for the network, so a hanging Slack cannot delay detection or remediation. Each channel
+has its own worker, so a slow Slack does not hold up the webhook either.
+
+Storms: when more than ``storm_threshold`` DETECTED groups arrive within ``storm_window`` seconds,
+the router opens a digest: groups arriving in the next ``digest_delay`` seconds go out as one
+message, and outcomes of those groups are held and sent as one follow-up after it.
+
+Exactly once per channel: before a channel sends a group's first alert it claims
+``(group_key, "alert:<channel>")`` in the ledger; a lost claim (another replica, or this group
+before a restart) is counted ``deduplicated`` and nothing is sent. Outcomes claim
+``alert:<channel>:outcome:<signature>``, so the same outcome is announced once but a later, different
+one is too. The claim is taken before sending, so delivery is at most once per channel; an alert that
+cannot be delivered is logged as ``alert_undelivered`` with its whole text, and counted ``failed``.
+If the ledger itself fails, the alert is sent anyway (a possible repeat beats silence).
+
+Secrets never reach a log: channels are named ("slack", "webhook"), transports raise errors that
+hold no URL or token, and only those messages are logged.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from slack_sdk import WebClient
+from slack_sdk.webhook import WebhookClient
+
+from detector import logs
+from detector.actions.alerts.format import (
+    detected_message,
+    digest_message,
+    digest_outcome_message,
+    digest_payloads,
+    outcome_message,
+    outcome_signature,
+    plain_text,
+    webhook_payload,
+)
+from detector.actions.alerts.log import LOGGER, log_event
+from detector.actions.alerts.slack import (
+    Posted,
+    SlackBot,
+    SlackWebhook,
+    make_web_client,
+    make_webhook_client,
+)
+from detector.actions.alerts.split import SplitNotice
+from detector.actions.alerts.webhook import JsonWebhook
+from detector.config import Config
+from detector.core.ports import AlertEvent, AlertKind, Ledger
+from detector.metrics import Metrics
+
+SLACK_TS = "slack_ts"
+SLACK_CHANNEL_ID = "slack_channel_id"
+SLACK_DIGEST = "slack_digest"
+
+
+# --- work items -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Single:
+    event: AlertEvent
+
+
+@dataclass(frozen=True)
+class Digest:
+    events: tuple[AlertEvent, ...]
+
+
+@dataclass(frozen=True)
+class DigestOutcomes:
+    events: tuple[AlertEvent, ...]
+
+
+Item = Single | Digest | DigestOutcomes | SplitNotice
+_STOP = object()
+
+
+def _describe(item: Item) -> tuple[str, list[str], list[AlertEvent]]:
+    if isinstance(item, SplitNotice):
+        return "split_partition", [item.key], []
+    if isinstance(item, Single):
+        return item.event.kind.value, [item.event.finding.key], [item.event]
+    kind = "digest" if isinstance(item, Digest) else "digest_outcomes"
+    return kind, [e.finding.key for e in item.events], list(item.events)
+
+
+# --- channels -------------------------------------------------------------------------------------
+
+
+class Channel(Protocol):
+    """One destination. Each method delivers or raises (``AlertDeliveryError`` when the cause is known)."""
+
+    name: str
+
+    def detected(self, event: AlertEvent) -> None: ...
+
+    def outcome(self, event: AlertEvent) -> None: ...
+
+    def digest(self, events: Sequence[AlertEvent]) -> None: ...
+
+    def digest_outcomes(self, events: Sequence[AlertEvent]) -> None: ...
+
+    def split(self, notice: SplitNotice) -> None: ...
+
+
+class SlackBotChannel:
+    """First message in the channel; outcomes threaded under it, and the first message updated to show them.
+
+    The message ts and channel id live in the ledger (``slack_ts``, ``slack_channel_id``), so a
+    restarted or other replica still threads its follow-ups under the right message.
+    """
+
+    name = "slack"
+
+    def __init__(self, bot: SlackBot, ledger: Ledger, ui_url: str | None = None) -> None:
+        self.bot, self.ledger, self.ui_url = bot, ledger, ui_url
+
+    def _remember(self, key: str, posted: Posted, digest: bool = False) -> None:
+        try:
+            self.ledger.remember(key, SLACK_TS, posted.ts)
+            self.ledger.remember(key, SLACK_CHANNEL_ID, posted.channel_id)
+            if digest:
+                self.ledger.remember(key, SLACK_DIGEST, posted.ts)
+        except Exception:  # noqa: BLE001 - the message is out; only its follow-ups lose their thread
+            logs.get(LOGGER).exception("alert_thread_not_remembered", channel=self.name, group_key=key)
+
+    def _thread(self, key: str) -> Posted | None:
+        ts = self.ledger.recall(key, SLACK_TS)
+        if ts is None:
+            return None
+        return Posted(self.ledger.recall(key, SLACK_CHANNEL_ID) or self.bot.channel, ts)
+
+    def detected(self, event: AlertEvent) -> None:
+        self._remember(event.finding.key, self.bot.post(detected_message(event, self.ui_url)))
+
+    def outcome(self, event: AlertEvent) -> None:
+        key = event.finding.key
+        first = self._thread(key)
+        if first is None:  # announced by no one we know of (e.g. a memory ledger after a restart)
+            self.bot.post(outcome_message(event, self.ui_url, threaded=False))
+            return
+        self.bot.post(outcome_message(event, self.ui_url), thread_ts=first.ts, channel=first.channel_id)
+        if self.ledger.recall(key, SLACK_DIGEST) is None:
+            self.bot.update(first, detected_message(event, self.ui_url, event.results))
+
+    def digest(self, events: Sequence[AlertEvent]) -> None:
+        posted = self.bot.post(digest_message(events, self.ui_url))
+        for e in events:
+            self._remember(e.finding.key, posted, digest=True)
+
+    def digest_outcomes(self, events: Sequence[AlertEvent]) -> None:
+        threads: dict[Posted | None, list[AlertEvent]] = {}
+        for e in events:
+            threads.setdefault(self._thread(e.finding.key), []).append(e)
+        for first, group in threads.items():
+            if first is None:
+                self.bot.post(digest_outcome_message(group))
+            else:
+                self.bot.post(digest_outcome_message(group), thread_ts=first.ts, channel=first.channel_id)
+
+    def split(self, notice: SplitNotice) -> None:
+        self.bot.post(notice.message)
+
+
+class SlackWebhookChannel:
+    """An incoming webhook: one message per group, follow-ups as new messages naming the group."""
+
+    name = "slack"
+
+    def __init__(self, hook: SlackWebhook, ui_url: str | None = None) -> None:
+        self.hook, self.ui_url = hook, ui_url
+
+    def detected(self, event: AlertEvent) -> None:
+        self.hook.send(detected_message(event, self.ui_url))
+
+    def outcome(self, event: AlertEvent) -> None:
+        self.hook.send(outcome_message(event, self.ui_url, threaded=False))
+
+    def digest(self, events: Sequence[AlertEvent]) -> None:
+        self.hook.send(digest_message(events, self.ui_url))
+
+    def digest_outcomes(self, events: Sequence[AlertEvent]) -> None:
+        self.hook.send(digest_outcome_message(events))
+
+    def split(self, notice: SplitNotice) -> None:
+        self.hook.send(notice.message)
+
+
+class WebhookChannel:
+    """The generic JSON webhook: one ``dupguard.alert/v1`` payload per group, outcome or digest."""
+
+    name = "webhook"
+
+    def __init__(self, hook: JsonWebhook, ui_url: str | None = None) -> None:
+        self.hook, self.ui_url = hook, ui_url
+
+    def detected(self, event: AlertEvent) -> None:
+        self.hook.send(webhook_payload(event, self.ui_url))
+
+    def outcome(self, event: AlertEvent) -> None:
+        self.hook.send(webhook_payload(event, self.ui_url))
+
+    def digest(self, events: Sequence[AlertEvent]) -> None:
+        for payload in digest_payloads(events, self.ui_url):
+            self.hook.send(payload)
+
+    def digest_outcomes(self, events: Sequence[AlertEvent]) -> None:
+        for e in events:  # receivers correlate by dedup_key; one payload each keeps that simple
+            self.hook.send(webhook_payload(e, self.ui_url))
+
+    def split(self, notice: SplitNotice) -> None:
+        self.hook.send(notice.payload)
+
+
+# --- the dispatcher -------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Lane:
+    channel: Channel
+    queue: queue.Queue[Any] = field(default_factory=queue.Queue)
+    thread: threading.Thread | None = None
+    current: Item | None = None
+    reported: Item | None = None  # the in-flight item close() already logged as undelivered
+
+
+class Dispatcher:
+    """The ``Alerter``: see the module docstring."""
+
+    def __init__(
+        self,
+        channels: Sequence[Channel],
+        ledger: Ledger,
+        metrics: Metrics,
+        *,
+        ui_url: str | None = None,
+        storm_threshold: int = 5,
+        storm_window: float = 60.0,
+        digest_delay: float = 10.0,
+    ) -> None:
+        self.ledger, self.metrics, self.ui_url = ledger, metrics, ui_url
+        self.storm_threshold, self.storm_window, self.digest_delay = storm_threshold, storm_window, digest_delay
+        self._lanes = [_Lane(c) for c in channels]
+        self._inbound: queue.Queue[Any] = queue.Queue()
+        self._arrivals: deque[float] = deque()
+        self._digest: list[AlertEvent] | None = None
+        self._digest_deadline: float | None = None
+        self._held: list[AlertEvent] = []
+        self._closed = False
+        self._abandoned = False
+        self._router: threading.Thread | None = None
+        if self._lanes:
+            self._router = threading.Thread(target=self._route_loop, name="dupguard-alerts", daemon=True)
+            self._router.start()
+            for lane in self._lanes:
+                lane.thread = threading.Thread(
+                    target=self._work, args=(lane,), name=f"dupguard-alerts-{lane.channel.name}", daemon=True
+                )
+                lane.thread.start()
+
+    @property
+    def channel_names(self) -> list[str]:
+        return [lane.channel.name for lane in self._lanes]
+
+    # -- Alerter -----------------------------------------------------------------------------------
+
+    def notify(self, event: AlertEvent) -> None:
+        """Log ``event`` now and queue it for every channel. Returns at once; never raises."""
+        try:
+            log_event(event, self.ui_url)
+        except Exception:  # noqa: BLE001 - notify must never break detection
+            logs.get(LOGGER).exception("alert_log_failed", group_key=event.finding.key)
+        try:
+            if self._lanes and not self._closed:
+                self._inbound.put_nowait(event)
+            elif self._lanes:
+                for lane in self._lanes:
+                    self._undelivered(lane.channel, Single(event), "the alerter is closed")
+        except Exception:  # noqa: BLE001 - notify must never break detection
+            logs.get(LOGGER).exception("alert_notify_failed", group_key=event.finding.key)
+
+    def notify_split(self, notice: SplitNotice) -> None:
+        """Log a split partition now and queue it for every channel (no digest). Never raises."""
+        try:
+            logs.get(LOGGER).warning("split_partition_detected", **notice.log_fields)
+            if self._lanes and not self._closed:
+                self._inbound.put_nowait(notice)
+        except Exception:  # noqa: BLE001 - notify must never break detection
+            logs.get(LOGGER).exception("alert_notify_failed", group_key=notice.key)
+
+    def close(self, timeout: float) -> None:
+        """Send what is queued (a pending digest at once) within ``timeout`` s; log the rest undelivered."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._router is None:
+            return
+        deadline = time.monotonic() + timeout
+        self._inbound.put(_STOP)
+        for t in [self._router, *(lane.thread for lane in self._lanes)]:
+            if t is not None:
+                t.join(max(0.0, deadline - time.monotonic()))
+        if not any(t is not None and t.is_alive() for t in [self._router, *(lane.thread for lane in self._lanes)]):
+            return
+        self._abandoned = True
+        leftovers: list[Item] = []
+        while True:  # events the router never got to
+            try:
+                event = self._inbound.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(event, AlertEvent):
+                leftovers.append(Single(event))
+            elif isinstance(event, SplitNotice):
+                leftovers.append(event)
+        for lane in self._lanes:
+            for item in leftovers:
+                self._undelivered(lane.channel, item, "not sent before shutdown")
+            while True:
+                try:
+                    item = lane.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not _STOP:
+                    self._undelivered(lane.channel, item, "not sent before shutdown")
+            lane.queue.put(_STOP)  # the worker, once unstuck, must still find its way out
+            current = lane.current
+            if current is not None:
+                lane.reported = current
+                self._undelivered(lane.channel, current, "still being sent at shutdown, may not arrive")
+
+    # -- router ------------------------------------------------------------------------------------
+
+    def _route_loop(self) -> None:
+        while True:
+            wait = None if self._digest_deadline is None else max(0.0, self._digest_deadline - time.monotonic())
+            try:
+                event = self._inbound.get(timeout=wait)
+            except queue.Empty:
+                event = None
+            if event is _STOP:
+                self._flush_digest()
+                for lane in self._lanes:
+                    lane.queue.put(_STOP)
+                return
+            try:
+                if isinstance(event, AlertEvent):
+                    self._route(event)
+                elif isinstance(event, SplitNotice):
+                    self._forward(event)
+                if self._digest_deadline is not None and time.monotonic() >= self._digest_deadline:
+                    self._flush_digest()
+            except Exception:  # noqa: BLE001 - the router must outlive any bad event
+                logs.get(LOGGER).exception("alert_routing_failed")
+
+    def _route(self, event: AlertEvent) -> None:
+        now = time.monotonic()
+        if event.kind is AlertKind.OUTCOME:
+            if self._digest is not None and any(e.finding.key == event.finding.key for e in self._digest):
+                self._held.append(event)  # sent after the digest, so it can thread under it
+            else:
+                self._forward(Single(event))
+            return
+        self._arrivals.append(now)
+        while self._arrivals and self._arrivals[0] <= now - self.storm_window:
+            self._arrivals.popleft()
+        if self._digest is not None:
+            self._digest.append(event)
+        elif len(self._arrivals) > self.storm_threshold:
+            logs.get(LOGGER).warning(
+                "alert_storm", groups_last_window=len(self._arrivals), window_seconds=self.storm_window
+            )
+            self._digest = [event]
+            self._digest_deadline = now + self.digest_delay
+        else:
+            self._forward(Single(event))
+
+    def _flush_digest(self) -> None:
+        if self._digest:
+            self._forward(Digest(tuple(self._digest)))
+        if self._held:
+            self._forward(DigestOutcomes(tuple(self._held)))
+        self._digest, self._digest_deadline, self._held = None, None, []
+
+    def _forward(self, item: Item) -> None:
+        for lane in self._lanes:
+            lane.queue.put(item)
+
+    # -- workers -----------------------------------------------------------------------------------
+
+    def _work(self, lane: _Lane) -> None:
+        while True:
+            item = lane.queue.get()
+            if item is _STOP:
+                return
+            if self._abandoned:
+                self._undelivered(lane.channel, item, "not sent before shutdown")
+                continue
+            lane.current = item
+            try:
+                self._deliver(lane.channel, item)
+            except Exception as exc:  # noqa: BLE001 - a failed alert is logged, never fatal
+                if lane.reported is not item:
+                    self._undelivered(lane.channel, item, str(exc) or type(exc).__name__)
+            finally:
+                lane.current = None
+
+    def _claim_key(self, channel: Channel, key: str, subject: str, alert: str) -> bool:
+        """``_claim`` for an alert that is not an ``AlertEvent`` (a split partition)."""
+        try:
+            won = self.ledger.claim(key, subject)
+        except Exception:  # noqa: BLE001 - without a ledger, alert anyway: a repeat beats silence
+            logs.get(LOGGER).exception("alert_claim_failed", channel=channel.name, group_key=key)
+            return True
+        if not won:
+            self.metrics.alerts.labels(channel=channel.name, outcome="deduplicated").inc()
+            logs.get(LOGGER).info("alert_deduplicated", channel=channel.name, alert=alert, group_key=key)
+        return won
+
+    def _claim(self, channel: Channel, event: AlertEvent) -> bool:
+        subject = f"alert:{channel.name}"
+        if event.kind is AlertKind.OUTCOME:
+            subject += f":outcome:{outcome_signature(event)}"
+        try:
+            won = self.ledger.claim(event.finding.key, subject)
+        except Exception:  # noqa: BLE001 - without a ledger, alert anyway: a repeat beats silence
+            logs.get(LOGGER).exception("alert_claim_failed", channel=channel.name, group_key=event.finding.key)
+            return True
+        if not won:
+            self.metrics.alerts.labels(channel=channel.name, outcome="deduplicated").inc()
+            logs.get(LOGGER).info(
+                "alert_deduplicated", channel=channel.name, alert=event.kind.value, group_key=event.finding.key
+            )
+        return won
+
+    def _deliver(self, channel: Channel, item: Item) -> None:
+        if isinstance(item, SplitNotice):
+            if not self._claim_key(channel, item.key, f"alert:{channel.name}", "split_partition"):
+                return
+            channel.split(item)
+        elif isinstance(item, Single):
+            if not self._claim(channel, item.event):
+                return
+            if item.event.kind is AlertKind.DETECTED:
+                channel.detected(item.event)
+            else:
+                channel.outcome(item.event)
+        else:
+            claimed = tuple(e for e in item.events if self._claim(channel, e))
+            if not claimed:
+                return
+            item = Digest(claimed) if isinstance(item, Digest) else DigestOutcomes(claimed)
+            if isinstance(item, Digest):
+                channel.digest(claimed)
+            else:
+                channel.digest_outcomes(claimed)
+        kind, keys, _ = _describe(item)
+        self.metrics.alerts.labels(channel=channel.name, outcome="sent").inc()
+        logs.get(LOGGER).info("alert_sent", channel=channel.name, alert=kind, groups=len(keys), group_keys=keys[:20])
+
+    def _undelivered(self, channel: Channel, item: Item, error: str) -> None:
+        kind, keys, events = _describe(item)
+        self.metrics.alerts.labels(channel=channel.name, outcome="failed").inc()
+        logs.get(LOGGER).error(
+            "alert_undelivered",
+            channel=channel.name,
+            alert=kind,
+            group_keys=keys,
+            error=error,
+            content=item.text
+            if isinstance(item, SplitNotice)
+            else "\n\n".join(plain_text(e, self.ui_url) for e in events),
+        )
+
+
+def build_alerter(
+    config: Config,
+    ledger: Ledger,
+    metrics: Metrics,
+    *,
+    web_client: WebClient | None = None,
+    webhook_client: WebhookClient | None = None,
+    json_webhook: JsonWebhook | None = None,
+    retries: int = 2,
+    digest_delay: float = 10.0,
+    storm_window: float = 60.0,
+) -> Dispatcher:
+    """The daemon's Alerter for ``config``: the log sink always, Slack (bot, else webhook) and the webhook if set.
+
+    Clients may be injected (tests); otherwise they are built from the config with its timeout.
+    """
+    log = logs.get(LOGGER)
+    timeout = config.alert_timeout.total_seconds()
+    ui = config.airflow_ui_url
+
+    def counter(name: str) -> Callable[[], None]:
+        return metrics.alerts.labels(channel=name, outcome="retried").inc
+
+    channels: list[Channel] = []
+    slack_transport: str | None = None
+    if config.slack_bot_token and config.slack_channel:
+        slack_transport = "bot"
+        client = web_client or make_web_client(
+            config.slack_bot_token,
+            api_url=config.slack_api_url,
+            timeout=timeout,
+            on_retry=counter("slack"),
+            retries=retries,
+        )
+        channels.append(SlackBotChannel(SlackBot(client, config.slack_channel), ledger, ui))
+        if config.slack_webhook_url:
+            log.warning("alert_transport_ignored", transport="slack_webhook", reason="a bot token is configured")
+    elif config.slack_webhook_url:
+        slack_transport = "webhook"
+        hook = webhook_client or make_webhook_client(
+            config.slack_webhook_url, timeout=timeout, on_retry=counter("slack"), retries=retries
+        )
+        channels.append(SlackWebhookChannel(SlackWebhook(hook), ui))
+    if config.webhook_url:
+        json_hook = json_webhook or JsonWebhook(
+            config.webhook_url, timeout=timeout, retries=retries, on_retry=counter("webhook")
+        )
+        channels.append(WebhookChannel(json_hook, ui))
+    log.info(
+        "alerts_configured",
+        channels=["log", *(c.name for c in channels)],
+        slack_transport=slack_transport,
+        storm_threshold=config.alert_storm_threshold,
+        timeout_seconds=timeout,
+    )
+    return Dispatcher(
+        channels,
+        ledger,
+        metrics,
+        ui_url=ui,
+        storm_threshold=config.alert_storm_threshold,
+        storm_window=storm_window,
+        digest_delay=digest_delay,
+    )

@@ -1,0 +1,173 @@
+"""Backend ``db``: the remediation written straight into Airflow's metadata DB, in one short transaction.
+
+The opt-in fast path (no HTTP, no token, no API server in the way). It makes the same state changes
+as Airflow's ``set_dag_run_state_to_failed`` (airflow/api/common/mark_tasks.py, facts §4.2):
+
+- ``fail``: running / deferred / up_for_reschedule TIs -> failed, every other unfinished TI ->
+  skipped, the run -> failed with ``end_date``; TI timestamps as ``TaskInstance.set_state`` sets
+  them (start_date and end_date filled if empty, duration);
+- ``skip``: every unfinished TI -> skipped; the run is left to the scheduler, which ends it;
+- both: the note, upserted into ``dag_run_note`` with ``user_id`` NULL (no Airflow user did it).
+
+After the write, still inside the transaction, the run is read again and judged by
+``detector.actions.remediation.readback`` like the api backend's writes: tasks the write stopped although
+they had started (only with ``remediate_started``) make the result ``caught_after_start``, and a
+task left unfinished rolls the transaction back (``failed``).
+
+Safety: the run row and then its TIs are locked ``FOR UPDATE`` and the guard is judged again on
+those locked rows, so a task that started a microsecond before the lock is seen (TOO_LATE) and one
+that tries to start after it waits for the commit and then finds itself skipped (the Execution
+API's ``ti_run`` only moves QUEUED -> RUNNING). Every UPDATE also repeats the expected states in
+its WHERE clause. ``lock_timeout`` / ``statement_timeout`` are ``SET LOCAL`` (transaction-scoped,
+so safe behind PgBouncer's transaction pooling).
+
+What it bypasses (see docs/remediation.md): the API server's listener hooks
+(``on_dag_run_failed``), the ``log`` (audit) row, and teardown-task special cases (a teardown TI
+is skipped like any other; the duplicate ran no setup).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, func, or_, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from detector.actions.remediation.guarded import (
+    FAIL_AS_FAILED_STATES,
+    FINISHED_TI_STATES,
+    Applied,
+    Recheck,
+    Work,
+    judge,
+    now_utc,
+)
+from detector.actions.remediation.readback import read_back
+from detector.core.plan import Action
+from detector.core.ports import Result
+from detector.metadb import queries
+from detector.metadb.queries import TaskState
+from detector.metadb.schema import AirflowTables
+
+
+class DbBackend:
+    name = "db"
+
+    def __init__(
+        self,
+        engine: Engine,
+        tables: AirflowTables,
+        *,
+        remediate_started: bool = False,
+        lock_timeout_ms: int = 2000,
+        statement_timeout_ms: int = 5000,
+        clock: Callable[[], datetime] = now_utc,
+    ) -> None:
+        self.engine = engine
+        self.tables = tables
+        self.remediate_started = remediate_started
+        self.lock_timeout_ms = lock_timeout_ms
+        self.statement_timeout_ms = statement_timeout_ms
+        self.clock = clock
+
+    def apply(self, action: Action, work: Work, recheck: Recheck) -> Applied:
+        """Re-judge under the row locks, then write; the unlocked ``work`` is only a preview."""
+        with self.engine.begin() as conn:
+            self._set_timeouts(conn)
+            current = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id, lock=True)
+            verdict = judge(action, current, remediate_started=self.remediate_started)
+            if verdict.work is None:
+                assert verdict.result is not None
+                return Applied(verdict.result, verdict.detail + " (re-checked under lock)")
+            locked = verdict.work
+            now = self.clock()
+            self._write(conn, action, locked, now)
+            # The same read-back as the api backend, inside the transaction: under the row locks no task
+            # can start between the judgement and the write, so a started task here is one the operator
+            # chose to stop (remediate_started), and an unfinished one means a write missed it.
+            after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
+            checked = read_back(action.mode, (*locked.to_fail, *locked.to_skip), locked.describe(), after)
+            if checked.result is Result.FAILED:
+                conn.rollback()  # never commit a half-done stop
+                return Applied(Result.FAILED, checked.detail + " (rolled back)")
+        return Applied(checked.result, checked.detail, committed_at=now_utc(), started_tasks=checked.started)
+
+    def _set_timeouts(self, conn: Connection) -> None:
+        if conn.dialect.name != "postgresql":
+            return
+        # set_config(..., is_local => true) is SET LOCAL: it ends with this transaction.
+        conn.execute(
+            select(
+                func.set_config("lock_timeout", f"{self.lock_timeout_ms}ms", True),
+                func.set_config("statement_timeout", f"{self.statement_timeout_ms}ms", True),
+            )
+        )
+
+    def _write(self, conn: Connection, action: Action, work: Work, now: datetime) -> None:
+        t = self.tables
+        dr = t.dag_run
+        if work.to_fail:
+            self._set_tis(conn, action, work.to_fail, "failed", FAIL_AS_FAILED_STATES, now)
+        if work.to_skip:
+            self._set_tis(conn, action, work.to_skip, "skipped", None, now)
+        if work.fail_run:
+            conn.execute(
+                update(dr)
+                .where(dr.c.id == work.run_pk, or_(dr.c.state.is_(None), dr.c.state.not_in(["failed", "success"])))
+                .values(state="failed", end_date=now, updated_at=now)
+            )
+        self._upsert_note(conn, work.run_pk, action.note, now)
+
+    def _set_tis(
+        self,
+        conn: Connection,
+        action: Action,
+        tis: Sequence[TaskState],
+        state: str,
+        only_from: frozenset[str] | None,
+        now: datetime,
+    ) -> None:
+        ti = self.tables.task_instance
+        keys = [(x.task_id, x.map_index) for x in tis]
+        # Never touch a finished TI, and never one that started unless the operator opted in.
+        excluded = set(FINISHED_TI_STATES)
+        if not self.remediate_started:
+            excluded |= {"running", "deferred", "up_for_reschedule", "up_for_retry", "restarting", "awaiting_input"}
+        state_ok = (
+            ti.c.state.in_(sorted(only_from))
+            if only_from is not None
+            else or_(ti.c.state.is_(None), ti.c.state.not_in(sorted(excluded)))
+        )
+        start = func.coalesce(ti.c.start_date, now)
+        end = func.coalesce(ti.c.end_date, now)
+        values: dict[str, Any] = {
+            "state": state,
+            "start_date": start,
+            "end_date": end,
+            "updated_at": now,
+        }
+        if conn.dialect.name == "postgresql":
+            values["duration"] = func.extract("epoch", end - start)
+        conn.execute(
+            update(ti)
+            .where(
+                and_(ti.c.dag_id == action.dag_id, ti.c.run_id == action.run.run_id),
+                tuple_(ti.c.task_id, ti.c.map_index).in_(keys),
+                state_ok,
+            )
+            .values(**values)
+        )
+
+    def _upsert_note(self, conn: Connection, run_pk: int, note: str, now: datetime) -> None:
+        table = self.tables.dag_run_note
+        row = {"dag_run_id": run_pk, "user_id": None, "content": note, "created_at": now, "updated_at": now}
+        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+        stmt = dialect.insert(table).values(**row)
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[table.c.dag_run_id],
+                set_={"content": stmt.excluded.content, "updated_at": stmt.excluded.updated_at, "user_id": None},
+            )
+        )

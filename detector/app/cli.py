@@ -1,0 +1,280 @@
+"""The ``dupguard`` command line. Thin: parses arguments, wires parts together, maps errors to exit codes.
+
+Exit codes (all subcommands):
+    0  done; for ``scan``: no duplicate group found (or the database is Airflow 2, which cannot have them)
+    1  ``scan`` found at least one duplicate group
+    2  bad usage or configuration (every problem is listed)
+    3  the database is unreachable, failed a query or is not an Airflow metadata database
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from detector import __version__, config, logs
+from detector.app import demo, render
+from detector.app.scan import Progress, ScanReport, scan
+from detector.config import SETTINGS, SETTINGS_BY_NAME
+from detector.core.detect import DagFilter
+from detector.core.plan import Mode, Outcome, plan
+from detector.durations import parse_duration
+from detector.errors import DatabaseError, DupguardError
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+
+EXIT_OK, EXIT_FOUND, EXIT_CONFIG, EXIT_DB = 0, 1, 2, 3
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dupguard",
+        description="Find and stop duplicate asset-triggered Airflow DAG runs (HA scheduler race).",
+    )
+    parser.add_argument("--version", action="version", version=f"dupguard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p_scan = sub.add_parser("scan", help="audit history for duplicate groups (one shot)")
+    p_scan.add_argument("--database-url", help=SETTINGS_BY_NAME["database_url"].help_text)
+    p_scan.add_argument(
+        "--since", type=_duration, help="only runs whose run_after is this recent (e.g. 1d, 6h) [default: all history]"
+    )
+    p_scan.add_argument("--dag", action="append", default=[], metavar="GLOB", help="only these DAGs (repeatable)")
+    p_scan.add_argument("--exclude-dag", action="append", default=[], metavar="GLOB", help="skip these DAGs")
+    p_scan.add_argument("--format", choices=("table", "json", "csv"), default="table", help="[default: table]")
+    p_scan.add_argument(
+        "--suspect-window",
+        type=_duration,
+        default=timedelta(seconds=60),
+        help="partitioned runs of one key this close together are suspected (default 60s)",
+    )
+    p_scan.add_argument(
+        "--split-grace",
+        type=_duration,
+        default=timedelta(seconds=60),
+        help="report a partition key split into two pending rows once it lasted this long (default 60s)",
+    )
+
+    p_run = sub.add_parser("run", help="the sidecar daemon: detect, alert and remediate continuously")
+    p_run.add_argument("--once", action="store_true", help="one pass over the look-back window, then exit")
+    _add_settings(p_run)
+
+    p_check = sub.add_parser(
+        "check-config",
+        help="print the effective configuration of `run` (secrets redacted); exit 2 listing every problem",
+    )
+    _add_settings(p_check)
+
+    p_init = sub.add_parser("init-db", help="create dupguard's ledger schema `dupguard` in the metadata DB")
+    p_init.add_argument("--database-url", help=SETTINGS_BY_NAME["database_url"].help_text)
+    p_init.add_argument("--drop", action="store_true", help="remove the `dupguard` schema instead (uninstall)")
+
+    p_guard = sub.add_parser("guard", help="the in-scheduler guard (an Airflow cluster policy)")
+    guard_sub = p_guard.add_subparsers(dest="guard_command", required=True, metavar="GUARD_COMMAND")
+    guard_sub.add_parser(
+        "print-local-settings",
+        help="print the airflow_local_settings.py snippet (for the chart's airflowLocalSettings value)",
+    )
+
+    p_demo = sub.add_parser("demo", help="detect duplicates in an embedded incident (no Airflow needed)")
+    p_demo.add_argument(
+        "--db",
+        type=Path,
+        help="where to write the demo SQLite database; an existing file is replaced only if an earlier "
+        "`dupguard demo` wrote it [default: a new temp dir]",
+    )
+    p_demo.add_argument("--format", choices=("table", "json", "csv"), default="table", help="[default: table]")
+    return parser
+
+
+def _add_settings(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML file of settings [env DUPGUARD_CONFIG; default none]")
+    for setting in SETTINGS:
+        parser.add_argument(setting.flag, dest=f"setting_{setting.name}", metavar="VALUE", help=setting.help_text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse's usage error (exit 2, message on stderr) or --help (0)
+        if exc.code not in (0, None):
+            _machine_readable_exit(_requested_format(sys.argv[1:] if argv is None else argv), EXIT_CONFIG, "bad usage")
+        raise
+    logs.configure("warning", "auto")
+    try:
+        if args.command == "scan":
+            return _scan(args)
+        if args.command == "demo":
+            return _demo(args)
+        if args.command == "run":
+            return _run(args)
+        if args.command == "check-config":
+            return _check_config(args)
+        if args.command == "init-db":
+            return _init_db(args)
+        if args.command == "guard":
+            from detector.app.guard_cli import print_local_settings
+
+            print(print_local_settings(), end="")
+            return EXIT_OK
+    except DupguardError as exc:  # the one place an expected failure becomes a message and an exit code
+        print(f"dupguard: {exc}", file=sys.stderr)
+        code = EXIT_DB if isinstance(exc, DatabaseError) else EXIT_CONFIG
+        if args.command == "scan":
+            _machine_readable_exit(args.format, code, str(exc))
+        return code
+    parser.error(f"unknown command {args.command}")
+    return EXIT_CONFIG  # pragma: no cover - parser.error exits
+
+
+def main_entry() -> None:
+    sys.exit(main())
+
+
+def _progress_bar() -> Progress | None:
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    bar = tqdm(total=0, unit="run", desc="scanning", file=sys.stderr, leave=False)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    return update
+
+
+def _requested_format(argv: Sequence[str]) -> str:
+    """The ``--format`` a ``scan`` command line asked for, read without argparse (which just failed)."""
+    if "scan" not in argv:
+        return "table"
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg == "--format" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--format="):
+            return arg.split("=", 1)[1]
+    return "table"
+
+
+def _machine_readable_exit(fmt: str, code: int, message: str) -> None:
+    """Tools parsing ``scan --format json|csv`` always get a document (render.py), even on failure."""
+    if fmt == "json":
+        print(render.error_json(code, message))
+    elif fmt == "csv":
+        print(render.csv_header(), end="")
+
+
+def _print_report(report: ScanReport, fmt: str) -> None:
+    if fmt == "json":
+        print(render.as_json(report))
+    elif fmt == "csv":
+        print(render.as_csv(report), end="")
+    else:
+        print(render.as_table(report), end="")
+
+
+def _scan(args: argparse.Namespace) -> int:
+    url = parse_url(config.database_url(args.database_url))
+    db = open_airflow_db(make_engine(url, read_only=True))
+    if not db.info.exact:
+        print(
+            f"dupguard: warning: unknown alembic revision {db.info.revision!r}; "
+            f"schema looks like Airflow {db.info.family.value}",
+            file=sys.stderr,
+        )
+    if not db.info.can_duplicate:
+        note = (
+            f"Airflow {db.info.airflow_version}: Airflow 2 cannot create duplicate dataset-triggered runs "
+            "(UNIQUE(dag_id, execution_date) and a deterministic run_id prevent them). Nothing to scan."
+        )
+        now = datetime.now(UTC)
+        since = None if args.since is None else now - args.since
+        immune = ScanReport(info=db.info, findings=[], scanned_at=now, since=since, runs_examined=0, note=note)
+        _print_report(immune, args.format)
+        return EXIT_OK
+    report = scan(
+        db,
+        now=datetime.now(UTC),
+        since=args.since,
+        dag_filter=DagFilter(tuple(args.dag), tuple(args.exclude_dag)),
+        suspect_window=args.suspect_window,
+        progress=_progress_bar(),
+        split_grace=args.split_grace,
+    )
+    _print_report(report, args.format)
+    return EXIT_FOUND if report.findings or report.splits else EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    path: Path = args.db or Path(tempfile.mkdtemp(prefix="dupguard-demo-")) / "airflow.db"
+    engine = demo.build(path)
+    report = scan(open_airflow_db(engine), now=demo.INCIDENT_START + timedelta(hours=1))
+    _print_report(report, args.format)
+    if args.format != "table":
+        return EXIT_OK
+    actions = plan(report.findings, Mode.DRY_RUN, now=report.scanned_at)
+    print(f"\nWould alert on-call about {len(report.findings)} group(s). Remediation plan (dry-run):")
+    for a in actions:
+        verb = {
+            Outcome.WOULD_REMEDIATE: "would mark failed",
+            Outcome.TOO_LATE: "too late, both runs executed; leave",
+            Outcome.PREVENTED: "prevented by the in-scheduler guard; leave",
+            Outcome.NOT_CONFIRMED: "suspected only; leave",
+        }.get(a.outcome, a.outcome.value)
+        print(render.printable(f"  {a.dag_id}: {verb} {a.run.run_id} (keeps {a.kept_run_id})"))
+    print(f"\nDemo database: {path}\nTry: dupguard scan --database-url sqlite:///{path} --format json")
+    return EXIT_OK
+
+
+def _flags(args: argparse.Namespace) -> dict[str, str | None]:
+    return {name[len("setting_") :]: value for name, value in vars(args).items() if name.startswith("setting_")}
+
+
+def _run(args: argparse.Namespace) -> int:
+    from detector.app.run import run_daemon
+
+    return run_daemon(_flags(args), config_file=args.config, once=args.once)
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    """The effective configuration as YAML (a valid ``--config`` file once secrets are filled in), each
+    line commented with where the value came from. Reads no database: usable offline, e.g. in CI."""
+    import yaml
+
+    sources: dict[str, str] = {}
+    cfg = config.load(_flags(args), None, args.config, sources)
+    for name, shown in cfg.redacted().items():
+        value = getattr(cfg, name)
+        if isinstance(value, timedelta | tuple):  # as a user writes them: 10ms, a,b
+            shown = config.format_value(value) if value != () else None
+        line = yaml.safe_dump({name: shown}, default_flow_style=True, width=10_000).strip()[1:-1]
+        print(f"{line}  # {sources.get(name, 'default')}")
+    return EXIT_OK
+
+
+def _init_db(args: argparse.Namespace) -> int:
+    from detector.app.ledger import SCHEMA, drop_db, init_db
+
+    url = parse_url(config.database_url(args.database_url))
+    where = url.render_as_string(hide_password=True)
+    if args.drop:
+        drop_db(make_engine(url))
+        print(f"ledger schema {SCHEMA!r} removed from {where}")
+    else:
+        init_db(make_engine(url))
+        print(f"ledger schema {SCHEMA!r} ready in {where}")
+    return EXIT_OK

@@ -1,0 +1,599 @@
+"""``dupguard run``: the loop beside every scheduler. Polls for new runs, and on the leader hands each
+finding to the ledger, the remediation workers and the alerter.
+
+Threads: the detection loop (this module, a plain loop: at a 10 ms cadence a job scheduler's
+per-run overhead would cost more than the poll itself); the remediation workers
+(``detector.actions.remediation.dispatch``: the loop only queues, so a slow or hanging API never delays
+detection); APScheduler runs the slow periodic jobs (leader heartbeat, summary line) with
+``max_instances=1, coalesce=True``; the health server; the alerter's sender. A failing pass never
+ends the loop: it is retried with back-off and the tracker is rewound so no run is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from detector import logs
+from detector.actions.remediation.dispatch import Job, RemediationDispatcher
+from detector.actions.remediation.guarded import passive_result
+from detector.app.leader import LockProblem
+from detector.app.split_watch import SplitWatch
+from detector.app.status import StatusBoard, evaluate
+from detector.config import Config
+from detector.core.detect import DagFilter
+from detector.core.model import Finding
+from detector.core.plan import UNDECIDED, Action, Mode, plan
+from detector.core.ports import Alerter, AlertEvent, AlertKind, Ledger, Pending, RemediationResult, Remediator, Result
+from detector.errors import DatabaseError, DupguardError
+from detector.metadb import queries
+from detector.metadb.engine import AirflowDb, connect, describe_error
+from detector.metrics import Metrics
+from detector.sources.database.poll import IncrementalDetector, NewRowTracker
+from detector.sources.database.prior import PriorDecisions
+
+log = logs.get("dupguard.daemon")
+MAX_BACKOFF = 5.0
+EXIT_DB = 3  # as ``dupguard scan``: the database failed
+ONCE_DRAIN_SECONDS = 60.0  # ``run --once`` waits this long for its remediations
+STARTUP_SCAN_LIMIT = 100_000  # ids below max(id) searched for the start of the look-back
+
+
+class Leadership(Protocol):
+    problem: LockProblem | None  # why this replica can neither lead nor trust another leader
+
+    def ensure(self, now: datetime) -> bool: ...
+    def is_leader(self, now: datetime) -> bool: ...
+    def release(self) -> None: ...
+
+
+_TrackerState = tuple[int, dict[int, datetime], dict[int, datetime]]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Parts:
+    """Everything the daemon talks to, built by the entrypoint and injected (tests pass their own)."""
+
+    db: AirflowDb
+    leadership: Leadership
+    ledger: Ledger
+    remediator: Remediator
+    alerter: Alerter
+    metrics: Metrics
+    splits: SplitWatch | None = None  # Airflow 3.2+: split partition keys (detector.app.split_watch)
+
+
+@dataclass
+class _Tally:
+    """Counts since the last summary line."""
+
+    polls: int = 0
+    new_runs: int = 0
+    findings: int = 0
+    errors: int = 0
+    poll_seconds_max: float = 0.0
+    poll_seconds_sum: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self) -> dict[str, float]:
+        with self.lock:
+            out = {
+                "polls": self.polls,
+                "new_runs": self.new_runs,
+                "findings": self.findings,
+                "errors": self.errors,
+                "poll_ms_avg": round(1000 * self.poll_seconds_sum / self.polls, 3) if self.polls else 0.0,
+                "poll_ms_max": round(1000 * self.poll_seconds_max, 3),
+            }
+            self.polls = self.new_runs = self.findings = self.errors = 0
+            self.poll_seconds_max = self.poll_seconds_sum = 0.0
+            return out
+
+
+@dataclass
+class _GroupOutcome:
+    """The remediation results of one group so far; its OUTCOME alert goes out once every action has
+    a first result, and again whenever a retried action reaches its final one."""
+
+    finding: Finding
+    actions: list[Action]
+    latest: dict[str, RemediationResult] = field(default_factory=dict)  # by run_id
+    open: set[str] = field(default_factory=set)  # run_ids without a final result
+    unseen: set[str] = field(default_factory=set)  # run_ids without any result yet
+    announced: bool = False
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config,
+        parts: Parts,
+        clock: Callable[[], datetime] = utcnow,
+        *,
+        once: bool = False,
+        dispatch_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.parts = parts
+        self.clock = clock
+        self.stop = threading.Event()
+        self.detector: IncrementalDetector | None = None
+        self.db_ok = False
+        self.last_tick = time.monotonic()
+        self._consecutive_failures = 0
+        self._conn: Connection | None = None
+        self._last_batch_full = False
+        self._tally = _Tally()
+        self._mode = Mode(config.remediation)
+        self._filter = DagFilter(config.dags, config.exclude_dags)
+        self._prior = PriorDecisions(parts.db.tables, parts.ledger)
+        # Re-judges one duplicate's group before a retry (no tracker state of its own is used).
+        self._rejudger = IncrementalDetector(
+            tables=parts.db.tables,
+            tracker=NewRowTracker(high=0),
+            dag_filter=self._filter,
+            suspect_window=config.suspect_window,
+            prior=self._prior,
+        )
+        self._outcomes: dict[str, _GroupOutcome] = {}
+        self._outcomes_lock = threading.Lock()
+        # Workers: bounded by the engine's pool (2 + 2 overflow), as each remediation re-reads the run.
+        self._dispatcher = RemediationDispatcher(
+            parts.remediator,
+            recheck=self._recheck,
+            on_result=self._on_result,
+            may_act=lambda: self.parts.leadership.is_leader(self.clock()),
+            metrics=parts.metrics,
+            retry=not once,
+            **(dispatch_options or {}),
+        )
+        self._db_error: str | None = None
+        self._poll_error: str | None = None
+        self.status = StatusBoard(parts.metrics)
+        parts.metrics.set_build(parts.db.info.family.value)
+        # Read at scrape time: a stale heartbeat shows as 0 even while the heartbeat job is blocked.
+        parts.metrics.leader.set_function(lambda: 1.0 if parts.leadership.is_leader(self.clock()) else 0.0)
+
+    # --- health -------------------------------------------------------------------------------
+
+    def live(self) -> bool:
+        allowed = max(10.0, 50 * self.config.poll_interval.total_seconds())
+        return time.monotonic() - self.last_tick < allowed
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready = up (``detector.app.status``): leading and polling, or standing by behind a live leader."""
+        status = self.status.current
+        return status.up, f"{status.state.value}: {status.reason}"
+
+    def refresh_status(self) -> None:
+        self.status.update(
+            evaluate(
+                db_error=self._db_error,
+                leader=self.parts.leadership.is_leader(self.clock()),
+                poll_error=self._poll_error,
+                lock=getattr(self.parts.leadership, "problem", None),  # optional for simple Leadership fakes
+            )
+        )
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def run(self, *, once: bool = False) -> int:
+        """Run until ``stop`` is set (or one pass with ``once``). Returns the exit code."""
+        self.check_leader()
+        if once:
+            return self._run_once()
+        scheduler = BackgroundScheduler(timezone=UTC)
+        scheduler.add_job(self.check_leader, "interval", seconds=self.config.leader_check_interval.total_seconds(),
+                          max_instances=1, coalesce=True, id="leader")  # fmt: skip
+        scheduler.add_job(self.log_summary, "interval", seconds=self.config.summary_interval.total_seconds(),
+                          max_instances=1, coalesce=True, id="summary")  # fmt: skip
+        if self.parts.splits is not None:
+            scheduler.add_job(self.check_splits, "interval", seconds=self.config.split_poll_interval.total_seconds(),
+                              max_instances=1, coalesce=True, id="splits")  # fmt: skip
+        scheduler.start()
+        try:
+            self._loop()
+        finally:
+            scheduler.shutdown(wait=False)
+            self._drop_poll_connection()
+        return 0
+
+    def _run_once(self) -> int:
+        if not self.parts.leadership.is_leader(self.clock()):
+            log.info("not_leader", detail="another replica holds the leader lock; nothing done")
+            return 0
+        try:
+            while self.poll_pass():
+                if not self._last_batch_full:
+                    if not self._dispatcher.drain(ONCE_DRAIN_SECONDS):
+                        log.warning("remediations_unfinished", waited_seconds=ONCE_DRAIN_SECONDS)
+                    return 0 if self.check_splits() else EXIT_DB
+            return EXIT_DB
+        finally:
+            self._drop_poll_connection()
+
+    def _loop(self) -> None:
+        interval = self.config.poll_interval.total_seconds()
+        while not self.stop.is_set():
+            self.last_tick = time.monotonic()
+            if self.parts.leadership.is_leader(self.clock()):
+                ok = self.poll_pass()
+                if ok and self._last_batch_full:
+                    continue
+                wait = interval if ok else min(MAX_BACKOFF, interval * 2 ** min(self._consecutive_failures, 12))
+            else:
+                if self.detector is not None:
+                    log.info("standing_by", reason="leader lock lost")
+                    self.refresh_status()
+                self.detector = None  # a new term starts from the ledger watermark / look-back
+                wait = max(interval, 0.1)
+            self.stop.wait(wait)
+
+    def shutdown(self, timeout: float = 3.0) -> None:
+        """Release the lock and drain alerts; bounded so SIGTERM finishes inside the grace period."""
+        self.stop.set()
+        self._dispatcher.close(timeout=min(timeout, 2.0))
+        self.parts.alerter.close(timeout)
+        self.parts.remediator.close()
+        self.parts.leadership.release()
+        self.parts.metrics.leader.set(0)
+
+    # --- periodic jobs ------------------------------------------------------------------------
+
+    def check_leader(self) -> None:
+        now = self.clock()
+        was = self.parts.leadership.is_leader(now)
+        leader = self.parts.leadership.ensure(now)
+        self.parts.metrics.leader.set(1 if leader else 0)
+        if leader != was:
+            log.info("leadership_changed", leader=leader)
+        self._ping_db()
+        self.refresh_status()
+        if leader:
+            self.parts.remediator.prepare()
+
+    def _ping_db(self) -> None:
+        try:
+            with connect(self.parts.db.engine) as conn:
+                queries.ping(conn)
+            self._db_error = None
+        except DupguardError as exc:
+            self._db_error = str(exc)
+        ok = self._db_error is None
+        if ok != self.db_ok:
+            log.info("database_reachable" if ok else "database_unreachable")
+        self.db_ok = ok
+        self.parts.metrics.db_up.set(1 if ok else 0)
+
+    def check_splits(self) -> bool:
+        """One check for split partition keys, on the leader only; False (logged) if it failed."""
+        if self.parts.splits is None or not self.parts.leadership.is_leader(self.clock()):
+            return True
+        try:
+            self.parts.splits.check(self.clock())
+        except (DupguardError, SQLAlchemyError) as exc:
+            log.warning("split_check_failed", error=str(exc) or type(exc).__name__)
+            return False
+        except Exception:  # a bug here must not end the sidecar
+            log.exception("split_check_crashed")
+            return False
+        return True
+
+    def log_summary(self) -> None:
+        tracker = self.detector.tracker if self.detector else None
+        log.info(
+            "summary",
+            leader=self.parts.leadership.is_leader(self.clock()),
+            db_up=self.db_ok,
+            watermark=tracker.high if tracker else None,
+            open_gaps=len(tracker.gaps) if tracker else 0,
+            **self._tally.take(),
+        )
+
+    # --- one pass -----------------------------------------------------------------------------
+
+    def poll_pass(self) -> bool:
+        """One poll and the handling of its findings. False (and nothing lost) if it failed."""
+        now = self.clock()
+        started = time.perf_counter()
+        tracker_state: _TrackerState | None = None
+        try:
+            detector = self.detector or self._start_term(now)
+            tracker_state = (detector.tracker.high, dict(detector.tracker.gaps), dict(detector.tracker.late))
+            result = detector.poll(self._poll_connection(), now)
+            self._report_late(result.late, result.abandoned)
+            if result.findings:
+                self.handle(result.findings, now)
+            if result.new_runs and self.parts.ledger.durable:
+                self.parts.ledger.save_watermark(_safe_watermark(detector.tracker))
+        except (DupguardError, SQLAlchemyError) as exc:
+            return self._failed(exc, tracker_state)
+        except Exception as exc:  # a bug in one pass must not end the sidecar
+            log.exception("poll_crashed")
+            return self._failed(exc, tracker_state)
+        elapsed = time.perf_counter() - started
+        self._record_success(elapsed, len(result.new_runs), len(result.findings))
+        self._last_batch_full = result.batch_full
+        return True
+
+    def _poll_connection(self) -> Connection:
+        """One long-lived autocommit connection for polls: no pool checkout, ping or ROLLBACK per poll
+        (that overhead was most of an idle poll's cost). Dropped on any error and reopened next pass."""
+        if self._conn is None:
+            try:
+                self._conn = self.parts.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            except SQLAlchemyError as exc:
+                raise DatabaseError(describe_error(exc, self.parts.db.engine.url)) from None
+        return self._conn
+
+    def _drop_poll_connection(self) -> None:
+        """Only the polling thread calls this (a pass that failed, or the loop's end)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(SQLAlchemyError):
+                conn.invalidate()
+                conn.close()
+
+    def _start_term(self, now: datetime) -> IncrementalDetector:
+        """Where a new leader term starts reading: the durable watermark, else the look-back."""
+        t = self.parts.db.tables
+        start = self.parts.ledger.watermark() if self.parts.ledger.durable else None
+        if start is None:
+            with connect(self.parts.db.engine) as conn:
+                top = queries.max_run_id(conn, t)
+                first = queries.first_run_id_since(
+                    conn, t, now - self.config.startup_lookback, max(0, top - STARTUP_SCAN_LIMIT)
+                )
+            start = top if first is None else first - 1
+        self.detector = IncrementalDetector(
+            tables=t,
+            tracker=NewRowTracker(high=start, grace=self.config.gap_grace),
+            dag_filter=self._filter,
+            suspect_window=self.config.suspect_window,
+            prior=self._prior,
+        )
+        log.info("watching", from_id=start, durable_ledger=self.parts.ledger.durable)
+        if self.parts.ledger.durable:
+            self._pick_up_pending()
+        return self.detector
+
+    def _report_late(self, late: tuple[tuple[int, float], ...], abandoned: int) -> None:
+        """A run that committed after ``gap_grace`` is never dropped silently (issue 12 §1)."""
+        if late:
+            self.parts.metrics.late_runs.inc(len(late))
+            log.warning(
+                "late_run_found",
+                run_ids=[i for i, _ in late],
+                seconds_late=[round(s, 1) for _, s in late],
+                detail="committed after --gap-grace; found by the re-scan and judged now",
+            )
+        if abandoned:
+            self.parts.metrics.gaps_abandoned.inc(abandoned)
+            log.info("gap_abandoned", ids=abandoned, detail="never committed within the re-scan horizon")
+
+    def _failed(self, exc: BaseException, tracker_state: _TrackerState | None) -> bool:
+        self._drop_poll_connection()
+        if self.detector is not None and tracker_state is not None:
+            tracker = self.detector.tracker
+            tracker.high, tracker.gaps, tracker.late = tracker_state
+            tracker.found_late = []  # restored late ids are found again by the next pass
+        self._consecutive_failures += 1
+        self.parts.metrics.poll_errors.inc()
+        with self._tally.lock:
+            self._tally.errors += 1
+        n = self._consecutive_failures
+        error = _one_line(exc, self.parts.db)
+        if n == 1 or n % 100 == 0:
+            log.warning("poll_failed", error=error, consecutive=n)
+        if self._poll_error is None:
+            self._poll_error = error
+            self.refresh_status()
+        return False
+
+    def _record_success(self, elapsed: float, new_runs: int, findings: int) -> None:
+        if self._consecutive_failures:
+            log.info("poll_recovered", after_failures=self._consecutive_failures)
+        self._consecutive_failures = 0
+        if self._poll_error is not None:
+            self._poll_error = None
+            self.refresh_status()
+        m = self.parts.metrics
+        m.poll_duration.observe(elapsed)
+        m.last_successful_poll.set(time.time())
+        with self._tally.lock:
+            self._tally.polls += 1
+            self._tally.new_runs += new_runs
+            self._tally.findings += findings
+            self._tally.poll_seconds_sum += elapsed
+            self._tally.poll_seconds_max = max(self._tally.poll_seconds_max, elapsed)
+
+    # --- acting on a finding --------------------------------------------------------------------
+
+    def handle(self, findings: list[Finding], now: datetime) -> None:
+        """Decide, record, alert, then queue the remediations; never waits for one to finish.
+
+        Claims first (exactly one replica acts on a run), then the roles this judgement gave the
+        group's runs (a decision is final: later judgements read them back, ``detector.sources.database.prior``), then
+        the DETECTED alert, then the work for the remediation workers. One asset event duplicates
+        every consumer DAG at once: the workers take the groups in parallel (docs/e2e.md).
+        """
+        ledger = self.parts.ledger
+        queued: list[Job] = []
+        for finding in findings:
+            actions = plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started)
+            # Undecided actions claim nothing: a later verdict on the same group may still act.
+            decided = [a for a in actions if a.outcome not in UNDECIDED]
+            won = ledger.claim_all(finding.key, ["detected", *(f"action:{a.run.run_id}" for a in decided)])
+            todo = [a for a in decided if f"action:{a.run.run_id}" in won]
+            if todo:
+                ledger.record_decision((finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo])
+                self._track(finding, actions, todo)
+            self._report_detected(finding, actions, "detected" in won, now)
+            for action in todo:
+                result = passive_result(action)
+                if result is not None:
+                    self._on_result(Job(finding, action), result, True)
+                else:
+                    queued.append(self._submit(Job(finding, action)))
+        if ledger.durable:
+            for job in queued:  # a new leader picks these up if this process dies first
+                if job.action.writes:
+                    ledger.add_pending(Pending(job.finding.key, job.action.dag_id, job.action.run.run_id))
+
+    def _submit(self, job: Job) -> Job:
+        if not self._dispatcher.submit(job):
+            log.error("remediation_queue_full", dag_id=job.action.dag_id, run_id=job.action.run.run_id)
+            self._on_result(
+                job,
+                RemediationResult(job.action, Result.FAILED, "remediation queue full: not attempted"),
+                True,
+            )
+        return job
+
+    def _track(self, finding: Finding, actions: list[Action], todo: list[Action]) -> None:
+        runs = {a.run.run_id for a in todo}
+        with self._outcomes_lock:
+            group = self._outcomes.get(finding.key)
+            if group is None:
+                self._outcomes[finding.key] = _GroupOutcome(finding, list(actions), open=set(runs), unseen=set(runs))
+            else:  # e.g. a third run joined the group while the first remediation is retried
+                group.finding, group.actions = finding, list(actions)
+                group.open |= runs
+                group.unseen |= runs
+
+    def _report_detected(self, finding: Finding, actions: list[Action], first: bool, now: datetime) -> None:
+        if not first:
+            return
+        m = self.parts.metrics
+        m.groups_detected.labels(kind=finding.kind.value, confidence=finding.confidence.value).inc()
+        m.groups_by_dag.labels(dag_id=finding.dag_id).inc()
+        for run in finding.duplicates:
+            if run.queued_at is not None:
+                m.detection_latency.observe(max(0.0, (now - run.queued_at).total_seconds()))
+        self.parts.alerter.notify(
+            AlertEvent(
+                kind=AlertKind.DETECTED,
+                finding=finding,
+                detected_at=now,
+                cluster=self.config.cluster_name,
+                mode=self._mode.value,
+                actions=tuple(actions),
+            )
+        )
+
+    def _on_result(self, job: Job, result: RemediationResult, final: bool) -> None:
+        """A worker's (or the planner's) result: alert when the group's picture changes; forget the
+        pending remediation once it is final."""
+        run_id = job.action.run.run_id
+        event: AlertEvent | None = None
+        with self._outcomes_lock:
+            group = self._outcomes.get(job.finding.key)
+            if group is None:
+                group = _GroupOutcome(job.finding, [job.action], open={run_id}, unseen={run_id})
+                self._outcomes[job.finding.key] = group
+            group.latest[run_id] = result
+            group.unseen.discard(run_id)
+            if final:
+                group.open.discard(run_id)
+            if not group.unseen and (not group.announced or final):
+                group.announced = True
+                event = AlertEvent(
+                    kind=AlertKind.OUTCOME,
+                    finding=group.finding,
+                    detected_at=self.clock(),
+                    cluster=self.config.cluster_name,
+                    mode=self._mode.value,
+                    actions=tuple(group.actions),
+                    results=tuple(group.latest.values()),
+                )
+            if not group.open:
+                del self._outcomes[job.finding.key]
+        if final and job.action.writes and self.parts.ledger.durable:
+            try:
+                self.parts.ledger.drop_pending(job.action.dag_id, run_id)
+            except Exception as exc:  # noqa: BLE001 - a stale pending entry is only re-judged later
+                log.warning("pending_remediation_not_cleared", run_id=run_id, error=str(exc))
+        if event is not None:
+            self.parts.alerter.notify(event)
+
+    def _recheck(self, job: Job) -> tuple[Finding, Action] | RemediationResult:
+        """Before a retry: judge the duplicate's group again from the database, earlier decisions
+        included. Only a run that is still a duplicate of a confirmed group, not kept by any decision
+        and (unless opted in) not started, is acted on; anything else ends the job."""
+        verdict = self._rejudge(job.action.dag_id, job.action.run.run_id, self.clock())
+        if isinstance(verdict, str):
+            return RemediationResult(job.action, Result.SKIPPED if verdict != "gone" else Result.GONE, verdict)
+        finding, action = verdict
+        passive = passive_result(action)
+        if passive is not None:
+            return passive
+        return finding, action
+
+    def _rejudge(self, dag_id: str, run_id: str, now: datetime) -> tuple[Finding, Action] | str:
+        t = self.parts.db.tables
+        with connect(self.parts.db.engine) as conn:
+            run = queries.run_by_run_id(conn, t, dag_id, run_id)
+            if run is None:
+                return "gone"
+            findings = self._rejudger.judge(conn, [run], now)
+        for finding in findings:
+            for action in plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started):
+                if action.run.id == run.id:
+                    return finding, action
+        return "re-judged: no longer a duplicate in a group: left alone"
+
+    def _pick_up_pending(self) -> None:
+        """A new leader term: remediations an earlier leader decided but did not finish (durable ledger)."""
+        try:
+            pending = self.parts.ledger.pending()
+        except Exception as exc:  # noqa: BLE001 - retried at the next term; the groups stay in the ledger
+            log.warning("pending_remediations_unreadable", error=str(exc))
+            return
+        for item in pending:
+            with self._outcomes_lock:
+                mine = any(g.finding.dag_id == item.dag_id and item.run_id in g.open for g in self._outcomes.values())
+            if mine:
+                continue  # still in this process's own queue (this replica led before)
+            try:
+                verdict = self._rejudge(item.dag_id, item.run_id, self.clock())
+            except Exception as exc:  # noqa: BLE001 - e.g. the database blinked: next term
+                log.warning("pending_remediation_not_judged", run_id=item.run_id, error=str(exc))
+                continue
+            if isinstance(verdict, str):
+                log.info("pending_remediation_dropped", dag_id=item.dag_id, run_id=item.run_id, reason=verdict)
+                self.parts.ledger.drop_pending(item.dag_id, item.run_id)
+                continue
+            finding, action = verdict
+            log.info("pending_remediation_picked_up", dag_id=item.dag_id, run_id=item.run_id)
+            job = Job(finding, action, picked_up=False)
+            self._track(finding, [action], [action])
+            result = passive_result(action)
+            if result is not None:
+                self._on_result(job, result, True)
+            else:
+                self._submit(job)
+
+
+def _one_line(exc: BaseException, db: AirflowDb) -> str:
+    if isinstance(exc, SQLAlchemyError):
+        return describe_error(exc, db.engine.url)
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _safe_watermark(tracker: NewRowTracker) -> int:
+    """Highest id below which every run has been examined (open and late gaps may still commit)."""
+    lowest = tracker.lowest_unseen()
+    return tracker.high if lowest is None else lowest - 1

@@ -1,0 +1,205 @@
+"""Leader election with a PostgreSQL advisory lock: exactly one replica acts, and never two.
+
+``session`` lock: ``pg_try_advisory_lock(key)`` on a dedicated autocommit connection; PostgreSQL drops
+it the moment that backend's connection ends (SIGKILLed leader, terminated backend), so a standby
+trying every ``leader_check_interval`` takes over within about a second. ``transaction`` lock:
+``pg_try_advisory_xact_lock`` inside a transaction kept open, which PgBouncer's transaction pooling
+pins to one server connection. A session lock through transaction pooling is taken on whichever
+server connection the statement landed on and is then shared with other clients: two replicas both
+"hold" it (facts §6, the official chart's ``pgbouncer.enabled``).
+
+Pooler detection, at every (re)connect of the lock connection: the connection is *direct* when the
+backend's client address and port (``inet_client_addr()``, ``inet_client_port()``) are this socket's
+own. Any proxy or pooler — PgBouncer in any pool mode, Pgpool, a cloud SQL proxy — connects to the
+server from its own socket, so it can never pass for direct. ``auto`` (the default) takes the session
+lock only on a verified direct connection and the transaction lock otherwise (safe in session and
+transaction pooling alike); ``session`` refuses to lead through anything not verified direct, with a
+one-line reason naming the setting. (A Unix-socket connection cannot be verified: ``auto`` uses the
+transaction lock there, ``session`` trusts it.)
+
+Prefer no leader over two: the leader acts only while its last successful heartbeat is younger than
+``lease``; each heartbeat has a client-side deadline (``detector.metadb.engine``), so a stalled lock backend
+(``kill -STOP``) ends leadership within the lease instead of hanging the heartbeat. The transaction
+lock also sets ``idle_in_transaction_session_timeout`` (twice the lease, for its transaction only) so
+the server frees the lock of a leader that went silent — after that leader has stopped acting.
+
+A standby that finds the lock taken checks that its holder is alive: a holder's backend that did
+nothing for three leases (a healthy leader heartbeats every check interval) means no replica can act,
+which ``problem`` reports. SQLite (single ``airflow standalone``) always leads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from detector import logs
+from detector.metadb import queries
+from detector.metadb.engine import describe_error
+
+log = logs.get("dupguard.leader")
+
+# Problem codes (``LockProblem.code``); ``detector.app.status`` maps them to states.
+LOCK_UNAVAILABLE = "lock_unavailable"
+LOCK_REFUSED = "lock_refused"
+LEADER_UNRESPONSIVE = "leader_unresponsive"
+
+
+@dataclass(frozen=True)
+class LockProblem:
+    """Why this replica can neither lead nor trust that another one does."""
+
+    code: str
+    reason: str
+
+
+class AlwaysLeader:
+    problem: LockProblem | None = None
+
+    def ensure(self, now: datetime) -> bool:
+        return True
+
+    def is_leader(self, now: datetime) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+
+class AdvisoryLock:
+    def __init__(self, engine: Engine, key: int, *, mode: str = "auto", lease: timedelta) -> None:
+        self.engine = engine
+        self.key = key
+        self.mode = mode
+        self.lease = lease
+        self.problem: LockProblem | None = None
+        self.lock_kind: str | None = None  # session | transaction, chosen at the last connect
+        self._conn: Connection | None = None
+        self._last_ok: datetime | None = None
+
+    def is_leader(self, now: datetime) -> bool:
+        return self._conn is not None and self._last_ok is not None and now - self._last_ok <= self.lease
+
+    def ensure(self, now: datetime) -> bool:
+        """Heartbeat the held lock, or try to take it. Returns leadership after the attempt."""
+        if self._conn is not None:
+            try:
+                queries.ping(self._conn)
+                self._last_ok = now
+            except SQLAlchemyError as exc:
+                log.warning("leader_lost", reason=describe_error(exc, self.engine.url))
+                self._drop()
+            return self.is_leader(now)
+        return self._try_acquire(now)
+
+    def _try_acquire(self, now: datetime) -> bool:
+        conn: Connection | None = None
+        try:
+            conn = self.engine.connect()
+            kind = self._lock_kind(conn)
+            conn.rollback()  # end the check's implicit transaction before choosing the lock's
+            if kind is None:
+                _close_quietly(conn)
+                return False
+            if kind == "transaction":
+                conn.begin()
+                queries.set_local_idle_in_transaction_timeout(conn, 2 * self.lease)
+                got = queries.try_advisory_xact_lock(conn, self.key)
+            else:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                got = queries.try_advisory_lock(conn, self.key)
+            idle = None if got else queries.advisory_lock_holder_idle(conn, self.key)
+        except SQLAlchemyError as exc:
+            self._report(LockProblem(LOCK_UNAVAILABLE, describe_error(exc, self.engine.url)))
+            _close_quietly(conn)
+            return False
+        if not got:
+            _close_quietly(conn)
+            stale = idle is not None and idle > 3 * self.lease.total_seconds()
+            self._report(
+                LockProblem(
+                    LEADER_UNRESPONSIVE,
+                    f"the lock holder's backend has been silent for {idle:.0f}s (stalled or cut off)",
+                )
+                if stale and idle is not None
+                else None
+            )
+            return False
+        self._conn, self._last_ok, self.lock_kind = conn, now, kind
+        self._report(None)
+        log.info("leader_acquired", lock_key=self.key, lock=kind, mode=self.mode)
+        return True
+
+    def _lock_kind(self, conn: Connection) -> str | None:
+        """The lock to take on this connection, or None (and a problem) when ``session`` must refuse."""
+        if self.mode == "transaction":
+            return "transaction"
+        direct = _is_direct(conn)
+        if self.mode == "auto":
+            return "session" if direct else "transaction"
+        if direct is False:
+            self._report(
+                LockProblem(
+                    LOCK_REFUSED,
+                    "the leader-lock connection goes through a proxy or pooler (PgBouncer?), where a session "
+                    "lock can be shared by two replicas: set DUPGUARD_LOCK_MODE=auto (or transaction), or "
+                    "DUPGUARD_LOCK_DATABASE_URL to a direct URL",
+                )
+            )
+            return None
+        return "session"
+
+    def _report(self, problem: LockProblem | None) -> None:
+        if problem is not None and (self.problem is None or self.problem.code != problem.code):
+            # debug: detector.app.status logs the resulting state change once, as a warning
+            log.debug("leader_lock_problem", problem=problem.code, reason=problem.reason)
+        self.problem = problem
+
+    def release(self) -> None:
+        # Closing the backend connection releases a session or transaction lock alike.
+        if self._conn is not None:
+            log.info("leader_released", lock_key=self.key)
+        self._drop()
+
+    def _drop(self) -> None:
+        _close_quietly(self._conn)
+        self._conn, self._last_ok = None, None
+
+
+def _is_direct(conn: Connection) -> bool | None:
+    """True if the server's view of its client is this very socket; None for a Unix socket."""
+    addr, port = queries.client_endpoint(conn)
+    fd = conn.connection.dbapi_connection.fileno()  # type: ignore[union-attr]
+    with socket.socket(fileno=socket.dup(fd)) as own:
+        local = own.getsockname()
+    if addr is None or port is None or not isinstance(local, tuple):
+        return None
+    return _same_ip(str(addr), str(local[0])) and int(port) == int(local[1])
+
+
+def _same_ip(a: str, b: str) -> bool:
+    def norm(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+        ip = ipaddress.ip_address(text.split("%", 1)[0].split("/", 1)[0])
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        return ip
+
+    try:
+        return norm(a) == norm(b)
+    except ValueError:
+        return False
+
+
+def _close_quietly(conn: Any) -> None:
+    if conn is None:
+        return
+    with contextlib.suppress(SQLAlchemyError):
+        conn.invalidate()  # never return a lock-holding connection to the pool
+        conn.close()

@@ -1,0 +1,275 @@
+"""What was already handled, so nothing is alerted or remediated twice (restarts, replicas, overlaps).
+
+``DbLedger`` keeps it in a dupguard-owned schema ``dupguard`` beside Airflow's tables, created only by
+``dupguard init-db`` (or at start with ``DUPGUARD_LEDGER=on``). A claim is an INSERT … ON CONFLICT DO
+NOTHING: exactly one replica wins it, even if two briefly believe they lead. ``MemoryLedger`` serves
+read-only database users: it forgets on restart, so a restarted or newly elected replica may alert
+again about groups from the last ``startup_lookback`` (remediation stays safe: a stopped run is
+recognised as already stopped, and the note on it names the kept run, ``detector.core.decisions``).
+
+Besides claims the ledger keeps, per run, the role an earlier judgement gave it (``decision|<dag>|<run>``
+claims, subject ``kept`` or ``duplicate``: issue 11 §1, a decision is final), and the remediations
+not finished yet (notes ``pending|<dag>|<run>``), which a new leader picks up (issue 11 §3).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from sqlalchemy import Column, DateTime, Engine, MetaData, String, Table, Text, delete, inspect, select, text, tuple_
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from detector import logs
+from detector.core.ports import Pending
+from detector.errors import ConfigError
+from detector.metadb.engine import connect
+
+SCHEMA = "dupguard"
+_md = MetaData(schema=SCHEMA)
+claims = Table(
+    "claims",
+    _md,
+    Column("group_key", String(600), primary_key=True),
+    Column("subject", String(300), primary_key=True),
+    Column("claimed_at", DateTime(timezone=True), nullable=False),
+    Column("owner", String(300), nullable=False),
+)
+notes = Table(
+    "notes",
+    _md,
+    Column("group_key", String(600), primary_key=True),
+    Column("name", String(100), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+state = Table(
+    "state",
+    _md,
+    Column("name", String(100), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+WATERMARK = "watermark"
+KEPT, DUPLICATE = "kept", "duplicate"
+PENDING = "pending-remediation"
+log = logs.get("dupguard.ledger")
+
+
+def decision_key(dag_id: str, run_id: str) -> str:
+    return f"decision|{dag_id}|{run_id}"
+
+
+def pending_key(dag_id: str, run_id: str) -> str:
+    return f"pending|{dag_id}|{run_id}"
+
+
+def _decision_rows(kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(decision_key(*kept), KEPT), *((decision_key(*d), DUPLICATE) for d in duplicates)]
+
+
+class MemoryLedger:
+    """In-process ledger (read-only users, SQLite, tests). Thread-safe.
+
+    Bounded for weeks of running: the oldest entries are forgotten past ``max_entries``. A group is
+    only re-judged while a sibling can still appear (seconds to minutes), so an entry that old is
+    never consulted again.
+    """
+
+    durable = False
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self._claims: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._notes: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._watermark: int | None = None
+        self._max = max_entries
+        self._lock = threading.Lock()
+
+    def claim(self, group_key: str, subject: str) -> bool:
+        with self._lock:
+            if (group_key, subject) in self._claims:
+                return False
+            self._claims[(group_key, subject)] = None
+            if len(self._claims) > self._max:
+                self._claims.popitem(last=False)
+            return True
+
+    def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
+        return {subject for subject in subjects if self.claim(group_key, subject)}
+
+    def remember(self, group_key: str, name: str, value: str) -> None:
+        with self._lock:
+            self._notes[(group_key, name)] = value
+            if len(self._notes) > self._max:
+                self._notes.popitem(last=False)
+
+    def recall(self, group_key: str, name: str) -> str | None:
+        with self._lock:
+            return self._notes.get((group_key, name))
+
+    def watermark(self) -> int | None:
+        return self._watermark
+
+    def save_watermark(self, high: int) -> None:
+        self._watermark = high
+
+    def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
+        for group_key, subject in _decision_rows(kept, duplicates):
+            self.claim(group_key, subject)
+
+    def decisions(self, runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
+        with self._lock:
+            found: dict[tuple[str, str], set[str]] = {}
+            for dag_id, run_id in runs:
+                roles = {r for r in (KEPT, DUPLICATE) if (decision_key(dag_id, run_id), r) in self._claims}
+                if roles:
+                    found[(dag_id, run_id)] = roles
+            return found
+
+    def add_pending(self, item: Pending) -> None:
+        self.remember(pending_key(item.dag_id, item.run_id), PENDING, item.finding_key)
+
+    def drop_pending(self, dag_id: str, run_id: str) -> None:
+        with self._lock:
+            self._notes.pop((pending_key(dag_id, run_id), PENDING), None)
+
+    def pending(self) -> list[Pending]:
+        with self._lock:
+            items = [(k, v) for (k, name), v in self._notes.items() if name == PENDING]
+        return [_pending(k, v) for k, v in items]
+
+
+def _pending(group_key: str, finding_key: str) -> Pending:
+    _, dag_id, run_id = group_key.split("|", 2)
+    return Pending(finding_key=finding_key, dag_id=dag_id, run_id=run_id)
+
+
+class DbLedger:
+    """The durable ledger in PostgreSQL schema ``dupguard``."""
+
+    durable = True
+
+    def __init__(self, engine: Engine, owner: str | None = None) -> None:
+        self.engine = engine
+        self.owner = owner or socket.gethostname()
+
+    def claim(self, group_key: str, subject: str) -> bool:
+        stmt = (
+            pg_insert(claims)
+            .values(group_key=group_key, subject=subject, claimed_at=datetime.now(UTC), owner=self.owner)
+            .on_conflict_do_nothing()
+            .returning(claims.c.group_key)
+        )
+        with connect(self.engine) as conn, conn.begin():
+            return conn.execute(stmt).first() is not None
+
+    def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
+        """Several claims in one round trip: the ones this call won."""
+        if not subjects:
+            return set()
+        now = datetime.now(UTC)
+        rows = [{"group_key": group_key, "subject": s, "claimed_at": now, "owner": self.owner} for s in subjects]
+        stmt = pg_insert(claims).values(rows).on_conflict_do_nothing().returning(claims.c.subject)
+        with connect(self.engine) as conn, conn.begin():
+            return {row.subject for row in conn.execute(stmt)}
+
+    def remember(self, group_key: str, name: str, value: str) -> None:
+        stmt = pg_insert(notes).values(group_key=group_key, name=name, value=value)
+        stmt = stmt.on_conflict_do_update(index_elements=[notes.c.group_key, notes.c.name], set_={"value": value})
+        with connect(self.engine) as conn, conn.begin():
+            conn.execute(stmt)
+
+    def recall(self, group_key: str, name: str) -> str | None:
+        query = select(notes.c.value).where(notes.c.group_key == group_key, notes.c.name == name)
+        with connect(self.engine) as conn:
+            return conn.execute(query).scalar_one_or_none()
+
+    def watermark(self) -> int | None:
+        with connect(self.engine) as conn:
+            value = conn.execute(select(state.c.value).where(state.c.name == WATERMARK)).scalar_one_or_none()
+        return None if value is None else int(value)
+
+    def save_watermark(self, high: int) -> None:
+        stmt = pg_insert(state).values(name=WATERMARK, value=str(high))
+        stmt = stmt.on_conflict_do_update(index_elements=[state.c.name], set_={"value": str(high)})
+        with connect(self.engine) as conn, conn.begin():
+            conn.execute(stmt)
+
+    def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
+        """The roles of one judgement, in one round trip; an existing role is never changed."""
+        now = datetime.now(UTC)
+        rows = [
+            {"group_key": k, "subject": s, "claimed_at": now, "owner": self.owner}
+            for k, s in _decision_rows(kept, duplicates)
+        ]
+        with connect(self.engine) as conn, conn.begin():
+            conn.execute(pg_insert(claims).values(rows).on_conflict_do_nothing())
+
+    def decisions(self, runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
+        """(dag_id, run_id) -> the roles earlier judgements gave it (claims pkey)."""
+        keys = {decision_key(dag_id, run_id): (dag_id, run_id) for dag_id, run_id in runs}
+        if not keys:
+            return {}
+        query = select(claims.c.group_key, claims.c.subject).where(
+            tuple_(claims.c.group_key, claims.c.subject).in_(
+                [(k, role) for k in sorted(keys) for role in (KEPT, DUPLICATE)]
+            )
+        )
+        found: dict[tuple[str, str], set[str]] = {}
+        with connect(self.engine) as conn:
+            for row in conn.execute(query):
+                found.setdefault(keys[row.group_key], set()).add(row.subject)
+        return found
+
+    def add_pending(self, item: Pending) -> None:
+        self.remember(pending_key(item.dag_id, item.run_id), PENDING, item.finding_key)
+
+    def drop_pending(self, dag_id: str, run_id: str) -> None:
+        stmt = delete(notes).where(notes.c.group_key == pending_key(dag_id, run_id), notes.c.name == PENDING)
+        with connect(self.engine) as conn, conn.begin():
+            conn.execute(stmt)
+
+    def pending(self) -> list[Pending]:
+        with connect(self.engine) as conn:
+            rows = conn.execute(select(notes.c.group_key, notes.c.value).where(notes.c.name == PENDING)).all()
+        return [_pending(r.group_key, r.value) for r in rows]
+
+
+def init_db(engine: Engine) -> None:
+    """Create schema ``dupguard`` and its three small tables (idempotent). Touches nothing of Airflow's."""
+    if engine.url.get_backend_name() != "postgresql":
+        raise ConfigError(["the durable ledger needs PostgreSQL; SQLite deployments use the in-memory ledger"])
+    with connect(engine) as conn, conn.begin():
+        conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+        _md.create_all(conn)
+
+
+def drop_db(engine: Engine) -> None:
+    """Remove schema ``dupguard`` and everything in it; Airflow's tables are never touched."""
+    with connect(engine) as conn, conn.begin():
+        conn.execute(text(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"))
+
+
+def ledger_exists(engine: Engine) -> bool:
+    if engine.url.get_backend_name() != "postgresql":
+        return False
+    with connect(engine) as conn:
+        return bool(inspect(conn).has_table("claims", schema=SCHEMA))
+
+
+def open_ledger(mode: str, engine: Engine) -> MemoryLedger | DbLedger:
+    """The ledger ``mode`` (auto | on | off) asks for; DatabaseError if ``on`` cannot create it."""
+    if mode == "off":
+        return MemoryLedger()
+    if mode == "on":
+        init_db(engine)
+        return DbLedger(engine)
+    if ledger_exists(engine):
+        return DbLedger(engine)
+    log.warning(
+        "ledger_in_memory",
+        reason="schema dupguard not found; run `dupguard init-db` for a durable ledger",
+        consequence="a restart or failover may alert again about recent groups",
+    )
+    return MemoryLedger()

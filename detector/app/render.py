@@ -1,0 +1,230 @@
+"""Findings as text for people (table) and for tools (JSON, CSV). The JSON shape is a contract.
+
+JSON (``format_version`` 1): ``scan --format json`` prints exactly one such document on stdout
+whatever happens -- also for Airflow 2 (``note`` says why nothing was examined) and for every early
+exit (bad usage, configuration or database: ``error`` holds the exit code and the one-line message
+also printed on stderr; fields not known yet are null). ``--format csv`` always prints its header::
+
+    {"format_version": 1, "dupguard_version": "...", "airflow_version": ">=3.1.0,<3.1.8" | null,
+     "schema_family": "3.1" | null, "scanned_at": ISO | null, "since": ISO | null, "runs_examined": int,
+     "note": str | null, "error": {"exit_code": 2 | 3, "message": str} | null,
+     "summary": {"groups": n, "confirmed": n, "suspected": n, "duplicate_runs": n, "duplicate_task_seconds": x},
+     "groups": [{"key", "dag_id", "kind", "confidence", "kept_run_id", "duplicate_run_ids", "shared_event_ids",
+                 "run_after", "partition_key", "creating_job_ids", "creator_hostnames",
+                 "duplicate_task_seconds", "runs": [{"id", "run_id", "state", "kept", "creating_job_id",
+                 "creator_hostname", "queued_at", "tasks_total", "tasks_started", "task_seconds"}]}],
+     "split_partitions": [{"key", "kind": "split_partition", "dag_id", "partition_key", "split_at", "waiting",
+                           "stuck_row_ids", "rows": [{"id", "created_at", "age_seconds", "pending",
+                           "created_dag_run_id", "event_ids"}]}]}
+
+``split_partitions`` (added in 0.x, still ``format_version`` 1: v1 readers ignore unknown keys) lists
+partition keys split into two ``asset_partition_dag_run`` rows (Airflow 3.2+, apache/airflow#71070)
+that lasted ``--split-grace``; it is the current state, whatever ``--since``. They are not duplicate
+groups (no run may exist yet), so ``groups`` and ``summary.groups`` never count them;
+``summary.split_partitions`` does (0 and ``[]`` in an error document). CSV lists groups only.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from detector import __version__
+from detector.app.scan import ScanReport
+from detector.core.model import NO_PROGRESS, Confidence, Finding
+from detector.core.split import SplitPartition, split_dict
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def finding_dict(f: Finding) -> dict[str, Any]:
+    return {
+        "key": f.key,
+        "dag_id": f.dag_id,
+        "kind": f.kind.value,
+        "confidence": f.confidence.value,
+        "kept_run_id": f.kept.run_id,
+        "duplicate_run_ids": [r.run_id for r in f.duplicates],
+        "shared_event_ids": list(f.shared_event_ids),
+        "run_after": _iso(f.run_after),
+        "partition_key": f.partition_key,
+        "creating_job_ids": list(f.creating_job_ids),
+        "creator_hostnames": [r.creator_hostname for r in f.runs],
+        "duplicate_task_seconds": round(f.duplicate_task_seconds, 3),
+        "runs": [
+            {
+                "id": r.id,
+                "run_id": r.run_id,
+                "state": r.state,
+                "kept": r is f.kept,
+                "creating_job_id": r.creating_job_id,
+                "creator_hostname": r.creator_hostname,
+                "queued_at": _iso(r.queued_at),
+                "tasks_total": f.progress.get(r.id, NO_PROGRESS).total,
+                "tasks_started": f.progress.get(r.id, NO_PROGRESS).started,
+                "task_seconds": round(f.progress.get(r.id, NO_PROGRESS).task_seconds, 3),
+            }
+            for r in f.runs
+        ],
+    }
+
+
+def summary(findings: Sequence[Finding]) -> dict[str, Any]:
+    return {
+        "groups": len(findings),
+        "confirmed": sum(f.confidence is Confidence.CONFIRMED for f in findings),
+        "suspected": sum(f.confidence is Confidence.SUSPECTED for f in findings),
+        "duplicate_runs": sum(len(f.duplicates) for f in findings),
+        "duplicate_task_seconds": round(sum(f.duplicate_task_seconds for f in findings), 3),
+    }
+
+
+def as_json(report: ScanReport) -> str:
+    doc = {
+        "format_version": 1,
+        "dupguard_version": __version__,
+        "airflow_version": report.info.airflow_version,
+        "schema_family": report.info.family.value,
+        "scanned_at": _iso(report.scanned_at),
+        "since": _iso(report.since),
+        "runs_examined": report.runs_examined,
+        "note": report.note,
+        "error": None,
+        "summary": summary(report.findings) | {"split_partitions": len(report.splits)},
+        "groups": [finding_dict(f) for f in report.findings],
+        "split_partitions": [split_dict(s) for s in report.splits],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def error_json(exit_code: int, message: str) -> str:
+    """The document of a scan that stopped before it could examine anything."""
+    doc = {
+        "format_version": 1,
+        "dupguard_version": __version__,
+        "airflow_version": None,
+        "schema_family": None,
+        "scanned_at": None,
+        "since": None,
+        "runs_examined": 0,
+        "note": None,
+        "error": {"exit_code": exit_code, "message": message},
+        "summary": summary([]) | {"split_partitions": 0},
+        "groups": [],
+        "split_partitions": [],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def csv_header() -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(CSV_COLUMNS)
+    return out.getvalue()
+
+
+CSV_COLUMNS = (
+    "dag_id",
+    "kind",
+    "confidence",
+    "run_after",
+    "partition_key",
+    "kept_run_id",
+    "duplicate_run_ids",
+    "shared_event_ids",
+    "creating_job_ids",
+    "duplicate_task_seconds",
+)
+
+
+def printable(text: str) -> str:
+    """``text`` with every non-printable character escaped (``\\x1b``, ``\\n``, ``\\u202e``): a DAG or run id
+    is whatever a DAG author wrote, and raw escape sequences in a terminal or spreadsheet can rewrite
+    what the operator sees (clear the screen, hide a line, reverse text)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _cell(value: object) -> object:
+    return printable(value) if isinstance(value, str) else value
+
+
+def as_csv(report: ScanReport) -> str:
+    """One row per group; list fields are space-separated so spreadsheets keep them in one cell; text
+    cells have non-printable characters escaped (``printable``)."""
+    out = io.StringIO()
+    out.write(csv_header())
+    writer = csv.writer(out, lineterminator="\n")
+    for f in report.findings:
+        d = finding_dict(f)
+        writer.writerow(
+            [
+                _cell(" ".join("" if v is None else str(v) for v in d[c]) if isinstance(d[c], list) else d[c])
+                for c in CSV_COLUMNS
+            ]
+        )
+    return out.getvalue()
+
+
+def as_table(report: ScanReport) -> str:
+    """A human summary: one block per group, most important first; non-printable characters escaped."""
+    return "".join(printable(line) + "\n" for line in _table_lines(report))
+
+
+def _table_lines(report: ScanReport) -> list[str]:
+    if report.note and not report.findings:
+        return report.note.splitlines()
+    lines = [
+        f"Airflow {report.info.airflow_version} (schema {report.info.family.value}); "
+        f"examined {report.runs_examined} candidate runs"
+        + (f" since {report.since.isoformat()}" if report.since else " over all history"),
+    ]
+    lines.extend(_split_lines(report.splits))
+    if not report.findings:
+        lines.append("No duplicate asset-triggered runs found.")
+        return lines
+    s = summary(report.findings)
+    lines.append(
+        f"{s['groups']} duplicate group(s): {s['confirmed']} confirmed, {s['suspected']} suspected; "
+        f"{s['duplicate_runs']} duplicate run(s) ran {s['duplicate_task_seconds']:.1f} task-seconds"
+    )
+    for f in sorted(report.findings, key=lambda f: (f.confidence is not Confidence.CONFIRMED, f.dag_id, f.run_after)):
+        where = (
+            f"partition {f.partition_key!r}" if f.partition_key is not None else f"run_after {f.run_after.isoformat()}"
+        )
+        lines.append("")
+        lines.append(f"[{f.confidence.value.upper()}] {f.dag_id}  {f.kind.value}  {where}")
+        lines.append(f"  shared events: {', '.join(map(str, f.shared_event_ids)) or '(none)'}")
+        for r in f.runs:
+            p = f.progress.get(r.id, NO_PROGRESS)
+            role = "keep     " if r is f.kept else "duplicate"
+            host = f" on {r.creator_hostname}" if r.creator_hostname else ""
+            lines.append(
+                f"  {role} {r.run_id}  state={r.state}  job={r.creating_job_id}{host}  "
+                f"tasks started {p.started}/{p.total}"
+            )
+    return lines
+
+
+def _split_lines(splits: Sequence[SplitPartition]) -> list[str]:
+    """Split partition keys first: a waiting one means a consumer that may never run."""
+    lines: list[str] = []
+    for split in splits:
+        state = "consumer waiting, may never run" if split.waiting else "a row will never be consumed"
+        lines.append(
+            f"[SPLIT PARTITION] {split.dag_id}  partition {split.partition_key!r}  "
+            f"since {_iso(split.split_at)} ({state})"
+        )
+        for r in split.rows:
+            made = "pending" if r.pending else f"made run id {r.created_dag_run_id}"
+            events = ", ".join(map(str, r.event_ids)) or "(none)"
+            age = f"{r.age_seconds:.0f}s ago"
+            lines.append(f"  row {r.id}  created {_iso(r.created_at)} ({age})  {made}  events {events}")
+        lines.append("")
+    return lines

@@ -1,0 +1,116 @@
+"""``dupguard run``: configuration, logging, signals, health server, then the daemon loop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from types import FrameType
+
+from detector import __version__, config, logs
+from detector.app.daemon import Daemon
+from detector.app.health import HealthServer
+from detector.app.wiring import Startup, build_parts, connect_with_backoff
+from detector.errors import ConfigError, DatabaseError
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.metrics import Metrics
+
+EXIT_OK, EXIT_CONFIG, EXIT_DB = 0, 2, 3
+
+
+def run_daemon(
+    flags: Mapping[str, str | None],
+    *,
+    config_file: str | None = None,
+    once: bool = False,
+    env: Mapping[str, str] | None = None,
+    install_signals: bool = True,
+    stop: threading.Event | None = None,
+) -> int:
+    try:
+        return _run(flags, config_file, once, env, install_signals, stop)
+    except ConfigError as exc:
+        print(f"dupguard: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except DatabaseError as exc:
+        print(f"dupguard: {exc}", file=sys.stderr)
+        return EXIT_DB
+
+
+def _run(
+    flags: Mapping[str, str | None],
+    config_file: str | None,
+    once: bool,
+    env: Mapping[str, str] | None,
+    install_signals: bool,
+    stop: threading.Event | None,
+) -> int:
+    cfg = config.load(flags, os.environ if env is None else env, config_file)
+    logs.configure(cfg.log_level, cfg.log_format)
+    log = logs.get("dupguard.main")
+    log.info("config_loaded", version=__version__, settings=cfg.redacted())
+
+    stop = stop or threading.Event()
+    if install_signals:
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            log.info("stopping", signal=signal.Signals(signum).name)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    metrics = Metrics()
+    metrics.config_missing.set(int(cfg.config_missing))
+    if cfg.config_missing:
+        log.warning(
+            "config_missing",
+            expected=cfg.config_expected,
+            loaded=cfg.config_source,
+            detail="settings not given otherwise use built-in defaults (remediation dry-run, no Slack): "
+            "check the companion release name and the scheduler label dupguard-config (docs/deploy.md)",
+        )
+    startup = Startup()
+    server = None
+    if cfg.http_port and not once:
+        try:
+            server = HealthServer(cfg.http_port, metrics.registry, startup.live, startup.ready).start()
+        except OSError as exc:  # the port is taken or not ours to bind: the operator's setting
+            raise ConfigError([f"DUPGUARD_HTTP_PORT {cfg.http_port}: cannot listen ({exc.strerror})"]) from None
+    try:
+        engine = make_engine(parse_url(cfg.database_url), read_only=True, call_timeout=cfg.db_timeout.total_seconds())
+        # --once is a check or a cron job: an unusable database is its answer (exit 3), not a reason to wait.
+        db = open_airflow_db(engine) if once else connect_with_backoff(engine, stop)
+        if db is None:
+            return EXIT_OK
+        if not db.info.exact:
+            log.warning("airflow_version_inferred", revision=db.info.revision, family=db.info.family.value)
+        if not db.info.can_duplicate:
+            log.info(
+                "airflow_2_immune",
+                airflow_version=db.info.airflow_version,
+                detail="Airflow 2 cannot create duplicate dataset-triggered runs; dupguard idles",
+            )
+            if not once:
+                startup.immune = True
+                stop.wait()
+            return EXIT_OK
+        try:
+            parts = build_parts(cfg, db, metrics)
+        except ConfigError as exc:  # a setting that this Airflow version rules out (e.g. api + skip on 3.1)
+            print(f"dupguard: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        daemon = Daemon(cfg, parts, once=once)
+        daemon.stop = stop
+        startup.daemon = daemon
+        log.info("started", airflow_version=db.info.airflow_version, remediation=cfg.remediation)
+        try:
+            return daemon.run(once=once)
+        finally:
+            daemon.shutdown(timeout=3.0)
+            log.info("stopped")
+    finally:
+        if server is not None:
+            server.close()

@@ -1,0 +1,80 @@
+"""The one-shot history audit behind ``dupguard scan``: candidate keys by SQL, verdicts by the core."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from detector.core.decisions import decisions_from_notes
+from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
+from detector.core.model import Finding
+from detector.core.reprocess import needs_origins, refine_partitioned
+from detector.core.split import DEFAULT_SPLIT_GRACE, SplitPartition, find_split_partitions
+from detector.metadb import queries
+from detector.metadb.engine import AirflowDb, connect
+from detector.metadb.versions import SchemaInfo
+
+Progress = Callable[[int, int], None]  # (done, total) in runs examined
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    info: SchemaInfo
+    findings: list[Finding]
+    scanned_at: datetime
+    since: datetime | None
+    runs_examined: int
+    note: str | None = None  # why nothing was examined (Airflow 2), shown in every format
+    splits: list[SplitPartition] = field(default_factory=list)  # current state, whatever ``since``
+
+
+def scan(
+    db: AirflowDb,
+    *,
+    now: datetime,
+    since: timedelta | None = None,
+    dag_filter: DagFilter = ALL_DAGS,
+    suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW,
+    progress: Progress | None = None,
+    split_grace: timedelta = DEFAULT_SPLIT_GRACE,
+) -> ScanReport:
+    """Every duplicate group whose runs have run_after within ``since`` of ``now`` (all history if None).
+
+    The database narrows history to keys shared by more than one run (GROUP BY on the run_after
+    index) and to runs of one DAG sharing a consumed event; only those runs' events and task
+    instances are read.
+    """
+    start = None if since is None else now - since
+    t = db.tables
+    with connect(db.engine) as conn:
+        asset_keys = [k for k in queries.candidate_asset_keys(conn, t, start) if dag_filter.selects(k[0])]
+        part_keys = [k for k in queries.candidate_partition_keys(conn, t, start) if dag_filter.selects(k[0])]
+        found = queries.runs_for_asset_keys(conn, t, asset_keys)
+        found += queries.runs_sharing_events(conn, t, start)  # the overlap race: other run_after
+        found += queries.runs_for_partition_keys(conn, t, part_keys, start)
+        runs = list({r.id: r for r in found if dag_filter.selects(r.dag_id)}.values())
+        ids = [r.id for r in runs]
+        events: dict[int, frozenset[int]] = {}
+        task_progress = {}
+        notes: dict[int, str] = {}
+        for done, part in enumerate(queries.chunks(ids), start=1):
+            events.update(queries.consumed_events(conn, t, part))
+            task_progress.update(queries.task_progress(conn, t, part, now))
+            notes.update(queries.run_notes(conn, t, part))  # a run dupguard stopped is never the kept one
+            if progress is not None:
+                progress(min(done * queries.CHUNK, len(ids)), len(ids))
+        prior = decisions_from_notes(runs, notes)  # a run dupguard stopped is never the kept one
+        findings = find_duplicates(
+            runs, events, task_progress, dag_filter=dag_filter, suspect_window=suspect_window, prior=prior
+        )
+        suspects = [r.id for f in findings if needs_origins(f) for r in f.runs]
+        if suspects:
+            origins = queries.partition_rows_for_runs(conn, t, suspects)
+            findings = refine_partitioned(findings, origins, events, task_progress, suspect_window=suspect_window)
+        split_rows = queries.partition_rows_with_pending(conn, t)
+        split_events = queries.partition_row_events(conn, t, [r.id for r in split_rows]) if split_rows else {}
+    splits = find_split_partitions(split_rows, split_events, now, grace=split_grace, dag_filter=dag_filter)
+    return ScanReport(
+        info=db.info, findings=findings, scanned_at=now, since=start, runs_examined=len(ids), splits=splits
+    )

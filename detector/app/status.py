@@ -1,0 +1,90 @@
+"""What this replica can do right now, in one word: ``/readyz``, the ``dupguard_up`` and
+``dupguard_state`` gauges, and one log line per change (a warning when it cannot detect or act).
+
+A replica is *up* while it leads and its polls succeed, or while it stands by with a working lock
+connection and a live leader elsewhere. Every other state names why it is down; the reason text is
+already redacted (``detector.metadb.engine.describe_error``). ``evaluate`` is pure; ``StatusBoard`` holds the
+current status and does the logging and the gauges.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from enum import StrEnum
+
+from detector import logs
+from detector.app.leader import LEADER_UNRESPONSIVE, LOCK_REFUSED, LockProblem
+from detector.metrics import Metrics
+
+log = logs.get("dupguard.status")
+
+
+class State(StrEnum):
+    STARTING = "starting"
+    LEADING = "leading"
+    STANDBY = "standby"
+    DATABASE_UNREACHABLE = "database_unreachable"  # the metadata database does not answer
+    POLL_FAILING = "poll_failing"  # leader, but polls fail (e.g. permission denied on the ledger)
+    LOCK_UNAVAILABLE = "lock_unavailable"  # the leader-lock connection fails (password, lock key, network)
+    LOCK_REFUSED = "lock_refused"  # lock_mode=session through a pooler
+    LEADER_UNRESPONSIVE = "leader_unresponsive"  # the lock's holder is stalled: no replica acts
+
+
+UP_STATES = frozenset({State.LEADING, State.STANDBY})
+
+
+@dataclass(frozen=True)
+class Status:
+    state: State
+    reason: str
+
+    @property
+    def up(self) -> bool:
+        return self.state in UP_STATES
+
+
+STARTING = Status(State.STARTING, "connecting to the metadata database")
+
+
+def evaluate(*, db_error: str | None, leader: bool, poll_error: str | None, lock: LockProblem | None) -> Status:
+    """The status from what the last checks found (most fundamental cause first)."""
+    if db_error is not None:
+        return Status(State.DATABASE_UNREACHABLE, db_error)
+    if leader:
+        if poll_error is not None:
+            return Status(State.POLL_FAILING, poll_error)
+        return Status(State.LEADING, "holds the leader lock and polls")
+    if lock is not None:
+        state = {LOCK_REFUSED: State.LOCK_REFUSED, LEADER_UNRESPONSIVE: State.LEADER_UNRESPONSIVE}.get(
+            lock.code, State.LOCK_UNAVAILABLE
+        )
+        return Status(state, lock.reason)
+    return Status(State.STANDBY, "another replica holds the leader lock")
+
+
+class StatusBoard:
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self.current = STARTING
+        for state in State:
+            metrics.state.labels(state=state.value).set(0)
+        self._publish(STARTING)
+
+    def update(self, status: Status) -> None:
+        """Record ``status``; log once when the state (not just its reason's wording) changes."""
+        with self._lock:
+            previous, self.current = self.current, status
+            if status.state is previous.state:
+                return
+            self._publish(status)
+        if status.up:
+            log.info("status_changed", state=status.state.value, previous=previous.state.value, reason=status.reason)
+        else:
+            log.warning("status_changed", state=status.state.value, previous=previous.state.value, reason=status.reason)
+
+    def _publish(self, status: Status) -> None:
+        for state in State:
+            self._metrics.state.labels(state=state.value).set(1 if state is status.state else 0)
+        self._metrics.up.set(1 if status.up else 0)

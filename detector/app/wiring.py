@@ -1,0 +1,131 @@
+"""Builds the daemon's parts from the Config: the only place that knows every concrete implementation."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+
+from detector import logs
+from detector.actions.alerts.dispatch import build_alerter
+from detector.actions.remediation.guarded import Backend, GuardedRemediator
+from detector.app.daemon import Daemon, Parts
+from detector.app.leader import AdvisoryLock, AlwaysLeader
+from detector.app.ledger import open_ledger
+from detector.app.split_watch import SplitWatch
+from detector.config import Config
+from detector.core.detect import DagFilter
+from detector.core.plan import Mode
+from detector.core.ports import Remediator
+from detector.errors import DatabaseError
+from detector.metadb.engine import AirflowDb, make_engine, open_airflow_db, parse_url
+from detector.metadb.schema import AirflowTables
+from detector.metrics import Metrics
+
+log = logs.get("dupguard.main")
+MAX_STARTUP_BACKOFF = 30.0
+
+
+@dataclass
+class Startup:
+    """Readiness while the database is still being reached (the daemon does not exist yet)."""
+
+    daemon: Daemon | None = None
+    immune: bool = False  # Airflow 2: nothing to watch, ready by definition
+
+    def live(self) -> bool:
+        return self.daemon.live() if self.daemon else True
+
+    def ready(self) -> tuple[bool, str]:
+        if self.daemon is not None:
+            return self.daemon.ready()
+        if self.immune:
+            return True, "airflow_2: Airflow 2 cannot create these duplicates; nothing to watch"
+        return False, "starting: connecting to the metadata database"
+
+
+def connect_with_backoff(engine: Engine, stop: threading.Event) -> AirflowDb | None:
+    """Identify the Airflow schema, retrying while the database is unreachable; None if stopped."""
+    delay = 1.0
+    while not stop.is_set():
+        try:
+            return open_airflow_db(engine)
+        except DatabaseError as exc:
+            log.warning("database_unavailable_at_start", error=str(exc), retry_in_seconds=delay)
+            stop.wait(delay)
+            delay = min(MAX_STARTUP_BACKOFF, delay * 2)
+    return None
+
+
+def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
+    engine = db.engine
+    if engine.url.get_backend_name() == "sqlite":
+        leadership: AdvisoryLock | AlwaysLeader = AlwaysLeader()
+    else:
+        lock_url = parse_url(config.lock_database_url or config.database_url)
+        lease = config.leader_check_interval * 3
+        # A heartbeat that cannot finish within the lease is worthless: bound it by the lease.
+        call_timeout = min(config.db_timeout, lease).total_seconds()
+        leadership = AdvisoryLock(
+            make_engine(lock_url, pool_size=1, call_timeout=call_timeout),
+            config.lock_key,
+            mode=config.lock_mode,
+            lease=lease,
+        )
+    ledger = open_ledger(config.ledger, engine)
+    remediator = build_remediator(config, engine, db.tables, metrics)
+    alerter = build_alerter(config, ledger, metrics)
+    metrics.init_remediations(config.remediation, getattr(remediator, "backend_name", "none"))
+    metrics.init_alerts(alerter.channel_names)
+    splits = SplitWatch(
+        db,
+        ledger,
+        alerter,
+        metrics,
+        cluster=config.cluster_name,
+        grace=config.split_grace,
+        dag_filter=DagFilter(config.dags, config.exclude_dags),
+    )
+    return Parts(
+        db=db,
+        leadership=leadership,
+        ledger=ledger,
+        remediator=remediator,
+        alerter=alerter,
+        metrics=metrics,
+        splits=splits if splits.applies else None,
+    )
+
+
+# --- remediation: the factory lives here so the base module never imports its own backends ---
+
+
+def build_remediator(
+    config: Config, engine: Engine, tables: AirflowTables, metrics: Metrics | None, **backend_options: Any
+) -> Remediator:
+    """The executor for ``config.remediation`` / ``config.remediation_backend``.
+
+    ``backend_options`` reach the backend's constructor (tests: clocks, back-off lengths).
+    """
+    mode = Mode(config.remediation)
+    common: dict[str, Any] = {
+        "configured_mode": mode,
+        "metrics": metrics,
+        "remediate_started": config.remediate_started,
+    }
+    if mode is Mode.OFF:
+        return GuardedRemediator(backend=None, engine=None, tables=None, **common)
+    if mode is Mode.DRY_RUN:
+        return GuardedRemediator(backend=None, engine=engine, tables=tables, **common)
+    backend: Backend
+    if config.remediation_backend == "db":
+        from detector.actions.remediation.db import DbBackend
+
+        backend = DbBackend(engine, tables, remediate_started=config.remediate_started, **backend_options)
+    else:
+        from detector.actions.remediation.api import ApiBackend
+
+        backend = ApiBackend.from_config(config, engine, tables, **backend_options)
+    return GuardedRemediator(backend=backend, engine=engine, tables=tables, **common)

@@ -1,0 +1,1 @@
+"""The pure core: rows in, findings and planned actions out. No I/O; `now` is passed in."""

@@ -1,0 +1,158 @@
+"""The interfaces between the daemon and its side effects. Each side effect lives in its own module
+and receives its client (engine, HTTP session, Slack client) as a parameter, so tests inject real
+local servers or fakes without patching.
+
+- ``Ledger``: durable (or in-memory) record of what was already handled: exactly-once across
+  restarts, replicas and overlapping polls.
+- ``Remediator``: carries out one planned ``Action`` (api or db backend; dry-run logs only).
+- ``Alerter``: takes an ``AlertEvent`` and delivers it later, off the detection path: ``notify``
+  must return at once (Slack never delays detection or remediation).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from detector.core.model import Finding
+from detector.core.plan import Action
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A remediation decided (its claim taken) but not finished: the duplicate to stop, and its group."""
+
+    finding_key: str
+    dag_id: str
+    run_id: str
+
+
+class Ledger(Protocol):
+    durable: bool
+
+    def claim(self, group_key: str, subject: str) -> bool:
+        """Record that ``subject`` (e.g. "alert", "remediate:<run_id>") is being handled for the group.
+
+        True exactly once per (group_key, subject), for every replica and across restarts.
+        """
+        ...
+
+    def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
+        """``claim`` for several subjects at once (one round trip); returns the subjects won."""
+        ...
+
+    def remember(self, group_key: str, name: str, value: str) -> None:
+        """Keep a small value for the group (e.g. the Slack thread ts)."""
+        ...
+
+    def recall(self, group_key: str, name: str) -> str | None: ...
+
+    def watermark(self) -> int | None:
+        """Highest dag_run id fully examined by a previous leader, if known."""
+        ...
+
+    def save_watermark(self, high: int) -> None: ...
+
+    def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
+        """Remember which run (dag_id, run_id) one judgement kept and which it chose as duplicates.
+        A role once recorded is never changed (a decision is final)."""
+        ...
+
+    def decisions(self, runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
+        """The roles (``kept`` / ``duplicate``) earlier judgements gave ``runs``."""
+        ...
+
+    def add_pending(self, item: Pending) -> None:
+        """A remediation that is decided but not finished (a new leader picks it up)."""
+        ...
+
+    def drop_pending(self, dag_id: str, run_id: str) -> None: ...
+
+    def pending(self) -> list[Pending]: ...
+
+
+class Result(enum.StrEnum):
+    DONE = "done"  # the state change is committed
+    DRY_RUN = "dry_run"  # logged what would be done
+    ALREADY = "already"  # an earlier action (or the guard) already stopped it
+    TOO_LATE = "too_late"  # re-read showed started tasks: not touched
+    CAUGHT_AFTER_START = "caught_after_start"  # committed, but a task had started before the write: stopped mid-run
+    GONE = "gone"  # the run was deleted (404)
+    FAILED = "failed"  # could not be done; ``detail`` says why
+    SKIPPED = "skipped"  # nothing to do for this outcome (not confirmed, disabled, prevented)
+
+
+@dataclass(frozen=True)
+class StartedTask:
+    """A task instance that had started when a remediation's write landed (read back after it).
+
+    ``before``: its state in the guard's re-read (e.g. ``queued``), ``after``: in the read-back
+    (``failed``: it was running and the write stopped it; ``success``: it finished in between).
+    """
+
+    task_id: str
+    map_index: int
+    before: str | None
+    after: str | None
+
+    @property
+    def name(self) -> str:
+        return self.task_id if self.map_index < 0 else f"{self.task_id}[{self.map_index}]"
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.before or 'none'} -> {self.after or 'none'})"
+
+
+@dataclass(frozen=True)
+class RemediationResult:
+    action: Action
+    result: Result
+    detail: str = ""
+    committed_at: datetime | None = None
+    started_tasks: tuple[StartedTask, ...] = ()  # CAUGHT_AFTER_START: the tasks that ran and were stopped
+    retryable: bool = False  # a FAILED result worth another attempt later (remediation_dispatch)
+
+
+class Remediator(Protocol):
+    def execute(self, action: Action) -> RemediationResult:
+        """Carry out ``action`` (only ``action.writes`` ones change anything). Never raises."""
+        ...
+
+    def prepare(self) -> None:
+        """Get ready to act at once (e.g. refresh an API token); called every leader check, off the
+        detection path, while this replica leads. Never raises."""
+        ...
+
+    def close(self) -> None:
+        """Release connections (HTTP sessions); called once at shutdown."""
+        ...
+
+
+class AlertKind(enum.StrEnum):
+    DETECTED = "detected"
+    OUTCOME = "outcome"  # remediation done / failed / too late, a follow-up to DETECTED
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    kind: AlertKind
+    finding: Finding
+    detected_at: datetime
+    cluster: str
+    mode: str
+    actions: tuple[Action, ...] = ()
+    results: tuple[RemediationResult, ...] = field(default=())
+    assets: tuple[str, ...] = ()  # names (or URIs) of the triggering asset(s), when the caller knows them
+
+
+class Alerter(Protocol):
+    def notify(self, event: AlertEvent) -> None:
+        """Queue ``event`` for delivery and return at once. Never raises."""
+        ...
+
+    def close(self, timeout: float) -> None:
+        """Deliver what is queued within ``timeout`` seconds, then stop; log what was not delivered."""
+        ...

@@ -1,0 +1,536 @@
+"""Every query dupguard sends to Airflow's metadata database, named for what it fetches.
+
+SQLAlchemy Core over the tables declared in ``detector.metadb.schema``; read-only; no string-built SQL.
+Rows become frozen ``detector.core.model`` objects here, at the boundary. The index each query relies
+on is named beside it (shared/airflow-facts.md §1.5).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    Connection,
+    Row,
+    Select,
+    String,
+    and_,
+    bindparam,
+    column,
+    func,
+    inspect,
+    literal,
+    or_,
+    select,
+    table,
+    tuple_,
+    union,
+    values,
+)
+from sqlalchemy.dialects.postgresql import OID
+from sqlalchemy.exc import NoSuchTableError
+
+from detector.core.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, STARTED_TI_STATES, PartitionRow, Run, TaskProgress
+from detector.metadb.schema import AirflowTables, alembic_version_table
+
+CHUNK = 500  # ids per IN list: keeps statements small on every backend
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# --- schema identification -------------------------------------------------------------------
+
+
+def alembic_revision(conn: Connection) -> str | None:
+    """The alembic head Airflow stamped, or None when the table is missing or empty."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(select(alembic_version_table().c.version_num).limit(1)).scalar_one_or_none()
+
+
+def table_columns(conn: Connection, tables: Iterable[str]) -> dict[str, set[str]]:
+    """``{table: {column names}}`` for the tables that exist."""
+    inspector = inspect(conn)
+    found: dict[str, set[str]] = {}
+    for name in tables:
+        try:
+            found[name] = {c["name"] for c in inspector.get_columns(name)}
+        except NoSuchTableError:
+            continue
+    return found
+
+
+# --- dag runs ----------------------------------------------------------------------------------
+
+
+def _run_select(t: AirflowTables) -> Select[Any]:
+    dr, job = t.dag_run, t.job
+    cols = [
+        dr.c.id,
+        dr.c.dag_id,
+        dr.c.run_id,
+        dr.c.run_type,
+        dr.c.run_after,
+        dr.c.state,
+        dr.c.creating_job_id,
+        job.c.hostname,
+        dr.c.queued_at,
+    ]
+    if t.family.has_partitions:
+        cols.append(dr.c.partition_key)
+    return select(*cols).select_from(dr.outerjoin(job, job.c.id == dr.c.creating_job_id))
+
+
+def _run(row: Row[Any]) -> Run:
+    m = row._mapping
+    return Run(
+        id=m["id"],
+        dag_id=m["dag_id"],
+        run_id=m["run_id"],
+        run_type=m["run_type"],
+        run_after=m["run_after"],
+        state=m["state"],
+        partition_key=m.get("partition_key"),
+        creating_job_id=m["creating_job_id"],
+        creator_hostname=m["hostname"],
+        queued_at=m["queued_at"],
+    )
+
+
+def max_run_id(conn: Connection, t: AirflowTables) -> int:
+    """Highest dag_run id (dag_run_pkey), 0 on an empty table."""
+    return int(conn.execute(select(func.max(t.dag_run.c.id))).scalar_one_or_none() or 0)
+
+
+@functools.cache
+def _new_runs_statement(t: AirflowTables, with_gaps: bool) -> Select[Any]:
+    # Built once: the daemon runs this every poll, and constructing a Select costs more than the
+    # index probe it sends.
+    dr = t.dag_run
+    above = dr.c.id > bindparam("above")
+    condition = or_(above, dr.c.id.in_(bindparam("gaps", expanding=True))) if with_gaps else above
+    return _run_select(t).where(condition).order_by(dr.c.id).limit(bindparam("limit"))
+
+
+def new_runs(conn: Connection, t: AirflowTables, above: int, gaps: Sequence[int], limit: int) -> list[Run]:
+    """Runs with id > ``above`` or id in ``gaps``, by id: the daemon's tail (dag_run_pkey only).
+
+    ``gaps`` are ids below ``above`` that were not visible yet: their transactions may still commit.
+    """
+    params: dict[str, Any] = {"above": above, "limit": limit}
+    if gaps:
+        params["gaps"] = list(gaps)
+    return [_run(r) for r in conn.execute(_new_runs_statement(t, bool(gaps)), params)]
+
+
+def first_run_id_since(conn: Connection, t: AirflowTables, since: datetime, not_below: int) -> int | None:
+    """Lowest id > not_below of a run queued at or after ``since`` (pkey range, bounded by not_below)."""
+    dr = t.dag_run
+    query = select(func.min(dr.c.id)).where(dr.c.id > not_below, dr.c.queued_at >= since)
+    value = conn.execute(query).scalar_one_or_none()
+    return None if value is None else int(value)
+
+
+def sibling_runs(
+    conn: Connection, t: AirflowTables, run: Run, event_ids: Iterable[int], window: timedelta
+) -> list[Run]:
+    """Asset-triggered runs of run's DAG that could share its trigger.
+
+    One UNION arm per way of being a sibling, so each is answered from an index: the same run_after
+    (idx_dag_run_run_after), a shared consumed event (dagrun_asset_event.event_id -> dag_run_pkey),
+    and, for partitioned runs, the same partition key within ``window`` (run_after range). An OR of
+    the three made PostgreSQL read every run of the DAG: 55 ms at 10M rows instead of 0.5 ms
+    (benchmarks/poll_cost.py, docs/benchmarks.md).
+    """
+    dr, rev = t.dag_run, t.run_events
+    base = _run_select(t).where(dr.c.dag_id == run.dag_id, dr.c.run_type == ASSET_TRIGGERED)
+    arms = [base.where(dr.c.run_after == run.run_after)]
+    events = sorted(event_ids)
+    if events:
+        arms.append(base.where(dr.c.id.in_(select(rev.c.dag_run_id).where(rev.c.event_id.in_(events)))))
+    if t.family.has_partitions and run.partition_key is not None:
+        arms.append(
+            base.where(
+                dr.c.run_after.between(run.run_after - window, run.run_after + window),
+                dr.c.partition_key == run.partition_key,
+            )
+        )
+    return [_run(r) for r in conn.execute(union(*arms))]
+
+
+def candidate_asset_keys(conn: Connection, t: AirflowTables, since: datetime | None) -> list[tuple[str, datetime]]:
+    """(dag_id, run_after) shared by more than one non-partitioned asset run (idx_dag_run_run_after)."""
+    dr = t.dag_run
+    query = select(dr.c.dag_id, dr.c.run_after).where(dr.c.run_type == ASSET_TRIGGERED)
+    if since is not None:
+        query = query.where(dr.c.run_after >= since)
+    if t.family.has_partitions:
+        query = query.where(dr.c.partition_key.is_(None))
+    query = query.group_by(dr.c.dag_id, dr.c.run_after).having(func.count() > 1)
+    return [(r.dag_id, r.run_after) for r in conn.execute(query)]
+
+
+def candidate_partition_keys(conn: Connection, t: AirflowTables, since: datetime | None) -> list[tuple[str, str]]:
+    """(dag_id, partition_key) with more than one asset run since ``since``."""
+    if not t.family.has_partitions:
+        return []
+    dr = t.dag_run
+    query = select(dr.c.dag_id, dr.c.partition_key).where(
+        dr.c.run_type == ASSET_TRIGGERED, dr.c.partition_key.is_not(None)
+    )
+    if since is not None:
+        query = query.where(dr.c.run_after >= since)
+    query = query.group_by(dr.c.dag_id, dr.c.partition_key).having(func.count() > 1)
+    return [(r.dag_id, r.partition_key) for r in conn.execute(query)]
+
+
+def runs_sharing_events(conn: Connection, t: AirflowTables, since: datetime | None) -> list[Run]:
+    """Non-partitioned asset runs that consumed an event another asset run of their DAG consumed too.
+
+    Legitimate runs of one DAG never share an event (detector/core/detect.py): this is the overlap race,
+    whose runs differ in run_after. One GROUP BY (dag_id, event_id) over the consumed events of the
+    asset runs since ``since`` (idx_dag_run_run_after, then dagrun_asset_event_pkey); over all history
+    only over the events consumed more than once (idx_dagrun_asset_events_event_id).
+    """
+    dr, rev = t.dag_run, t.run_events
+    asset_run = [dr.c.run_type == ASSET_TRIGGERED]
+    if since is not None:
+        asset_run.append(dr.c.run_after >= since)
+    if t.family.has_partitions:
+        asset_run.append(dr.c.partition_key.is_(None))
+    consumed = (
+        select(
+            rev.c.dag_run_id,
+            func.count().over(partition_by=(dr.c.dag_id, rev.c.event_id)).label("consumers"),
+        )
+        .select_from(rev.join(dr, dr.c.id == rev.c.dag_run_id))
+        .where(*asset_run)
+    )
+    if since is None:
+        # All history: only events consumed more than once at all (fan-out to several DAGs keeps this
+        # small), streamed from the event_id index; joining every consumed event to its run first
+        # made PostgreSQL hash-aggregate the whole table (18 s at 1M, benchmarks/scan_cost.py).
+        repeated = select(rev.c.event_id).group_by(rev.c.event_id).having(func.count() > 1)
+        consumed = consumed.where(rev.c.event_id.in_(repeated))
+    shared = consumed.subquery()
+    # The ids first, then their rows by primary key: as one statement the planner, expecting far more
+    # ids than the few there are, read all of dag_run to join them.
+    ids = sorted(set(conn.execute(select(shared.c.dag_run_id).where(shared.c.consumers > 1)).scalars()))
+    runs: list[Run] = []
+    for part in chunks(ids):
+        runs.extend(_run(r) for r in conn.execute(_run_select(t).where(dr.c.id.in_(part))))
+    return runs
+
+
+def runs_for_asset_keys(conn: Connection, t: AirflowTables, keys: Sequence[tuple[str, datetime]]) -> list[Run]:
+    dr = t.dag_run
+    runs: list[Run] = []
+    for part in chunks(keys):
+        query = _run_select(t).where(
+            dr.c.run_type == ASSET_TRIGGERED, tuple_(dr.c.dag_id, dr.c.run_after).in_(list(part))
+        )
+        runs.extend(_run(r) for r in conn.execute(query))
+    return runs
+
+
+def runs_for_partition_keys(
+    conn: Connection, t: AirflowTables, keys: Sequence[tuple[str, str]], since: datetime | None
+) -> list[Run]:
+    dr = t.dag_run
+    runs: list[Run] = []
+    for part in chunks(keys):
+        query = _run_select(t).where(
+            dr.c.run_type == ASSET_TRIGGERED, tuple_(dr.c.dag_id, dr.c.partition_key).in_(list(part))
+        )
+        if since is not None:
+            query = query.where(dr.c.run_after >= since)
+        runs.extend(_run(r) for r in conn.execute(query))
+    return runs
+
+
+# --- what runs consumed and did -------------------------------------------------------------------
+
+
+def consumed_events(conn: Connection, t: AirflowTables, run_ids: Iterable[int]) -> dict[int, frozenset[int]]:
+    """run id -> ids of the asset events it consumed (idx_dagrun_asset_events_dag_run_id)."""
+    rev = t.run_events
+    found: dict[int, set[int]] = defaultdict(set)
+    for part in chunks(sorted(set(run_ids))):
+        for row in conn.execute(select(rev.c.dag_run_id, rev.c.event_id).where(rev.c.dag_run_id.in_(part))):
+            found[row.dag_run_id].add(row.event_id)
+    return {run_id: frozenset(events) for run_id, events in found.items()}
+
+
+def task_progress(conn: Connection, t: AirflowTables, run_ids: Iterable[int], now: datetime) -> dict[int, TaskProgress]:
+    """run id -> what its task instances did (ti_dag_run index via the dag_run join), and whether
+    the in-scheduler guard made it (its note, dag_run_note pkey)."""
+    dr, ti = t.dag_run, t.task_instance
+    totals: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
+    guarded: set[int] = set()
+    for part in chunks(sorted(set(run_ids))):
+        guarded.update(guarded_runs(conn, t, part))
+        query = (
+            select(dr.c.id, ti.c.state, ti.c.start_date, ti.c.end_date)
+            .select_from(ti.join(dr, and_(ti.c.dag_id == dr.c.dag_id, ti.c.run_id == dr.c.run_id)))
+            .where(dr.c.id.in_(part))
+        )
+        for row in conn.execute(query):
+            acc = totals[row.id]
+            acc[0] += 1
+            if row.state in STARTED_TI_STATES:
+                acc[1] += 1
+                if row.start_date is not None:
+                    acc[3] += max(0.0, ((row.end_date or now) - row.start_date).total_seconds())
+            elif row.state == "skipped":
+                acc[2] += 1
+    return {
+        run_id: TaskProgress(
+            total=int(a[0]), started=int(a[1]), skipped=int(a[2]), task_seconds=a[3], guarded=run_id in guarded
+        )
+        for run_id, a in totals.items()
+    }
+
+
+def guarded_runs(conn: Connection, t: AirflowTables, run_ids: Sequence[int]) -> set[int]:
+    """Which of these runs carry the in-scheduler guard's note (dag_run_note pkey lookups)."""
+    note = t.dag_run_note
+    query = select(note.c.dag_run_id).where(
+        note.c.dag_run_id.in_(run_ids), note.c.content.startswith(GUARD_NOTE_PREFIX, autoescape=True)
+    )
+    return set(conn.execute(query).scalars())
+
+
+def run_notes(conn: Connection, t: AirflowTables, run_ids: Iterable[int]) -> dict[int, str]:
+    """run id -> its note (dag_run_note pkey): the evidence of earlier keep decisions that Airflow
+    stores (``detector.core.decisions``). Needs SELECT on dag_run_note."""
+    note = t.dag_run_note
+    found: dict[int, str] = {}
+    for part in chunks(sorted(set(run_ids))):
+        query = select(note.c.dag_run_id, note.c.content).where(
+            note.c.dag_run_id.in_(part), note.c.content.is_not(None)
+        )
+        found.update({row.dag_run_id: row.content for row in conn.execute(query)})
+    return found
+
+
+def run_by_run_id(conn: Connection, t: AirflowTables, dag_id: str, run_id: str) -> Run | None:
+    """One run by its natural key (dag_run_dag_id_run_id_key): a retry re-judges its group from it."""
+    dr = t.dag_run
+    row = conn.execute(_run_select(t).where(dr.c.dag_id == dag_id, dr.c.run_id == run_id)).first()
+    return None if row is None else _run(row)
+
+
+# --- partitioned assets: asset_partition_dag_run (APDR) and its key log (3.2+) ----------------------
+
+
+def _partition_row(row: Row[Any]) -> PartitionRow:
+    return PartitionRow(
+        id=row.id,
+        dag_id=row.target_dag_id,
+        partition_key=row.partition_key,
+        created_at=row.created_at,
+        created_dag_run_id=row.created_dag_run_id,
+    )
+
+
+def _partition_columns(t: AirflowTables) -> tuple[Any, ...]:
+    a = t.partition_dag_run
+    assert a is not None
+    return (a.c.id, a.c.target_dag_id, a.c.partition_key, a.c.created_at, a.c.created_dag_run_id)
+
+
+def partition_rows_with_pending(conn: Connection, t: AirflowTables) -> list[PartitionRow]:
+    """Every pending APDR row, and the newest row of each (DAG, key) that has one.
+
+    APDR has only its primary key (facts §1.3): the pending rows are one sequential scan; when a
+    row is pending, the newest id of its key a second pass over the rows from the oldest pending
+    one on; the newest rows then by primary key. docs/benchmarks.md gives the cost.
+    """
+    a = t.partition_dag_run
+    if a is None:
+        return []
+    pending = [
+        _partition_row(r) for r in conn.execute(select(*_partition_columns(t)).where(a.c.created_dag_run_id.is_(None)))
+    ]
+    if not pending:
+        return []
+    # The newest id of each pending key: a hash join of the rows from the oldest pending one on
+    # (rows below it cannot be newer) with the pending keys as a VALUES list. A tuple IN list was
+    # evaluated row by row (4x slower at 1M rows); a range join on id walked the primary key.
+    pending_keys = sorted({(r.dag_id, r.partition_key) for r in pending})
+    newest_query = (
+        select(func.max(a.c.id))
+        .where(a.c.id >= min(r.id for r in pending))
+        .group_by(a.c.target_dag_id, a.c.partition_key)
+    )
+    if conn.dialect.name == "sqlite":  # no column names on a VALUES list there; a dev database is small
+        newest_query = newest_query.where(tuple_(a.c.target_dag_id, a.c.partition_key).in_(pending_keys))
+    else:
+        keys = values(column("dag_id", String), column("partition_key", String), name="pending_keys").data(pending_keys)
+        newest_query = newest_query.join(
+            keys, and_(a.c.target_dag_id == keys.c.dag_id, a.c.partition_key == keys.c.partition_key)
+        )
+    newest_ids = list(conn.execute(newest_query).scalars())
+    missing = sorted(set(newest_ids) - {r.id for r in pending})
+    rows = list(pending)
+    for part in chunks(missing):
+        rows.extend(_partition_row(r) for r in conn.execute(select(*_partition_columns(t)).where(a.c.id.in_(part))))
+    return sorted(rows, key=lambda r: r.id)
+
+
+def partition_rows_for_runs(conn: Connection, t: AirflowTables, run_ids: Iterable[int]) -> dict[int, PartitionRow]:
+    """run id -> the APDR row that made it (``created_dag_run_id``; no index: a scan of APDR)."""
+    a = t.partition_dag_run
+    if a is None:
+        return {}
+    found: dict[int, PartitionRow] = {}
+    for part in chunks(sorted(set(run_ids))):
+        for row in conn.execute(select(*_partition_columns(t)).where(a.c.created_dag_run_id.in_(part))):
+            found[row.created_dag_run_id] = _partition_row(row)
+    return found
+
+
+def partition_row_events(conn: Connection, t: AirflowTables, row_ids: Iterable[int]) -> dict[int, frozenset[int]]:
+    """APDR row id -> ids of the asset events logged for it (3.3.2: idx_pakl_apdr_id; 3.2.2: a scan)."""
+    log = t.partition_key_log
+    if log is None:
+        return {}
+    found: dict[int, set[int]] = defaultdict(set)
+    for part in chunks(sorted(set(row_ids))):
+        query = select(log.c.asset_partition_dag_run_id, log.c.asset_event_id).where(
+            log.c.asset_partition_dag_run_id.in_(part)
+        )
+        for row in conn.execute(query):
+            found[row.asset_partition_dag_run_id].add(row.asset_event_id)
+    return {row_id: frozenset(events) for row_id, events in found.items()}
+
+
+def ping(conn: Connection) -> None:
+    """The cheapest round trip: readiness, the database-up gauge, the leader's heartbeat."""
+    conn.execute(select(literal(1)))
+
+
+# --- leader lock (detector/app/leader.py) ----------------------------------------------------------
+
+_pg_locks = table(
+    "pg_locks", column("locktype"), column("database"), column("classid"), column("objid"), column("objsubid"),
+    column("pid"), column("granted"),
+)  # fmt: skip
+_pg_stat_activity = table("pg_stat_activity", column("pid"), column("state_change"))
+_pg_database = table("pg_database", column("oid"), column("datname"))
+
+
+def client_endpoint(conn: Connection) -> tuple[str | None, int | None]:
+    """The address and port the server sees this connection's client at (NULL over a Unix socket)."""
+    row = conn.execute(select(func.inet_client_addr(), func.inet_client_port())).one()
+    return (None if row[0] is None else str(row[0]), row[1])
+
+
+def try_advisory_lock(conn: Connection, key: int) -> bool:
+    return bool(conn.execute(select(func.pg_try_advisory_lock(key))).scalar())
+
+
+def try_advisory_xact_lock(conn: Connection, key: int) -> bool:
+    return bool(conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar())
+
+
+def set_local_idle_in_transaction_timeout(conn: Connection, timeout: timedelta) -> None:
+    """For the current transaction only (``set_config(..., true)`` is ``SET LOCAL``): nothing leaks into
+    the session, which behind PgBouncer may later serve other clients."""
+    ms = str(max(1, int(timeout.total_seconds() * 1000)))
+    conn.execute(select(func.set_config("idle_in_transaction_session_timeout", ms, True)))
+
+
+def advisory_lock_holder_idle(conn: Connection, key: int) -> float | None:
+    """Seconds since the backend holding advisory lock ``key`` in this database last changed state;
+    None if nobody holds it or its activity is hidden from this role. A bigint key is stored as
+    classid (high 32 bits), objid (low 32 bits), objsubid 1."""
+    lk, act, db = _pg_locks, _pg_stat_activity, _pg_database
+    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    idle = func.extract("epoch", func.clock_timestamp() - act.c.state_change)
+    query = (
+        select(func.max(idle))
+        .select_from(lk.join(act, act.c.pid == lk.c.pid))
+        .where(
+            lk.c.locktype == "advisory",
+            lk.c.granted.is_(True),
+            lk.c.classid == literal(unsigned >> 32).cast(OID),
+            lk.c.objid == literal(unsigned & 0xFFFFFFFF).cast(OID),
+            lk.c.objsubid == 1,
+            lk.c.database == select(db.c.oid).where(db.c.datname == func.current_database()).scalar_subquery(),
+        )
+    )
+    value = conn.execute(query).scalar()
+    return None if value is None else float(value)
+
+
+# --- remediation: the duplicate's state right before acting ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """One task instance of a run, by its composite key (task_instance_composite_key)."""
+
+    task_id: str
+    map_index: int
+    state: str | None
+    # Set by the Execution API's ti_run when a worker starts the task (QUEUED -> RUNNING, with the
+    # worker's pid and a first heartbeat; execution_api/routes/task_instances.py L190-197 in 3.1.2).
+    # A write whose own read was stale can overwrite the state but never these: the read-back's proof
+    # that a task ran (detector.actions.remediation.readback).
+    pid: int | None = None
+    last_heartbeat_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """A run and all of its task instances, as read right before a remediation."""
+
+    id: int
+    dag_id: str
+    run_id: str
+    state: str | None
+    tasks: tuple[TaskState, ...]
+
+
+def run_state(conn: Connection, t: AirflowTables, dag_id: str, run_id: str, *, lock: bool = False) -> RunState | None:
+    """The run ``(dag_id, run_id)`` and its task instances' states, or None when it is gone.
+
+    ``lock`` takes ``FOR UPDATE`` on the dag_run row and then on its task instances, in key order
+    (dag_run_dag_id_run_id_key, then ti_dag_run). The scheduler's own selects use ``SKIP LOCKED``
+    and the Execution API's ``ti_run`` locks the TI row before QUEUED -> RUNNING, so while the lock
+    is held no task of this run can start: the states read here are the states the writes act on.
+    """
+    dr, ti = t.dag_run, t.task_instance
+    run_query = select(dr.c.id, dr.c.state).where(dr.c.dag_id == dag_id, dr.c.run_id == run_id)
+    if lock:
+        run_query = run_query.with_for_update()
+    row = conn.execute(run_query).first()
+    if row is None:
+        return None
+    ti_query = (
+        select(ti.c.task_id, ti.c.map_index, ti.c.state, ti.c.pid, ti.c.last_heartbeat_at)
+        .where(ti.c.dag_id == dag_id, ti.c.run_id == run_id)
+        .order_by(ti.c.task_id, ti.c.map_index)
+    )
+    if lock:
+        ti_query = ti_query.with_for_update()
+    tasks = tuple(
+        TaskState(r.task_id, r.map_index, r.state, r.pid, r.last_heartbeat_at) for r in conn.execute(ti_query)
+    )
+    return RunState(id=row.id, dag_id=dag_id, run_id=run_id, state=row.state, tasks=tasks)
+
+
+def run_note(conn: Connection, t: AirflowTables, run_pk: int) -> str | None:
+    """The note an operator sees on the run page (dag_run_note pkey), or None."""
+    note = t.dag_run_note
+    return conn.execute(select(note.c.content).where(note.c.dag_run_id == run_pk)).scalar_one_or_none()

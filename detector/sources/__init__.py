@@ -1,0 +1,1 @@
+"""Where runs come from: each source turns what Airflow recorded into the core's model."""

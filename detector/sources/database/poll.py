@@ -1,0 +1,203 @@
+"""Incremental detection for the daemon: each poll examines only runs that became visible since the last.
+
+``dag_run.id`` comes from a sequence taken at INSERT, not at COMMIT, so a run can become visible
+after a run with a higher id. ``NewRowTracker`` therefore remembers the ids it skipped over
+("gaps") and asks for them again until they appear or are older than ``grace`` (a rolled-back
+insert never fills its gap). State is the highest id seen plus the open gaps: bounded memory over
+weeks of running.
+
+A gap older than ``grace`` is not forgotten: it becomes *late* and is asked for again once a
+``late_every`` (not at every poll, which stays one index range scan) until ``late_horizon``. A late
+id that appears is reported (the daemon logs a warning and counts ``dupguard_late_runs_total``) and
+judged like any new run; one never seen within the horizon is counted as abandoned (almost always a
+rolled-back insert). Siblings of a new run are looked up in the database, never in memory, so a
+duplicate whose first run is far below the watermark is still found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection
+
+from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
+from detector.core.model import ASSET_TRIGGERED, NO_DECISIONS, Decisions, Finding, Run
+from detector.core.reprocess import needs_origins, refine_partitioned
+from detector.metadb import queries
+from detector.metadb.schema import AirflowTables
+
+DEFAULT_GRACE = timedelta(seconds=60)
+DEFAULT_MAX_GAPS = 10_000
+DEFAULT_BATCH = 1_000
+MAX_HOPS = 3  # sibling-of-sibling lookups when a new run has siblings
+# Earlier keep decisions about a group's runs (detector.sources.database.prior): read just before it is judged.
+PriorSource = Callable[[Connection, Sequence[Run]], Decisions]
+DEFAULT_LATE_HORIZON = timedelta(hours=1)
+DEFAULT_LATE_EVERY = timedelta(seconds=1)
+
+
+@dataclass
+class NewRowTracker:
+    """Which ids are new. Pure: the caller passes the fetched ids and ``now``."""
+
+    high: int
+    grace: timedelta = DEFAULT_GRACE
+    max_gaps: int = DEFAULT_MAX_GAPS
+    gaps: dict[int, datetime] = field(default_factory=dict)
+    gaps_dropped: int = 0  # gaps given up because there were too many to track
+    late_horizon: timedelta = DEFAULT_LATE_HORIZON
+    late_every: timedelta = DEFAULT_LATE_EVERY
+    late: dict[int, datetime] = field(default_factory=dict)  # expired gaps, re-scanned until the horizon
+    late_checked: datetime | None = None
+    found_late: list[tuple[int, float]] = field(default_factory=list)  # (id, seconds since skipped), to drain
+    abandoned: int = 0  # ids given up (horizon passed, or too many), to drain
+
+    def open_gaps(self) -> list[int]:
+        return sorted(self.gaps)
+
+    def ids_to_check(self, now: datetime) -> list[int]:
+        """The open gaps, plus the late ids when their re-scan is due."""
+        if self.late and (self.late_checked is None or now - self.late_checked >= self.late_every):
+            self.late_checked = now
+            return sorted(self.gaps.keys() | self.late.keys())
+        return sorted(self.gaps)
+
+    def lowest_unseen(self) -> int | None:
+        pending = self.gaps.keys() | self.late.keys()
+        return min(pending) if pending else None
+
+    def drain(self) -> tuple[list[tuple[int, float]], int]:
+        """Late ids found and ids abandoned since the last drain."""
+        found, self.found_late = self.found_late, []
+        abandoned, self.abandoned = self.abandoned, 0
+        return found, abandoned
+
+    def accept(self, ids: Sequence[int], now: datetime) -> list[int]:
+        """Record the ids a fetch returned; return the ones never seen before, ascending."""
+        fresh = sorted({i for i in ids if i > self.high or i in self.gaps or i in self.late})
+        for i in fresh:
+            self.gaps.pop(i, None)
+            skipped_at = self.late.pop(i, None)
+            if skipped_at is not None:
+                self.found_late.append((i, (now - skipped_at).total_seconds()))
+        if fresh and fresh[-1] > self.high:
+            visible = set(fresh)
+            for missing in range(self.high + 1, fresh[-1]):
+                if missing in visible:
+                    continue
+                if len(self.gaps) >= self.max_gaps:
+                    self.gaps_dropped += 1
+                    self.abandoned += 1
+                    continue
+                self.gaps[missing] = now
+            self.high = fresh[-1]
+        expired = [i for i, since in self.gaps.items() if now - since > self.grace]
+        for i in expired:
+            since = self.gaps.pop(i)
+            if len(self.late) < self.max_gaps:
+                self.late[i] = since
+            else:
+                self.abandoned += 1
+        gone = [i for i, since in self.late.items() if now - since > self.late_horizon]
+        for i in gone:
+            del self.late[i]
+        self.abandoned += len(gone)
+        return fresh
+
+
+@dataclass(frozen=True)
+class PollResult:
+    new_runs: list[Run]
+    findings: list[Finding]
+    batch_full: bool  # more rows are waiting: poll again at once
+    late: tuple[tuple[int, float], ...] = ()  # (run id, seconds after its id was skipped over)
+    abandoned: int = 0  # ids given up on in this poll
+
+
+@dataclass
+class IncrementalDetector:
+    tables: AirflowTables
+    tracker: NewRowTracker
+    dag_filter: DagFilter = ALL_DAGS
+    suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW
+    batch: int = DEFAULT_BATCH
+    prior: PriorSource | None = None
+
+    def poll(self, conn: Connection, now: datetime) -> PollResult:
+        """One poll: fetch what became visible, then judge each new asset run with its siblings."""
+        t = self.tables
+        fetched = queries.new_runs(conn, t, self.tracker.high, self.tracker.ids_to_check(now), self.batch)
+        fresh_ids = set(self.tracker.accept([r.id for r in fetched], now))
+        new = [r for r in fetched if r.id in fresh_ids]
+        watched = [r for r in new if r.run_type == ASSET_TRIGGERED and self.dag_filter.selects(r.dag_id)]
+        findings = self.judge(conn, watched, now) if watched else []
+        late, abandoned = self.tracker.drain()
+        return PollResult(
+            new_runs=new,
+            findings=findings,
+            batch_full=len(fetched) >= self.batch,
+            late=tuple(late),
+            abandoned=abandoned,
+        )
+
+    def judge(self, conn: Connection, watched: list[Run], now: datetime) -> list[Finding]:
+        """The groups ``watched`` runs belong to, judged with their siblings and earlier decisions.
+
+        Also used to re-judge a duplicate before a remediation is retried."""
+        t = self.tables
+        events = queries.consumed_events(conn, t, [r.id for r in watched])
+        candidates: dict[int, Run] = {r.id: r for r in watched}
+        alone = True
+        for run in watched:
+            for sibling in queries.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window):
+                candidates.setdefault(sibling.id, sibling)
+                alone = alone and sibling.id == run.id
+        if alone:
+            return []  # the common case: every new run is the only one of its trigger
+        new_ids = {r.id for r in watched}
+        ids = list(candidates)
+        events.update(queries.consumed_events(conn, t, [i for i in ids if i not in new_ids]))  # new ones are read
+        # A group is a connected set (detect.py): the siblings' own siblings belong to it too, e.g. the
+        # exact duplicate of a run that a new, overlapping run shares an event with. Only a sibling
+        # with another run_after or an event not looked up yet can lead further (an exact pair never
+        # does, so its poll sends no extra query). Bounded: real groups are two or three runs.
+        asked = {(r.dag_id, r.run_after, r.partition_key) for r in watched}
+        asked_events = {(r.dag_id, e) for r in watched for e in events.get(r.id, ())}
+        frontier = [candidates[i] for i in ids if i not in new_ids]
+        for _ in range(MAX_HOPS):
+            frontier = [
+                r
+                for r in frontier
+                if (r.dag_id, r.run_after, r.partition_key) not in asked
+                or any((r.dag_id, e) not in asked_events for e in events.get(r.id, ()))
+            ]
+            found: dict[int, Run] = {}
+            for run in frontier:
+                asked.add((run.dag_id, run.run_after, run.partition_key))
+                asked_events.update((run.dag_id, e) for e in events.get(run.id, ()))
+                for sibling in queries.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window):
+                    if sibling.id not in candidates:
+                        found[sibling.id] = sibling
+            if not found:
+                break
+            candidates.update(found)
+            events.update(queries.consumed_events(conn, t, list(found)))
+            frontier = list(found.values())
+        ids = list(candidates)
+        prior = self.prior(conn, list(candidates.values())) if self.prior is not None else NO_DECISIONS
+        progress = queries.task_progress(conn, t, ids, now)
+        findings = find_duplicates(
+            candidates.values(),
+            events,
+            progress,
+            dag_filter=self.dag_filter,
+            suspect_window=self.suspect_window,
+            prior=prior,
+        )
+        suspects = [r.id for f in findings if needs_origins(f) for r in f.runs]
+        if suspects:  # rare: partitioned runs of one key with different events (detector.core.reprocess)
+            origins = queries.partition_rows_for_runs(conn, t, suspects)
+            findings = refine_partitioned(findings, origins, events, progress, suspect_window=self.suspect_window)
+        return [f for f in findings if any(r.id in new_ids for r in f.runs)]

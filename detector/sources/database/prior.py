@@ -1,0 +1,46 @@
+"""Where earlier keep decisions are read from before a group is judged (issue 11 §1).
+
+Two sources, because either may be missing: the ledger's recorded roles (durable across restarts
+with ``dupguard init-db``, in memory otherwise) and the notes dupguard and its guard write on every
+run they stop (in Airflow's ``dag_run_note``: present whatever the ledger, one indexed SELECT).
+The keep rule itself stays in the pure core (``detect.keep_order``), which takes the result as data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import ProgrammingError
+
+from detector.core.decisions import decisions_from_notes, decisions_from_roles
+from detector.core.model import Decisions, Run
+from detector.core.ports import Ledger
+from detector.errors import DatabaseError
+from detector.metadb import queries
+from detector.metadb.schema import AirflowTables
+
+MISSING_GRANT = (
+    "permission denied for table dag_run_note: GRANT SELECT ON dag_run_note TO the dupguard role "
+    "(the notes on stopped runs keep earlier keep decisions final; no group is judged without them)"
+)
+
+
+class PriorDecisions:
+    """``read(conn, runs)``: every earlier decision about ``runs``, from notes and the ledger."""
+
+    def __init__(self, tables: AirflowTables, ledger: Ledger) -> None:
+        self.tables = tables
+        self.ledger = ledger
+
+    def __call__(self, conn: Connection, runs: Sequence[Run]) -> Decisions:
+        try:
+            notes = queries.run_notes(conn, self.tables, [r.id for r in runs])
+        except ProgrammingError as exc:
+            # Judging without the notes could keep a run dupguard stopped and stop the kept one, so
+            # the poll fails instead (loudly, naming the grant; rewound and retried, nothing lost).
+            if "permission denied" in str(exc.orig):
+                raise DatabaseError(MISSING_GRANT) from None
+            raise
+        roles = self.ledger.decisions([(r.dag_id, r.run_id) for r in runs])
+        return decisions_from_notes(runs, notes) | decisions_from_roles(runs, roles)
