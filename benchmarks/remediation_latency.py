@@ -36,9 +36,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from detector.actions.remediation.api import ApiBackend, _Budget
+from detector.actions.remediation.api import ApiBackend
 from detector.actions.remediation.db import DbBackend
 from detector.actions.remediation.guarded import GuardedRemediator
+from detector.airflowapi.tokens import Budget as _Budget
 from detector.app.scan import scan
 from detector.app.wiring import build_remediator
 from detector.config import Config

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy.exc import OperationalError
 
 from detector import redact
-from detector.actions.remediation.api import _detail
+from detector.airflowapi.client import detail as _detail
 from detector.config import Config
 from detector.metadb.engine import describe_error, parse_url
 

@@ -1,0 +1,83 @@
+"""The HTTP client for Airflow's REST API, and safe text for what it answers.
+
+Responses are read as JSON, not through the client's models, so a client newer than the server
+(e.g. client 3.3 against server 3.1) cannot fail on a field the server does not send.
+Never in any text made here: tokens, passwords, Authorization headers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import urllib3
+from airflow_client.client import ApiClient, Configuration
+from airflow_client.client.exceptions import ApiException
+
+from detector import redact
+from detector.config import Config
+
+
+class Transient(Exception):
+    """A 5xx answer or a transport error: worth another attempt."""
+
+
+class Gone(Exception):
+    """404: the object (a run, a task instance, …) does not exist (any more)."""
+
+
+def make_client(config: Config) -> ApiClient:
+    """An ApiClient with TLS verification on (optionally against a CA bundle) and no hidden retries.
+
+    urllib3's default retries would repeat a PATCH on connection errors without the remediation
+    guard's re-check in between; callers retry themselves.
+    """
+    assert config.airflow_api_url is not None
+    cfg = Configuration(host=config.airflow_api_url)
+    cfg.verify_ssl = config.airflow_verify_tls
+    if config.airflow_ca_bundle:
+        cfg.ssl_ca_cert = config.airflow_ca_bundle
+    cfg.retries = False
+    return ApiClient(cfg)
+
+
+def json_body(data: bytes | None) -> dict[str, Any]:
+    """The body as a JSON object; {} when it is not one."""
+    try:
+        parsed = json.loads(data or b"{}")
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def detail(data: bytes | None, secrets: tuple[str | None, ...] = ()) -> str:
+    """The ``detail`` of an error body, safe to log: secret-named fields (and the ``input`` a
+    validation error echoes for them) masked by parsing; free text holding a secret withheld whole
+    (Airflow's /auth/token answers a malformed login with ``repr(ValidationError)``, which quotes
+    ``input_value={...'password': ...}``)."""
+    found = redact.mask_fields(json_body(data).get("detail"))
+    if found is None:
+        return ""
+    text = found if isinstance(found, str) else json.dumps(found)
+    return redact.withhold(text, secrets)[:300]
+
+
+def transport(exc: urllib3.exceptions.HTTPError) -> str:
+    """A transport failure in a few words (never the request, which holds the Authorization header)."""
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        return "connection refused or unreachable (is the API server up?)"
+    if isinstance(exc, urllib3.exceptions.TimeoutError):
+        return "timed out"
+    return type(exc).__name__
+
+
+def api_exception(exc: ApiException) -> str:
+    """What the client raised (TLS failures among them) in one line."""
+    reason = (exc.reason or "").splitlines()
+    if reason and reason[0] == "SSLError":
+        return (
+            "TLS error: "
+            + (reason[1] if len(reason) > 1 else "certificate verification failed")
+            + (" (set DUPGUARD_AIRFLOW_CA_BUNDLE to the CA that signed the API's certificate)")
+        )
+    return (reason[0] if reason else type(exc).__name__)[:300]

@@ -1,0 +1,139 @@
+"""One authenticated call to Airflow's REST API: timeout, token, and the answer classified.
+
+- 2xx: the body as a JSON object.
+- 401 (or 403 "Invalid JWT token", e.g. after ``jwt_secret`` was rotated): the token is dropped and
+  the call sent once more with a new one; a static token cannot be renewed -> ``AirflowAuthError``.
+- 403: ``AirflowAuthError`` naming what the Airflow user lacks (the caller says what it needs).
+- 404: ``Gone``. 5xx and transport errors: ``Transient`` (the caller decides whether to retry).
+- other: ``AirflowApiError``.
+
+Every text is built from the status and the body's ``detail`` with secrets withheld
+(``client.detail``); never from the request, which holds the Authorization header.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlencode
+
+import urllib3
+from airflow_client.client import ApiClient
+from airflow_client.client.exceptions import ApiException
+
+from detector import redact
+from detector.airflowapi.client import Gone, Transient, api_exception, detail, json_body, make_client, transport
+from detector.airflowapi.tokens import Budget, TokenSource
+from detector.config import Config
+from detector.errors import AirflowApiError, AirflowAuthError
+
+Headers = dict[str, str]
+
+# What the remediation's calls need (PATCH dagRun, bulk PATCH taskInstances).
+EDIT_RUNS = (
+    "a role that may edit DAG runs and task instances (FAB: User, Op or Admin; simple auth manager: user or higher)"
+)
+
+
+class Session:
+    """The client, its token source and the call timeout: everything needed to call the API."""
+
+    def __init__(self, client: ApiClient, tokens: TokenSource, *, base_url: str, timeout: float) -> None:
+        self.client = client
+        self.tokens = tokens
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    @classmethod
+    def from_config(
+        cls, config: Config, *, auth_backoff: float = 60.0, clock: Callable[[], float] = time.time
+    ) -> Session:
+        if not config.airflow_api_url:
+            raise AirflowApiError("the Airflow REST API needs DUPGUARD_AIRFLOW_API_URL")
+        client = make_client(config)
+        timeout = config.airflow_timeout.total_seconds()
+        tokens = TokenSource(
+            client,
+            config.airflow_api_url,
+            username=config.airflow_username,
+            password=config.airflow_password,
+            static_token=config.airflow_token,
+            timeout=timeout,
+            auth_backoff=auth_backoff,
+            clock=clock,
+        )
+        return cls(client, tokens, base_url=config.airflow_api_url, timeout=timeout)
+
+    @property
+    def shown_url(self) -> str:
+        """The base URL for messages (no userinfo password)."""
+        return redact.web_url(self.base_url)
+
+    def close(self) -> None:
+        self.client.rest_client.pool_manager.clear()
+
+    def call(
+        self, what: str, send: Callable[[Headers], Any], budget: Budget | None = None, *, needs: str = EDIT_RUNS
+    ) -> dict[str, Any]:
+        """``send(headers)`` (a ``*_without_preload_content`` client method, or ``request``'s) with
+        a bearer token; ``what`` names the call in messages, ``needs`` what a 403 lacks."""
+        budget = budget if budget is not None else Budget()
+        for _ in range(2):  # the second pass only after a 401 with a cached token
+            status, data = self._send(what, send, self.tokens.get(budget))
+            # 401 "Token Expired"; 403 "Invalid JWT token" (e.g. jwt_secret rotated): a new token may do.
+            if status == 401 or (status == 403 and "invalid jwt" in detail(data, self.tokens.secrets()).lower()):
+                self.tokens.invalidate()
+                if self.tokens.static:
+                    raise AirflowAuthError(
+                        f"{what}: HTTP 401, the static DUPGUARD_AIRFLOW_TOKEN was rejected (expired?)"
+                    )
+                continue  # tokens.get() fetches a new one, or raises when this action already did
+            if status == 403:
+                shown = detail(data, self.tokens.secrets())
+                raise AirflowAuthError(f"{what}: HTTP 403 {shown}: the Airflow user needs {needs}")
+            if status == 404:
+                raise Gone(f"{what}: {detail(data, self.tokens.secrets())}")
+            if status >= 500:
+                raise Transient(f"{what}: HTTP {status} {detail(data, self.tokens.secrets())}")
+            if not 200 <= status < 300:
+                raise AirflowApiError(f"{what}: HTTP {status} {detail(data, self.tokens.secrets())}")
+            return json_body(data)
+        raise AirflowAuthError(f"{what}: a freshly issued token was rejected too")
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        budget: Budget | None = None,
+        needs: str = EDIT_RUNS,
+    ) -> dict[str, Any]:
+        """A raw JSON call: ``path`` below the base URL (e.g. ``/api/v2/assets/events``), ``query``
+        (lists repeat the key), ``body`` sent as JSON. Same classification as ``call``."""
+        url = self.base_url + path + ("?" + urlencode(query, doseq=True) if query else "")
+        what = f"{method} {path}"
+
+        def send(headers: Headers) -> Any:
+            headers = {**headers, "Accept": "application/json"}
+            if body is not None:
+                headers["Content-Type"] = "application/json"
+            response = self.client.rest_client.request(  # type: ignore[no-untyped-call]
+                method, url, headers=headers, body=body, _request_timeout=self.timeout
+            )
+            response.read()  # RESTResponse holds the body in .data only once read
+            return response
+
+        return self.call(what, send, budget, needs=needs)
+
+    def _send(self, what: str, send: Callable[[Headers], Any], token: str) -> tuple[int, bytes]:
+        try:
+            response = send({"Authorization": f"Bearer {token}"})
+            data = response.data  # reads the body (and releases the connection to the pool)
+            return int(response.status), bytes(data or b"")
+        except urllib3.exceptions.HTTPError as exc:
+            raise Transient(f"{what}: {transport(exc)}") from None
+        except ApiException as exc:
+            raise AirflowApiError(f"{what}: {api_exception(exc)}") from None
