@@ -436,12 +436,18 @@ class Daemon:
             actions = plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started)
             # Undecided actions claim nothing: a later verdict on the same group may still act.
             decided = [a for a in actions if a.outcome not in UNDECIDED]
-            won = ledger.claim_all(finding.key, ["detected", *(f"action:{a.run.run_id}" for a in decided)])
+            seen = [f"detected:{r.run_id}" for r in finding.duplicates]
+            won = ledger.claim_all(finding.key, ["detected", *seen, *(f"action:{a.run.run_id}" for a in decided)])
             todo = [a for a in decided if f"action:{a.run.run_id}" in won]
             if todo:
                 ledger.record_decision((finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo])
                 self._track(finding, actions, todo)
-            self._report_detected(finding, actions, "detected" in won, now)
+            if "detected" in won:
+                self._report_detected(finding, actions, now)
+            elif len(finding.runs) > 2:  # a pair never grows; >2: runs joined an announced group
+                joined = tuple(r.run_id for r in finding.duplicates if f"detected:{r.run_id}" in won)
+                if joined:
+                    self._report_detected(finding, actions, now, joined)
             for action in todo:
                 result = passive_result(action)
                 if result is not None:
@@ -474,14 +480,16 @@ class Daemon:
                 group.open |= runs
                 group.unseen |= runs
 
-    def _report_detected(self, finding: Finding, actions: list[Action], first: bool, now: datetime) -> None:
-        if not first:
-            return
+    def _report_detected(
+        self, finding: Finding, actions: list[Action], now: datetime, joined: tuple[str, ...] = ()
+    ) -> None:
+        """The DETECTED alert: a group's first, or (``joined``) again for the runs that joined it since."""
         m = self.parts.metrics
-        m.groups_detected.labels(kind=finding.kind.value, confidence=finding.confidence.value).inc()
-        m.groups_by_dag.labels(dag_id=finding.dag_id).inc()
+        if not joined:
+            m.groups_detected.labels(kind=finding.kind.value, confidence=finding.confidence.value).inc()
+            m.groups_by_dag.labels(dag_id=finding.dag_id).inc()
         for run in finding.duplicates:
-            if run.queued_at is not None:
+            if run.queued_at is not None and (not joined or run.run_id in joined):
                 m.detection_latency.observe(max(0.0, (now - run.queued_at).total_seconds()))
         self.parts.alerter.notify(
             AlertEvent(
@@ -491,6 +499,7 @@ class Daemon:
                 cluster=self.config.cluster_name,
                 mode=self._mode.value,
                 actions=tuple(actions),
+                new_runs=joined,
             )
         )
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from detector.core.decisions import REMEDIATION_NOTE_PREFIX
-from detector.core.model import NO_PROGRESS, Confidence, Finding, Run
+from detector.core.model import NO_PROGRESS, Confidence, Finding, Kind, Run
 
 NOTE_LIMIT = 1000  # Airflow's dag_run_note.content is varchar(1000)
 
@@ -60,12 +60,18 @@ class Action:
         return self.outcome is Outcome.REMEDIATE
 
 
+_WHY = {  # which Airflow bug made such a duplicate: the link an operator follows from the run page
+    Kind.ASSET: "same asset trigger, HA scheduler race; see apache/airflow#54491",
+    Kind.PARTITIONED: "same partition key, partitioned asset race; see apache/airflow#68045 and #71070",
+}
+
+
 def note_for(finding: Finding, run: Run, now: datetime) -> str:
     """What an operator reads on the run page in the UI; never longer than Airflow accepts."""
     events = ", ".join(map(str, finding.shared_event_ids)) or "none"
     text = (
         f"{REMEDIATION_NOTE_PREFIX}{finding.kept.run_id} "
-        f"(same asset trigger, HA scheduler race; see apache/airflow#54491). "
+        f"({_WHY[finding.kind]}). "
         f"Shared asset events: {events}. At {now.isoformat(timespec='seconds')}."
     )
     if len(text) <= NOTE_LIMIT:

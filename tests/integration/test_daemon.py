@@ -285,7 +285,7 @@ def test_a_run_joining_an_overlap_group_through_another_run_keeps_its_key(
 ) -> None:
     """A (t2, {e1, e2}) and B (t1, {e2, e3}) overlap: one suspected group, keyed on A. C (t3, {e3})
     shares an event with B only; the group it joins is still A's (sibling of a sibling), so it is
-    not alerted as a new group."""
+    not alerted as a new group: the same group is announced again as grown, naming C."""
     d = start_daemon(db_url)
     daemons.append(d)
     wait_for(d.is_leader, what="leadership")
@@ -297,6 +297,9 @@ def test_a_run_joining_an_overlap_group_through_another_run_keeps_its_key(
     c = writer.run("consumer", now + timedelta(milliseconds=50), [e3], job=2)
     wait_for(lambda: d.daemon.detector is not None and d.daemon.detector.tracker.high >= c.id, what="C judged")
     time.sleep(0.3)
-    [first] = d.alerter.detected()  # without the sibling's siblings, C's group {B, C} was a new one
+    # without the sibling's siblings, C's group {B, C} was a new one (a new key, no new_runs)
+    first, grown = d.alerter.detected()
     assert {r.run_id for r in first.finding.runs} == {a.run_id, b.run_id}
     assert first.finding.confidence.value == "suspected"
+    assert grown.finding.key == first.finding.key
+    assert grown.new_runs == (c.run_id,)

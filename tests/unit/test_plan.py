@@ -64,6 +64,17 @@ def test_note_names_kept_run_and_events_and_fits_airflow() -> None:
     assert len(note_for(big, big.duplicates[0], T0)) == NOTE_LIMIT
 
 
+def test_note_names_the_airflow_bug_of_its_kind() -> None:
+    """A partitioned duplicate's note links the partitioned race, not the 3.0/3.1 queue race."""
+    f = _finding()
+    assert "apache/airflow#54491" in note_for(f, f.duplicates[0], T0)
+    runs = [run(id=1, partition_key="2026-01-01"), run(id=2, partition_key="2026-01-01")]
+    [p] = find_duplicates(runs, {1: frozenset({1}), 2: frozenset({1})}, {})
+    assert p.kind.value == "partitioned"
+    note = note_for(p, p.duplicates[0], T0)
+    assert "apache/airflow#68045" in note and "54491" not in note
+
+
 def test_guarded_run_is_never_kept_even_with_the_lower_id() -> None:
     """The guard may keep the higher-id run (it took the lock first): the sidecar keeps that one too
     and reports the lower-id guarded run as prevented, never remediating the only live run."""

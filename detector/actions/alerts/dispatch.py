@@ -44,6 +44,7 @@ from detector.actions.alerts.format import (
     digest_message,
     digest_outcome_message,
     digest_payloads,
+    joined_signature,
     outcome_message,
     outcome_signature,
     plain_text,
@@ -436,6 +437,8 @@ class Dispatcher:
         subject = f"alert:{channel.name}"
         if event.kind is AlertKind.OUTCOME:
             subject += f":outcome:{outcome_signature(event)}"
+        elif event.new_runs:
+            subject += f":joined:{joined_signature(event)}"
         try:
             won = self.ledger.claim(event.finding.key, subject)
         except Exception:  # noqa: BLE001 - without a ledger, alert anyway: a repeat beats silence

@@ -220,14 +220,21 @@ def outcome_signature(event: AlertEvent) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+def joined_signature(event: AlertEvent) -> str:
+    """Stable id of the runs that joined an announced group, so that news is announced once."""
+    return hashlib.sha256("\n".join(sorted(event.new_runs)).encode()).hexdigest()[:16]
+
+
 # --- plain text (fallback and logs) ------------------------------------------------------------------
 
 
 def _title(event: AlertEvent) -> str:
     f = event.finding
+    grew = f" (group grew: {len(event.new_runs)} more run{'s' if len(event.new_runs) > 1 else ''})"
+    tail = grew if event.new_runs and event.kind is AlertKind.DETECTED else ""
     if f.confidence is Confidence.SUSPECTED:
-        return f"Suspected duplicate run of DAG {f.dag_id} on {event.cluster}"
-    return f"Duplicate run of DAG {f.dag_id} on {event.cluster}"
+        return f"Suspected duplicate run of DAG {f.dag_id} on {event.cluster}{tail}"
+    return f"Duplicate run of DAG {f.dag_id} on {event.cluster}{tail}"
 
 
 def plain_text(event: AlertEvent, ui_url: str | None = None) -> str:
@@ -459,6 +466,7 @@ def group_json(event: AlertEvent, ui_url: str | None = None) -> dict[str, Any]:
         "partition_key": f.partition_key,
         "kept": _run_json(f.kept, ui_url),
         "duplicates": [_run_json(r, ui_url) for r in f.duplicates],
+        "new_run_ids": list(event.new_runs),
         "detected_at": _iso(event.detected_at),
     }
 
@@ -557,6 +565,7 @@ def log_fields(event: AlertEvent, ui_url: str | None = None) -> dict[str, Any]:
         "confidence": f.confidence.value,
         "kept_run": f.kept.run_id,
         "duplicate_runs": [r.run_id for r in f.duplicates],
+        "new_runs": list(event.new_runs),
         "shared_event_ids": list(f.shared_event_ids),
         "assets": list(event.assets),
         "run_after": _iso(f.run_after),

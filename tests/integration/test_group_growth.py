@@ -1,0 +1,59 @@
+"""A group that grows is announced again (never silent): a third run joining a group that was already
+alerted is a new duplicate on-call must hear about, in alert-only mode as much as when remediating.
+Real PostgreSQL with the real 3.1.2 schema; runs written the way Airflow's scheduler writes them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from detector.core.ports import AlertKind
+from tests.daemon_harness import Running, start_daemon, wait_for
+from tests.pg import Templates
+from tests.writer import AirflowWriter
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Running]]:
+    started: list[Running] = []
+    yield started
+    for d in started:
+        d.stop()
+
+
+def _named(d: Running, run_id: str) -> bool:
+    return any(run_id in {r.run_id for r in e.finding.duplicates} for e in d.alerter.detected())
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["memory-ledger", "durable-ledger"])
+def test_a_third_run_joining_an_alerted_group_is_alerted(
+    durable: bool, pg_templates: Templates, daemons: list[Running]
+) -> None:
+    """Alert-only: the pair is announced once; a third run of the same asset event joins later and is
+    announced in a second detected alert naming it as new; nothing is announced a third time."""
+    url = pg_templates.clone("3.1.2")
+    writer = AirflowWriter(url)
+    run_after = datetime.now(UTC)
+    event = writer.event(run_after - timedelta(milliseconds=5))
+    first = writer.run("consumer", run_after, [event], job=1)
+    second = writer.run("consumer", run_after, [event], job=2)
+    d = start_daemon(url, durable=durable, remediation="off")
+    daemons.append(d)
+    wait_for(lambda: _named(d, second.run_id), what="the pair announced")
+    assert len(d.alerter.detected()) == 1 and d.alerter.detected()[0].new_runs == ()
+    third = writer.run("consumer", run_after, [event], job=1)
+    wait_for(lambda: _named(d, third.run_id), what="the third run announced")
+    time.sleep(0.5)  # a few more polls: no repeat
+    detected = d.alerter.detected()
+    assert len(detected) == 2
+    grown = detected[1]
+    assert grown.kind is AlertKind.DETECTED
+    assert grown.new_runs == (third.run_id,)
+    assert grown.finding.kept.run_id == first.run_id
+    assert {r.run_id for r in grown.finding.duplicates} == {second.run_id, third.run_id}
+    writer.close()
