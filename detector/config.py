@@ -256,7 +256,27 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("airflow_api_url", None, _url, "Airflow API server base URL, e.g. http://airflow-api-server:8080."),
     Setting("airflow_username", None, str, "Airflow user for POST /auth/token."),
     Setting("airflow_password", None, str, "Password of that user.", secret=True),
-    Setting("airflow_token", None, str, "A static Airflow API JWT instead of username/password.", secret=True),
+    Setting(
+        "airflow_token",
+        None,
+        str,
+        "A static Airflow API token (e.g. an Astronomer Deployment API token) instead of username/password.",
+        secret=True,
+    ),
+    Setting(
+        "airflow_token_command",
+        None,
+        str,
+        "A command (run by /bin/sh -c) whose stdout is the API token; run again before the token's `exp` "
+        "(or after a 401). For platforms that mint short-lived tokens. Never logged.",
+        secret=True,
+    ),
+    Setting(
+        "airflow_token_command_timeout",
+        timedelta(seconds=30),
+        _positive_duration,
+        "Timeout of the token command (killed with its children when it overruns).",
+    ),
     Setting("airflow_ca_bundle", None, _file, "CA bundle file for the API's TLS certificate."),
     Setting("airflow_verify_tls", True, _bool, "Verify the API's TLS certificate."),
     Setting("airflow_timeout", timedelta(seconds=5), _positive_duration, "Timeout of each Airflow API call."),
@@ -307,6 +327,8 @@ class Config:
     airflow_username: str | None
     airflow_password: str | None = field(repr=False)
     airflow_token: str | None = field(repr=False)
+    airflow_token_command: str | None = field(repr=False)
+    airflow_token_command_timeout: timedelta
     airflow_ca_bundle: str | None
     airflow_verify_tls: bool
     airflow_timeout: timedelta
@@ -454,17 +476,30 @@ def _cross_checks(v: Mapping[str, Any]) -> list[str]:
     if v.get("remediation") in {"fail", "skip"} and v.get("remediation_backend") == "api":
         if not v.get("airflow_api_url"):
             problems.append("DUPGUARD_REMEDIATION=fail/skip with the api backend needs DUPGUARD_AIRFLOW_API_URL")
-        if not v.get("airflow_token") and not (v.get("airflow_username") and v.get("airflow_password")):
-            problems.append(
-                "the api backend needs DUPGUARD_AIRFLOW_TOKEN, "
-                "or DUPGUARD_AIRFLOW_USERNAME and DUPGUARD_AIRFLOW_PASSWORD"
-            )
+        problems.extend(api_auth_problems(v, "the api backend"))
     url = v.get("database_url") or ""
     if v.get("remediation_backend") == "db" and v.get("remediation") in {"fail", "skip"} and url.startswith("sqlite"):
         problems.append("DUPGUARD_REMEDIATION_BACKEND=db cannot write to SQLite: dupguard opens SQLite read-only")
     if v.get("slack_bot_token") and not v.get("slack_channel"):
         problems.append("DUPGUARD_SLACK_BOT_TOKEN needs DUPGUARD_SLACK_CHANNEL")
     return problems
+
+
+def api_auth_problems(v: Mapping[str, Any], who: str) -> list[str]:
+    """Exactly one way to authenticate to Airflow's REST API (for ``who``: the api backend or source)."""
+    ways = [
+        bool(v.get("airflow_token")),
+        bool(v.get("airflow_token_command")),
+        bool(v.get("airflow_username") and v.get("airflow_password")),
+    ]
+    if not any(ways):
+        return [
+            f"{who} needs DUPGUARD_AIRFLOW_TOKEN, DUPGUARD_AIRFLOW_TOKEN_COMMAND, "
+            "or DUPGUARD_AIRFLOW_USERNAME and DUPGUARD_AIRFLOW_PASSWORD"
+        ]
+    if v.get("airflow_token") and v.get("airflow_token_command"):
+        return ["set DUPGUARD_AIRFLOW_TOKEN or DUPGUARD_AIRFLOW_TOKEN_COMMAND, not both"]
+    return []
 
 
 def database_url(flag: str | None, env: Mapping[str, str] | None = None) -> str:

@@ -8,6 +8,7 @@ Never in any text made here: tokens, passwords, Authorization headers.
 from __future__ import annotations
 
 import json
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import urllib3
@@ -19,7 +20,27 @@ from detector.config import Config
 
 
 class Transient(Exception):
-    """A 5xx answer or a transport error: worth another attempt."""
+    """A 5xx or 429 answer, or a transport error: worth another attempt.
+
+    ``retry_after``: the seconds the server asked to wait (429/503 ``Retry-After``), else None."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """A ``Retry-After`` header (seconds, or an HTTP date) as seconds from ``now``; None if absent/unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)
 
 
 class Gone(Exception):

@@ -3,8 +3,10 @@
 - 2xx: the body as a JSON object.
 - 401 (or 403 "Invalid JWT token", e.g. after ``jwt_secret`` was rotated): the token is dropped and
   the call sent once more with a new one; a static token cannot be renewed -> ``AirflowAuthError``.
-- 403: ``AirflowAuthError`` naming what the Airflow user lacks (the caller says what it needs).
-- 404: ``Gone``. 5xx and transport errors: ``Transient`` (the caller decides whether to retry).
+- 403: ``AirflowAuthError`` naming the permission the Airflow user lacks (the caller says which:
+  ``detector.airflowapi.permissions``; Airflow's own answer is a bare "Forbidden").
+- 404: ``Gone``. 429, 5xx and transport errors: ``Transient``, with the server's ``Retry-After``
+  when it sent one (the caller decides whether and when to retry).
 - other: ``AirflowApiError``.
 
 Every text is built from the status and the body's ``detail`` with secrets withheld
@@ -23,7 +25,16 @@ from airflow_client.client import ApiClient
 from airflow_client.client.exceptions import ApiException
 
 from detector import redact
-from detector.airflowapi.client import Gone, Transient, api_exception, detail, json_body, make_client, transport
+from detector.airflowapi.client import (
+    Gone,
+    Transient,
+    api_exception,
+    detail,
+    json_body,
+    make_client,
+    retry_after,
+    transport,
+)
 from detector.airflowapi.tokens import Budget, TokenSource
 from detector.config import Config
 from detector.errors import AirflowApiError, AirflowAuthError
@@ -60,6 +71,8 @@ class Session:
             password=config.airflow_password,
             static_token=config.airflow_token,
             timeout=timeout,
+            command=config.airflow_token_command,
+            command_timeout=config.airflow_token_command_timeout.total_seconds(),
             auth_backoff=auth_backoff,
             clock=clock,
         )
@@ -74,13 +87,14 @@ class Session:
         self.client.rest_client.pool_manager.clear()
 
     def call(
-        self, what: str, send: Callable[[Headers], Any], budget: Budget | None = None, *, needs: str = EDIT_RUNS
+        self, what: str, send: Callable[[Headers], Any], budget: Budget | None = None, *, needs: str
     ) -> dict[str, Any]:
         """``send(headers)`` (a ``*_without_preload_content`` client method, or ``request``'s) with
-        a bearer token; ``what`` names the call in messages, ``needs`` what a 403 lacks."""
+        a bearer token; ``what`` names the call in messages, ``needs`` the permission a 403 lacks
+        (``detector.airflowapi.permissions``)."""
         budget = budget if budget is not None else Budget()
         for _ in range(2):  # the second pass only after a 401 with a cached token
-            status, data = self._send(what, send, self.tokens.get(budget))
+            status, data, wait = self._send(what, send, self.tokens.get(budget))
             # 401 "Token Expired"; 403 "Invalid JWT token" (e.g. jwt_secret rotated): a new token may do.
             if status == 401 or (status == 403 and "invalid jwt" in detail(data, self.tokens.secrets()).lower()):
                 self.tokens.invalidate()
@@ -94,8 +108,8 @@ class Session:
                 raise AirflowAuthError(f"{what}: HTTP 403 {shown}: the Airflow user needs {needs}")
             if status == 404:
                 raise Gone(f"{what}: {detail(data, self.tokens.secrets())}")
-            if status >= 500:
-                raise Transient(f"{what}: HTTP {status} {detail(data, self.tokens.secrets())}")
+            if status >= 500 or status == 429:
+                raise Transient(f"{what}: HTTP {status} {detail(data, self.tokens.secrets())}", wait)
             if not 200 <= status < 300:
                 raise AirflowApiError(f"{what}: HTTP {status} {detail(data, self.tokens.secrets())}")
             return json_body(data)
@@ -109,7 +123,7 @@ class Session:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         budget: Budget | None = None,
-        needs: str = EDIT_RUNS,
+        needs: str,
     ) -> dict[str, Any]:
         """A raw JSON call: ``path`` below the base URL (e.g. ``/api/v2/assets/events``), ``query``
         (lists repeat the key), ``body`` sent as JSON. Same classification as ``call``."""
@@ -128,11 +142,12 @@ class Session:
 
         return self.call(what, send, budget, needs=needs)
 
-    def _send(self, what: str, send: Callable[[Headers], Any], token: str) -> tuple[int, bytes]:
+    def _send(self, what: str, send: Callable[[Headers], Any], token: str) -> tuple[int, bytes, float | None]:
         try:
             response = send({"Authorization": f"Bearer {token}"})
             data = response.data  # reads the body (and releases the connection to the pool)
-            return int(response.status), bytes(data or b"")
+            wait = retry_after(response.headers.get("Retry-After"), time.time())
+            return int(response.status), bytes(data or b""), wait
         except urllib3.exceptions.HTTPError as exc:
             raise Transient(f"{what}: {transport(exc)}") from None
         except ApiException as exc:

@@ -1,17 +1,30 @@
 """The bearer token for Airflow's REST API (facts §4.3/4.4).
 
-A static token, or one from ``POST {api}/auth/token`` with username/password. The client has no
-token call, so the request goes through the client's own HTTP pool (same TLS settings and timeout).
-The token's ``exp`` is read (not verified) to refresh it before it expires; a 401 invalidates it.
-Wrong credentials raise ``AirflowAuthError`` at once: at most one token request per action, then a
-growing back-off during which later calls fail without asking again (no account lock-out, no
-retry storm).
+Three ways to get one:
+- static (``DUPGUARD_AIRFLOW_TOKEN``, e.g. an Astronomer Deployment API token): sent as is, never
+  renewed; a 401 is an error naming it.
+- ``POST {api}/auth/token`` with username/password (simple and FAB auth managers). The client has
+  no token call, so the request goes through the client's own HTTP pool (same TLS settings and
+  timeout).
+- a command (``DUPGUARD_AIRFLOW_TOKEN_COMMAND``, run by ``/bin/sh -c``): its stdout is the token,
+  for platforms that mint short-lived tokens (``gcloud auth print-access-token``, a script around
+  ``aws mwaa create-web-login-token``, a mounted file that a sidecar rotates: ``cat /path``). It
+  runs with a timeout in its own process group (killed whole when it overruns); its stdout is never
+  logged; its exit code and the last line of its stderr are.
+
+A minted token's ``exp`` is read (not verified) to renew it before it expires; without ``exp`` (an
+opaque token) it is kept until a 401. A 401 invalidates it. Failures raise ``AirflowAuthError`` at
+once, at most one token request per action, then a growing back-off during which later calls fail
+without asking again (no account lock-out, no login or command storm).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -56,8 +69,11 @@ class TokenSource:
         password: str | None,
         static_token: str | None,
         timeout: float,
+        command: str | None = None,
+        command_timeout: float = 30.0,
         auth_backoff: float = 60.0,
         max_auth_backoff: float = 900.0,
+        command_backoff: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._client = client
@@ -67,7 +83,10 @@ class TokenSource:
         self._password = password
         self._static = static_token
         self._timeout = timeout
-        self._backoff = auth_backoff
+        self._command = command
+        self._command_timeout = command_timeout
+        # a failing command is cheap to ask again (no account to lock): a shorter back-off
+        self._backoff = command_backoff if command else auth_backoff
         self._max_backoff = max_auth_backoff
         self._clock = clock
         self._lock = threading.Lock()
@@ -76,6 +95,8 @@ class TokenSource:
         self._blocked_until = 0.0
         self._failures = 0
         self.requests_sent = 0  # POST /auth/token calls that reached the server (metrics/tests)
+        self.commands_run = 0  # runs of the token command (tests)
+        self._last_failure = ""  # why the command failed last (repeated while backing off)
 
     @property
     def static(self) -> bool:
@@ -83,7 +104,7 @@ class TokenSource:
 
     def secrets(self) -> tuple[str | None, ...]:
         """What an error text must never contain (an API may echo the request or the token)."""
-        return (self._password, self._static, self._token)
+        return (self._password, self._static, self._token, self._command)
 
     def get(self, budget: Budget) -> str:
         with self._lock:
@@ -98,6 +119,8 @@ class TokenSource:
 
     def _fetch(self, budget: Budget) -> str:
         now = self._clock()
+        if self._command is not None:
+            return self._run_command(budget, now)
         if now < self._blocked_until:
             raise AirflowAuthError(
                 f"Airflow rejected user {self._username!r} at {self._shown} earlier; not asking again "
@@ -139,6 +162,9 @@ class TokenSource:
         token = json_body(response.data).get("access_token") if 200 <= status < 300 else None
         if not isinstance(token, str) or not token:
             raise AirflowApiError(f"POST {self._shown}: HTTP {status} without an access_token")
+        return self._accept(token, now)
+
+    def _accept(self, token: str, now: float) -> str:
         self._failures = 0
         self._blocked_until = 0.0
         self._token = token
@@ -146,7 +172,57 @@ class TokenSource:
         exp, iat = claims.get("exp"), claims.get("iat", now)
         if isinstance(exp, int | float):
             lifetime = max(0.0, float(exp) - float(iat))
-            self._refresh_at = float(exp) - min(60.0, 0.2 * lifetime)
+            # A token that is (nearly) expired already is used all the same rather than minted
+            # again at every call; the server's 401 then asks for the next one.
+            self._refresh_at = max(float(exp) - min(60.0, 0.2 * lifetime), now + 1.0)
         else:
-            self._refresh_at = float("inf")  # no exp: keep it until a 401
+            self._refresh_at = float("inf")  # no exp (an opaque token): keep it until a 401
         return token
+
+    def _run_command(self, budget: Budget, now: float) -> str:
+        """The command's stdout as the token; any failure is one line that never quotes stdout."""
+        name = "DUPGUARD_AIRFLOW_TOKEN_COMMAND"
+        if now < self._blocked_until:
+            raise AirflowAuthError(
+                f"{name} failed earlier ({self._last_failure}); next attempt in {self._blocked_until - now:.0f} s"
+            )
+        if budget.token_requests <= 0:
+            # This call already ran the command and the server refused what it printed: asking again
+            # at once would only repeat that, so it backs off like any other failure of the command.
+            raise self._command_failed(
+                f"the token it just printed was rejected by {self._shown.removesuffix('/auth/token')}: "
+                "is it a token for this Airflow deployment?"
+            )
+        budget.token_requests -= 1
+        self.commands_run += 1
+        assert self._command is not None
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", self._command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: a timeout kills the whole pipeline
+        )
+        try:
+            out, err = proc.communicate(timeout=self._command_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise self._command_failed(f"timed out after {self._command_timeout:g} s") from None
+        token = out.decode("utf-8", "replace").strip()
+        if proc.returncode != 0:
+            lines = [line.strip() for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
+            last = redact.withhold(lines[-1][:200], (*self.secrets(), token), "stderr") if lines else ""
+            raise self._command_failed(f"exit code {proc.returncode}" + (f": {last}" if last else ""))
+        if not token:
+            raise self._command_failed("printed nothing on stdout")
+        if len(token.split()) != 1:
+            raise self._command_failed("printed more than the token on stdout (expected one word)")
+        return self._accept(token, now)
+
+    def _command_failed(self, why: str) -> AirflowAuthError:
+        self._last_failure = why
+        self._failures += 1
+        delay = min(self._max_backoff, self._backoff * 2 ** (self._failures - 1))
+        self._blocked_until = self._clock() + delay
+        return AirflowAuthError(f"DUPGUARD_AIRFLOW_TOKEN_COMMAND failed ({why}); next attempt in {delay:.0f} s")

@@ -415,7 +415,8 @@ def test_a_user_without_edit_rights_gets_a_clear_403(h: Harness) -> None:
     before = db_state(h.url)
     result = h.remediator(Mode.FAIL, airflow_username="viewer", airflow_password="viewer").execute(action)
     assert result.result is Result.FAILED
-    assert "403" in result.detail and "role that may edit" in result.detail
+    assert "HTTP 403" in result.detail and "\n" not in result.detail
+    assert '"can edit" on DAGs and DAG Runs' in result.detail and "role user or higher" in result.detail
     assert db_state(h.url) == before
 
 

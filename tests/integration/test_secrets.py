@@ -7,6 +7,10 @@ and errors (stderr) of real ``dupguard`` processes (a daemon that detects a real
 and tries to remediate; ``run --once``; ``scan``/``init-db`` errors; bad configuration), ``/metrics``,
 what the local Slack server and webhook receiver (tests/slack_server.py) received, ``--help`` and
 ``check-config``. The test PostgreSQL trusts local connections, so marker passwords still connect.
+
+The token command (``DUPGUARD_AIRFLOW_TOKEN_COMMAND``) against a real Airflow 3.1.2 API server: the
+command's text, the tokens it printed (minted by the server, recorded by the command for the grep)
+and the stdout of a failing command appear in no output of ``run --once`` that remediates through it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from tests.airflow_server import airflow_api_server, db_state
 from tests.daemon_harness import wait_for
+from tests.integration.test_airflow_auth import MINT
 from tests.pg import Templates
 from tests.slack_server import SlackServer
 from tests.writer import AirflowWriter
@@ -204,3 +210,70 @@ def _metrics_or_empty(port: int) -> str:
         return _metrics(port)
     except OSError:
         return ""
+
+
+def test_no_token_command_secret_in_any_output(pg_templates: Templates, tmp_path: Path) -> None:
+    cmd_marker, stdout_marker = "MkCmdText11", "MkCmdStdout12"
+    minted = tmp_path / "minted"
+    script = tmp_path / "mint.py"
+    script.write_text(MINT)
+    outputs: dict[str, str] = {}
+    with airflow_api_server("3.1.2", ["race_asset_fanout"], pg_templates, tmp_path / "af") as server:
+        base = _clean_env(
+            DUPGUARD_DATABASE_URL=server.db_url,
+            DUPGUARD_AIRFLOW_API_URL=server.url,
+            DUPGUARD_REMEDIATION="fail",
+            DUPGUARD_LOG_FORMAT="json",
+            DUPGUARD_LOG_LEVEL="debug",
+            DUPGUARD_HTTP_PORT="0",
+            DUPGUARD_STARTUP_LOOKBACK=str(10 * 365 * 86400),  # the scenario's runs were made long ago
+        )
+        # 1. A command that fails after printing something on stdout: one line, retried, no secret.
+        failing = f"MARK={cmd_marker}; echo {stdout_marker}; echo 'no credentials' >&2; exit 4"
+        done = subprocess.run(
+            [DUPGUARD, "run", "--once"],
+            env=base | {"DUPGUARD_AIRFLOW_TOKEN_COMMAND": failing},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        outputs["run --once, failing command"] = done.stdout + done.stderr
+        assert "DUPGUARD_AIRFLOW_TOKEN_COMMAND failed (exit code 4: no credentials)" in done.stderr, done.stderr
+        assert '"result": "failed"' in done.stderr and "Traceback" not in done.stderr
+        assert not any(row.note for row in db_state(server.db_url).values())  # nothing written
+
+        # 2. A command whose stdout is a token the server minted: the duplicates are failed through it.
+        server.reset("race_asset_fanout")  # as Airflow made it again (the first run's attempt is in its past)
+        good = f"MARK={cmd_marker} {sys.executable} {script} {server.url} {minted}"
+        done = subprocess.run(
+            [DUPGUARD, "run", "--once"],
+            env=base | {"DUPGUARD_AIRFLOW_TOKEN_COMMAND": good},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        outputs["run --once, token command"] = done.stdout + done.stderr
+        stopped = [row for row in db_state(server.db_url).values() if row.note and "dupguard stopped" in row.note]
+        assert len(stopped) == 3 and all(row.state == "failed" for row in stopped), done.stderr
+
+        # 3. check-config names the setting and hides its value.
+        done = subprocess.run(
+            [DUPGUARD, "check-config"],
+            env=base | {"DUPGUARD_AIRFLOW_TOKEN_COMMAND": good},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        outputs["check-config"] = done.stdout + done.stderr
+        assert "airflow_token_command: '***'" in outputs["check-config"], outputs["check-config"]
+    tokens = minted.read_text().split()
+    assert tokens  # the command ran and the server minted
+    secrets = {"command text": cmd_marker, "failing stdout": stdout_marker} | {
+        f"token {i}": token for i, token in enumerate(tokens)
+    }
+    leaks = {
+        channel: [name for name, value in secrets.items() if value in text]
+        for channel, text in outputs.items()
+        if any(value in text for value in secrets.values())
+    }
+    assert leaks == {}, leaks

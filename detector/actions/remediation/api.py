@@ -43,6 +43,7 @@ from sqlalchemy import Engine
 from detector import logs
 from detector.actions.remediation.guarded import Applied, Recheck, Work, now_utc
 from detector.actions.remediation.readback import read_back
+from detector.airflowapi import permissions
 from detector.airflowapi.client import Gone, Transient
 from detector.airflowapi.session import Session
 from detector.airflowapi.tokens import Budget, TokenSource
@@ -222,6 +223,7 @@ class ApiBackend:
                     dag_id, run_id, body, _request_timeout=self.timeout, _headers=h
                 ),
                 budget,
+                needs=permissions.EDIT_RUNS,
             )
             return
         if work.to_skip or work.to_fail:
@@ -233,6 +235,7 @@ class ApiBackend:
                 dag_id, run_id, note, update_mask=["note"], _request_timeout=self.timeout, _headers=h
             ),
             budget,
+            needs=permissions.EDIT_RUNS,
         )
 
     def _skip_tasks(self, dag_id: str, run_id: str, work: Work, budget: Budget) -> None:
@@ -256,6 +259,7 @@ class ApiBackend:
                 dag_id, run_id, bulk, _request_timeout=self.timeout, _headers=h
             ),
             budget,
+            needs=permissions.EDIT_TASK_INSTANCES,
         )
         errors = (answer.get("update") or {}).get("errors") or []
         if errors:
