@@ -303,3 +303,130 @@ def test_notes_point_the_overlay_at_another_release_name() -> None:
     assert "merge_values.py" in notes
     default = helm.Chart.load(CHART).render({}, name="dupguard", namespace="airflow")["dupguard/templates/NOTES.txt"]
     assert "dupguard-config" not in default
+
+
+# --- source: api (managed platforms: no database Secret, one replica, Recreate) ---------------------
+
+API = {"mode": "standalone", "source": "api", "airflow": {"apiUrl": "https://airflow.example.com/d1"}}
+API_AUTH: dict[str, dict[str, Any]] = {
+    "token-secret": {"airflow": {"tokenSecret": {"name": "astro-deployment-token", "key": "token"}}},
+    "inline-token": {"airflow": {"token": "astro-token-value"}},
+    "token-command": {
+        "airflow": {"tokenCommand": "cat /var/run/airflow-token/token"},
+        "extraVolumes": [{"name": "airflow-token", "secret": {"secretName": "rotated-token"}}],
+        "extraVolumeMounts": [{"name": "airflow-token", "mountPath": "/var/run/airflow-token", "readOnly": True}],
+    },
+    "username-password": {"airflow": {"username": "dupguard", "password": "pw"}},
+    "existing-secret": {"existingSecret": "dupguard-api"},
+}
+
+
+def _api_values(auth: str, **more: Any) -> dict[str, Any]:
+    values = _merge(json.loads(json.dumps(API)), json.loads(json.dumps(API_AUTH[auth])))
+    for key, value in more.items():
+        _set(values, key, value)
+    return values
+
+
+@pytest.mark.parametrize("auth", sorted(API_AUTH))
+def test_api_source_is_one_recreated_pod_without_a_database_secret(auth: str) -> None:
+    """source api: every toggle combination renders valid objects (kubernetes-validate --strict); the
+    Deployment has exactly one replica and strategy Recreate, nothing names the metadata Secret or
+    sets DUPGUARD_DATABASE_URL, no PodDisruptionBudget (one pod), and the token reaches the container."""
+    seen: set[str] = set()
+    toggles = {
+        "networkPolicy.enabled": [True, False],
+        "serviceAccount.create": [True, False],
+        "podDisruptionBudget.enabled": [True, False],
+        "remediation.mode": ["off", "dry-run", "fail", "skip"],
+        "replicas": [1, 3],
+    }
+    for combo in itertools.product(*toggles.values()):
+        label = f"{auth}," + ",".join(f"{k}={v}" for k, v in zip(toggles, combo, strict=True))
+        values = _api_values(auth, **dict(zip(toggles, combo, strict=True)))
+        docs = render(values)
+        kinds = by_kind(docs)
+        assert "PodDisruptionBudget" not in kinds, label
+        deployment = kinds["Deployment"]["spec"]
+        assert deployment["replicas"] == 1 and deployment["strategy"] == {"type": "Recreate"}, label
+        text = json.dumps(docs)
+        assert "DUPGUARD_DATABASE_URL" not in text and "airflow-metadata" not in text, label
+        assert kinds["ConfigMap"]["data"]["DUPGUARD_SOURCE"] == "api"
+        assert kinds["ConfigMap"]["data"]["DUPGUARD_AIRFLOW_API_URL"] == "https://airflow.example.com/d1"
+        (container,) = kinds["Deployment"]["spec"]["template"]["spec"]["containers"]
+        assert_hardened_container(container, label)
+        env = {e["name"]: e for e in container["env"]}
+        secret = kinds.get("Secret", {}).get("stringData", {})
+        if auth == "token-secret":
+            ref = env["DUPGUARD_AIRFLOW_TOKEN"]["valueFrom"]["secretKeyRef"]
+            assert ref == {"name": "astro-deployment-token", "key": "token"}
+        elif auth == "inline-token":
+            assert secret["DUPGUARD_AIRFLOW_TOKEN"] == "astro-token-value"
+            assert "astro-token-value" not in json.dumps(kinds["ConfigMap"])
+        elif auth == "token-command":
+            assert secret["DUPGUARD_AIRFLOW_TOKEN_COMMAND"] == "cat /var/run/airflow-token/token"
+            mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+            assert mounts["airflow-token"] == "/var/run/airflow-token"
+        elif auth == "existing-secret":
+            assert {"secretRef": {"name": "dupguard-api"}} in container["envFrom"]
+        fresh = []
+        for doc in docs:
+            key = json.dumps(doc, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                fresh.append(doc)
+        if fresh:
+            validate_objects(fresh, label)
+
+
+def test_database_source_is_unchanged_by_the_api_switch() -> None:
+    """The default source renders as before: the metadata Secret, 2 replicas, rolling updates."""
+    kinds = by_kind(render({"mode": "standalone", **SECRET_VARIANTS["inline-secrets"]}))
+    spec = kinds["Deployment"]["spec"]
+    assert spec["replicas"] == 2 and "strategy" not in spec
+    assert "DUPGUARD_SOURCE" not in kinds["ConfigMap"]["data"]
+    (container,) = spec["template"]["spec"]["containers"]
+    assert "DUPGUARD_DATABASE_URL" in {e["name"] for e in container["env"]}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (_merge(json.loads(json.dumps(API)), {"mode": "sidecar"}), "set mode: standalone"),
+        (_api_values("inline-token", **{"remediation.backend": "db"}), "remediation.backend: api"),
+        ({"mode": "standalone", "source": "api", "airflow": {"token": "t"}}, "needs airflow.apiUrl"),
+        (API, "needs a way to authenticate"),
+        (_api_values("token-secret", **{"airflow.token": "t"}), "keep one"),
+        (_api_values("token-command", **{"airflow.token": "t"}), "accepts one of them"),
+        ({"source": "graphql"}, "source"),
+    ],
+    ids=["sidecar", "db-backend", "no-url", "no-auth", "token-twice", "token-and-command", "bad-enum"],
+)
+def test_api_source_refuses_what_cannot_work(values: dict[str, Any], message: str) -> None:
+    """Each of these would start a dupguard that cannot see or act: the render fails with the reason."""
+    helm = require_module("helm_python")
+    with pytest.raises(helm.HelmError, match=message):
+        helm.Chart.load(CHART).render(json.loads(json.dumps(values)), name="dupguard")
+
+
+def test_api_source_lints_and_passes_yamllint(tmp_path: Path) -> None:
+    helm = require_module("helm_python")
+    require_module("yamllint")
+    values = _api_values("token-command")
+    report = helm.lint(str(CHART), values, strict=True, kube_version="v1.30.0")
+    assert not [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    files = []
+    for path, text in helm.Chart.load(CHART).render(values, name="dupguard", namespace="airflow").items():
+        if path.endswith(".yaml") and text.strip():
+            out = tmp_path / Path(path).name
+            out.write_text(text.lstrip("\n"))
+            files.append(str(out))
+    import subprocess
+
+    result = subprocess.run(
+        [require_executable("yamllint"), "--strict", "-c", str(REPO / "deploy" / "yamllint.yaml"), *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

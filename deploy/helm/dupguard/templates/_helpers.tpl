@@ -50,6 +50,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and .Values.enabled (eq .Values.mode "standalone") }}true{{ end }}
 {{- end }}
 
+{{/* source api: dupguard reads Airflow's REST API only (no database Secret, one replica). */}}
+{{- define "dupguard.apiSource" -}}
+{{- if eq (default "database" .Values.source) "api" }}true{{ end }}
+{{- end }}
+
+{{/* Pods of the standalone Deployment: one for the api source (no shared lock to elect a leader). */}}
+{{- define "dupguard.replicas" -}}
+{{- if include "dupguard.apiSource" . }}1{{ else }}{{ .Values.replicas }}{{ end }}
+{{- end }}
+
 {{/* The secret values the chart stores itself, keyed by environment variable name. */}}
 {{- define "dupguard.secretData" -}}
 {{- $data := dict }}
@@ -57,6 +67,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- with .Values.airflow.username }}{{ $_ := set $data "DUPGUARD_AIRFLOW_USERNAME" . }}{{ end }}
 {{- with .Values.airflow.password }}{{ $_ := set $data "DUPGUARD_AIRFLOW_PASSWORD" . }}{{ end }}
 {{- with .Values.airflow.token }}{{ $_ := set $data "DUPGUARD_AIRFLOW_TOKEN" . }}{{ end }}
+{{- with .Values.airflow.tokenCommand }}{{ $_ := set $data "DUPGUARD_AIRFLOW_TOKEN_COMMAND" . }}{{ end }}
 {{- with .Values.slack.botToken }}{{ $_ := set $data "DUPGUARD_SLACK_BOT_TOKEN" . }}{{ end }}
 {{- with .Values.slack.webhookUrl }}{{ $_ := set $data "DUPGUARD_SLACK_WEBHOOK_URL" . }}{{ end }}
 {{- with .Values.webhook.url }}{{ $_ := set $data "DUPGUARD_WEBHOOK_URL" . }}{{ end }}
