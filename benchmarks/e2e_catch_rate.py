@@ -1,21 +1,25 @@
-"""Catch rate on a real HA Airflow 3.1.2: a matrix of end-to-end runs (issue 8, docs/e2e.md).
+"""Catch rate on a real HA Airflow: a matrix of end-to-end runs (issues 8 and 17, docs/e2e.md).
 
-Each cell starts a fresh cluster (``tests/e2e/harness.py``: PostgreSQL database, ``airflow db
-migrate``, API server, DAG processor, two schedulers with LocalExecutor, ``dupguard run``), lets the
-producer emit asset events for ``--duration`` seconds, drains, and judges the result against ground
-truth read from the database (``tests/e2e/truth.py``). Cells run one after another (a 2-core machine
-cannot run two clusters honestly).
+Each run starts a fresh cluster (``tests/e2e/harness.py``: PostgreSQL database, ``airflow db
+migrate``, API server, DAG processor, two schedulers with the LocalExecutor or the CeleryExecutor
+(Redis, two workers), optionally the triggerer with an AssetWatcher, one or two ``dupguard run``
+replicas), lets the producer emit asset events for ``--duration`` seconds, drains, and judges the
+result against ground truth read from the database (``tests/e2e/truth.py``). Runs go one after
+another (a 2-core machine cannot run two clusters honestly); ``--reps`` repeats each cell.
 
     .venv/bin/python -m benchmarks.e2e_catch_rate                      # the default matrix below
-    .venv/bin/python -m benchmarks.e2e_catch_rate --backend api,db --mode fail,skip \\
-        --pickup 0,1 --guard off,on --fault on,off --duration 300 --tag full
+    .venv/bin/python -m benchmarks.e2e_catch_rate --executor local,celery --backend api,db \\
+        --pickup 0 --guard off,on --fault on --reps 3 --duration 120 --tag matrix17
 
-Writes ``benchmarks/results/e2e_<tag>.json`` (every report, per-duplicate rows included) and
-``benchmarks/results/e2e_<tag>.md`` (the table for docs/e2e.md), rewritten after every cell so an
-interrupted matrix keeps what it measured. ``--cells`` picks explicit cells instead of the product:
-``backend:mode:pickup:guard:fault[:duration]`` separated by commas, e.g.
-``api:fail:0:off:on,db:skip:1:off:off:600``. ``--airflow 3.2.2 --dags partitioned`` runs the cells on
-another Airflow with the partitioned producer/consumer pair (``tests/e2e/dags_partitioned/``).
+Writes ``benchmarks/results/e2e_<tag>.json`` (every report, per-duplicate rows and raw latency
+samples included) and ``benchmarks/results/e2e_<tag>.md`` (one table per executor, repetitions of a
+cell pooled, for docs/e2e.md), rewritten after every run so an interrupted matrix keeps what it
+measured. ``--cells`` picks explicit cells instead of the product:
+``backend:mode:pickup:guard:fault[:duration]`` separated by commas (crossed with ``--executor`` and
+``--source``), e.g. ``api:fail:0:off:on,db:skip:1:off:off:600``. ``--airflow 3.2.2 --dags partitioned``
+runs the cells on another Airflow with the partitioned producer/consumer pair. ``--watcher on`` adds
+the triggerer and the AssetWatcher consumers; ``--replicas 2 --kills N --outage 20`` the failover and
+API-outage faults. ``--seed`` makes the random moments of the faults repeatable.
 """
 
 from __future__ import annotations
@@ -23,18 +27,22 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
+import os
 import platform
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from tests.e2e.harness import HarnessError, RunSpec, run
-from tests.e2e.truth import summary_line
+from tests.e2e.truth import percentiles, summary_line
 
 RESULTS = Path(__file__).resolve().parent / "results"
+ONOFF = {True: "on", False: "off"}
 
 
 def _onoff(text: str) -> bool:
@@ -49,12 +57,16 @@ def _list(kind: Any) -> Any:
 
 def cells(args: argparse.Namespace) -> list[RunSpec]:
     common = {
-        "duration": args.duration,
         "fanout": args.fanout,
         "producer_sleep": args.producer_sleep,
-        "fault_max_ms": 0.0,
         "airflow_version": args.airflow,
         "dags": args.dags,
+        "watcher": args.watcher,
+        "replicas": args.replicas,
+        "leader_kills": args.kills,
+        "api_outage": args.outage,
+        "celery_workers": args.celery_workers,
+        "seed": args.seed,
     }
     raw: list[tuple[str, str, float, bool, bool, float]]
     if args.cells:
@@ -67,20 +79,89 @@ def cells(args: argparse.Namespace) -> list[RunSpec]:
         product = itertools.product(args.backend, args.mode, args.pickup, args.guard, args.fault)
         raw = [(*cell, args.duration) for cell in product]
     out = []
-    for backend, mode, pickup, guard, fault, seconds in raw:
-        prefix = "" if args.dags == "asset" and args.airflow == "3.1.2" else f"{args.airflow}-{args.dags}-"
-        onoff = {True: "on", False: "off"}
-        name = f"{prefix}{backend}-{mode}-pickup{pickup:g}s-guard{onoff[guard]}-fault{onoff[fault]}"
-        out.append(
-            RunSpec(
-                name=name,
-                backend=backend,
-                mode=mode,
-                pickup_delay=pickup,
-                guard=guard,
-                **common | {"fault_max_ms": args.fault_ms if fault else 0.0, "duration": seconds},
-            )
-        )
+    for executor, source in itertools.product(args.executor, args.source):
+        for backend, mode, pickup, guard, fault, seconds in raw:
+            prefix = "" if args.dags == "asset" and args.airflow == "3.1.2" else f"{args.airflow}-{args.dags}-"
+            # the pickup delay stands in for a real executor's latency: LocalExecutor only
+            pickup = pickup if executor == "local" else 0.0
+            name = f"{prefix}{executor}-{source}-{backend}-{mode}-pickup{pickup:g}s"
+            name += f"-guard{ONOFF[guard]}-fault{ONOFF[fault]}"
+            spec = {
+                "executor": executor,
+                "source": source,
+                "backend": backend,
+                "mode": mode,
+                "pickup_delay": pickup,
+                "guard": guard,
+                "fault_max_ms": args.fault_ms if fault else 0.0,
+                "duration": seconds,
+            }
+            for rep in range(args.reps):
+                suffix = f"-rep{rep + 1}" if args.reps > 1 else ""
+                out.append(RunSpec(name=name + suffix, **common | spec))
+    return out
+
+
+def cell_key(spec: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two runs repetitions of one cell: every setting but the name and the seed."""
+    return tuple(sorted((k, v) for k, v in spec.items() if k not in ("name", "seed")))
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """95 % Wilson score interval of k successes in n (None for n = 0)."""
+    if n == 0:
+        return None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def pool(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Repetitions of one cell, pooled: sums of the counts, percentiles of every raw sample, the
+    catch rate with its 95 % Wilson interval over the pooled duplicates (the duplicates of one run
+    are not independent, so the per-run range is given as well), and the failed runs."""
+    ok = [r for r in reports if "error" not in r]
+    counts = (
+        "asset_events",
+        "asset_events_from_trigger",
+        "consumer_runs",
+        "duplicate_groups",
+        "groups_detected",
+        "false_positives",
+        "remediations_of_kept_runs",
+        "duplicate_runs",
+        "prevented_by_guard",
+        "stopped_before_start",
+        "caught_after_start",
+        "missed",
+        "not_started_not_stopped",
+        "failed_by_airflow_before_start",
+        "remediated_then_ran",
+        "remediated_after_start",
+        "leader_kills",
+        "kills_without_takeover",
+    )
+    out: dict[str, Any] = {k: sum(r.get(k, 0) or 0 for r in ok) for k in counts}
+    out["n"], out["failed_runs"] = len(ok), [r["error"][:120] for r in reports if "error" in r]
+    caught = out["prevented_by_guard"] + out["stopped_before_start"]
+    out["catch_rate"] = caught / out["duplicate_runs"] if out["duplicate_runs"] else None
+    out["catch_ci"] = wilson(caught, out["duplicate_runs"])
+    rates = [r["catch_rate"] for r in ok if r.get("catch_rate") is not None]
+    out["catch_range"] = (min(rates), max(rates)) if rates else None
+    for name in ("latency", "detection", "deadline"):
+        out[name] = percentiles([x for r in ok for x in r.get("samples_ms", {}).get(name, [])])
+    takeovers = [r["takeover_ms"] for r in ok if r.get("takeover_ms", {}).get("n")]
+    out["takeover_max_ms"] = max((t["max"] for t in takeovers), default=None)
+    outages = [r["outage"] for r in ok if "outage" in r]
+    out["outage"] = {
+        "runs": len(outages),
+        "unavailable_s": [o["unavailable_s"] for o in outages],
+        "waiting": sum(o["not_started_at_return"] for o in outages),
+        "stopped": sum(o["stopped_before_start"] for o in outages),
+        "not_run": sum(o["not_run_not_stopped"] for o in outages),
+        "ran": sum(len(o["ran"]) for o in outages),
+    }
     return out
 
 
@@ -88,47 +169,77 @@ def _fmt(x: Any) -> str:
     return "-" if x is None else f"{x:g}" if isinstance(x, float) else str(x)
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f} %"
+
+
 def table(reports: list[dict[str, Any]]) -> str:
-    head = (
-        "| backend | mode | pickup | guard | fault inj. | events | consumer runs | dup. groups | detected "
-        "| false pos. | kept runs touched | duplicates | prevented (guard) | stopped before start "
-        "| caught after start | missed | catch rate | latency p50 / p99 ms | deadline p50 / p99 ms "
-        "| deadline (serial) p50 / p99 ms |"
-    )
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    """One table per executor; one row per cell (its repetitions pooled)."""
+    cells_of: dict[str, dict[tuple[Any, ...], list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for r in reports:
-        s = r["spec"]
-        if "error" in r:
-            lines.append(
-                f"| {s['backend']} | {s['mode']} | {s['pickup_delay']:g} s | {'on' if s['guard'] else 'off'} "
-                f"| {'on' if s['fault_max_ms'] else 'off'} | failed: {r['error'][:80]} |"
+        cells_of[r["spec"].get("executor", "local")][cell_key(r["spec"])].append(r)
+    head = (
+        "| source | backend | mode | pickup | guard | fault inj. | faults | n | events (trigger) | dup. groups "
+        "| detected | false pos. | kept runs touched | duplicates | prevented (guard) | stopped before start "
+        "| caught after start | missed | not run, not stopped | catch rate [95 % CI] (per-run range) "
+        "| detection p50 / p99 ms | latency p50 / p99 ms | deadline p50 / p99 ms "
+        "| API outage: waiting → stopped / not run / ran |"
+    )
+    out = []
+    for executor in sorted(cells_of):
+        out += [f"\n**{executor} executor**\n", head, "|" + "---|" * (head.count("|") - 1)]
+        for runs in cells_of[executor].values():
+            s, p = runs[0]["spec"], pool(runs)
+            faults = []
+            if s.get("replicas", 1) > 1:
+                kills = f", {p['leader_kills']} kills (takeover ≤ {_fmt(p['takeover_max_ms'])} ms)"
+                faults.append(f"{s['replicas']} replicas{kills if s.get('leader_kills') else ''}")
+            if s.get("api_outage"):
+                faults.append(f"API down {s['api_outage']:g} s")
+            if s.get("watcher"):
+                faults.append("watcher")
+            ci = p["catch_ci"]
+            rate = _pct(p["catch_rate"]) + (f" [{_pct(ci[0])}-{_pct(ci[1])}]" if ci else "")
+            if p["catch_range"] and p["n"] > 1:
+                rate += f" ({_pct(p['catch_range'][0])}-{_pct(p['catch_range'][1])})"
+            fault_ms = f"0-{s['fault_max_ms']:g} ms" if s["fault_max_ms"] else "off"
+            o = p["outage"]
+            outage = f"{o['waiting']} → {o['stopped']} / {o['not_run']} / {o['ran']}" if o["runs"] else "-"
+            n = f"{p['n']}" + (f" ({len(p['failed_runs'])} failed)" if p["failed_runs"] else "")
+            lat, det, dl = p["latency"], p["detection"], p["deadline"]
+            out.append(
+                f"| {s.get('source', 'database')} | {s['backend']} | {s['mode']} | {s['pickup_delay']:g} s "
+                f"| {ONOFF[bool(s['guard'])]} | {fault_ms} "
+                f"| {', '.join(faults) or '-'} | {n} | {p['asset_events']} ({p['asset_events_from_trigger']}) "
+                f"| {p['duplicate_groups']} | {p['groups_detected']} | {p['false_positives']} "
+                f"| {p['remediations_of_kept_runs']} | {p['duplicate_runs']} | {p['prevented_by_guard']} "
+                f"| {p['stopped_before_start']} | {p['caught_after_start']} | {p['missed']} "
+                f"| {p['not_started_not_stopped']} | {rate} | {_fmt(det['p50'])} / {_fmt(det['p99'])} "
+                f"| {_fmt(lat['p50'])} / {_fmt(lat['p99'])} | {_fmt(dl['p50'])} / {_fmt(dl['p99'])} | {outage} |"
             )
-            continue
-        lat, dl, ds = r["latency_ms"], r["deadline_ms"], r["deadline_serial_ms"]
-        rate = "-" if r["catch_rate"] is None else f"{100 * r['catch_rate']:.0f} %"
-        lines.append(
-            f"| {s['backend']} | {s['mode']} | {s['pickup_delay']:g} s | {'on' if s['guard'] else 'off'} "
-            f"| {'0-' + format(s['fault_max_ms'], 'g') + ' ms' if s['fault_max_ms'] else 'off'} "
-            f"| {r['asset_events']} | {r['consumer_runs']} | {r['duplicate_groups']} | {r['groups_detected']} "
-            f"| {r['false_positives']} | {r['remediations_of_kept_runs']} | {r['duplicate_runs']} "
-            f"| {r['prevented_by_guard']} | {r['stopped_before_start']} | {r['caught_after_start']} | {r['missed']} "
-            f"| {rate} | {_fmt(lat['p50'])} / {_fmt(lat['p99'])} | {_fmt(dl['p50'])} / {_fmt(dl['p99'])} "
-            f"| {_fmt(ds['p50'])} / {_fmt(ds['p99'])} |"
-        )
-    return "\n".join(lines) + "\n"
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--executor", type=_list(str), default=["local"], help="local,celery")
+    p.add_argument("--source", type=_list(str), default=["database"], help="dupguard's source: database,api")
     p.add_argument("--backend", type=_list(str), default=["api", "db"])
     p.add_argument("--mode", type=_list(str), default=["fail"])
-    p.add_argument("--pickup", type=_list(float), default=[0.0, 1.0], help="worker pickup delays, seconds")
+    p.add_argument("--pickup", type=_list(float), default=[0.0, 1.0], help="worker pickup delays, s (local only)")
     p.add_argument("--guard", type=_list(_onoff), default=[False])
     p.add_argument("--fault", type=_list(_onoff), default=[True])
     p.add_argument("--fault-ms", type=float, default=500.0, help="fault injection: random 0..N ms")
     p.add_argument("--cells", help="explicit cells backend:mode:pickup:guard:fault,... (instead of the product)")
-    p.add_argument("--duration", type=float, default=240.0, help="seconds of producer activity per cell")
+    p.add_argument("--duration", type=float, default=240.0, help="seconds of producer activity per run")
+    p.add_argument("--reps", type=int, default=1, help="repetitions of each cell")
     p.add_argument("--fanout", type=int, default=1)
+    p.add_argument("--watcher", type=_onoff, default=False, help="triggerer + AssetWatcher consumers (on/off)")
+    p.add_argument("--replicas", type=int, default=1, help="dupguard replicas")
+    p.add_argument("--kills", type=int, default=0, help="leader SIGKILLs per run, at random moments")
+    p.add_argument("--outage", type=float, default=0.0, help="seconds the API server is stopped, once per run")
+    p.add_argument("--celery-workers", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0, help="random moments of the faults (0: fresh per run)")
     p.add_argument("--airflow", default="3.1.2", help="Airflow version (.airflow-venvs/<version>)")
     p.add_argument("--dags", choices=["asset", "partitioned"], default="asset", help="DAG set (partitioned: 3.2+)")
     p.add_argument("--producer-sleep", type=float, default=2.0)
@@ -145,13 +256,14 @@ def main(argv: list[str] | None = None) -> int:
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "airflow": args.airflow,
         "dags": args.dags,
-        "machine": f"{platform.node()} {platform.machine()}, {__import__('os').cpu_count()} CPUs",
+        "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
         "argv": sys.argv[1:] if argv is None else argv,
         "workdir": str(workdir),
     }
     for spec in cells(args):
         t0 = time.monotonic()
-        print(f"[{datetime.now(UTC):%H:%M:%S}] {spec.name} ...", flush=True)
+        load = os.getloadavg()[0]
+        print(f"[{datetime.now(UTC):%H:%M:%S}] {spec.name} (load {load:.1f}) ...", flush=True)
         try:
             report = run(spec, workdir / spec.name)
         except HarnessError as exc:
@@ -159,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  failed: {exc}", flush=True)
         else:
             print("  " + summary_line(report) + f" ({time.monotonic() - t0:.0f} s)", flush=True)
+        report["load_average_start"] = round(load, 2)
+        report["load_average_end"] = round(os.getloadavg()[0], 2)
         reports.append(report)
         out_json.write_text(json.dumps({"meta": meta, "runs": reports}, indent=2, default=str))
         out_md.write_text(

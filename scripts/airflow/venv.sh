@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .airflow-venvs/VERSION/ with a real apache-airflow==VERSION (+ psycopg2-binary, asyncpg),
+# Creates .airflow-venvs/VERSION/ with a real apache-airflow==VERSION (+ psycopg2-binary, asyncpg;
+# + apache-airflow-providers-celery for 3.1.2 and 3.2.2, the end-to-end harness's CeleryExecutor),
 # used by the Airflow-backed tests and by the fixture generators in this folder.
 #
 # Why pinned: without Airflow's own constraints file, the resolver picks the newest of everything
@@ -8,7 +9,9 @@
 # constraints/airflow-VERSION.txt. A fresh resolve uses `--exclude-newer` = a few days after that
 # Airflow release (so dependencies are what was current when it shipped) plus a few known pins.
 #
-#   scripts/airflow/venv.sh VERSION        idempotent; touches .airflow-venvs/VERSION/.ready at the end
+#   scripts/airflow/venv.sh VERSION        idempotent; writes .airflow-venvs/VERSION/.ready at the end
+#                                          (a hash of the requirements and the constraints file: a venv
+#                                          made before either changed is brought up to date)
 #   REFREEZE=1 scripts/airflow/venv.sh V   ignore (and rewrite) the committed constraints file
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,7 +35,14 @@ airflow_ok() {
   return $rc
 }
 
-if [ -f "$VENV/.ready" ] && [ -z "${REFREEZE:-}" ] && airflow_ok; then
+REQS=("apache-airflow==$VERSION" psycopg2-binary asyncpg)
+case "$VERSION" in
+  # The seed's executor (tests/e2e: CeleryExecutor with Redis); pinned in the constraints file too.
+  3.1.2|3.2.2) REQS+=(apache-airflow-providers-celery) ;;
+esac
+STAMP=$( { echo "${REQS[*]}"; cat "$CONS" 2>/dev/null || true; } | sha256sum | cut -d' ' -f1)
+
+if [ -f "$VENV/.ready" ] && [ "$(cat "$VENV/.ready")" = "$STAMP" ] && [ -z "${REFREEZE:-}" ] && airflow_ok; then
   echo "$VENV: ready"
   exit 0
 fi
@@ -52,7 +62,6 @@ esac
 PY=$(python3.11 -c 'import sys; print(sys.executable)')
 [ -x "$VENV/bin/python" ] || uv venv -q --python "$PY" "$VENV"
 export VIRTUAL_ENV="$PWD/$VENV"
-REQS=("apache-airflow==$VERSION" psycopg2-binary asyncpg)
 
 if [ -f "$CONS" ] && [ -z "${REFREEZE:-}" ]; then
   echo "$VENV: installing from $CONS" >&2
@@ -75,5 +84,6 @@ if ! airflow_ok; then
   AIRFLOW_HOME=$(mktemp -d) "$VENV/bin/airflow" version >&2 || true
   exit 1
 fi
-touch "$VENV/.ready"
+STAMP=$( { echo "${REQS[*]}"; cat "$CONS"; } | sha256sum | cut -d' ' -f1)  # REFREEZE rewrote it
+echo "$STAMP" >"$VENV/.ready"
 echo "$VENV: ready"

@@ -27,8 +27,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +39,7 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,7 @@ from tests.pg import ROOT, admin_url, database_url, execute_admin
 HERE = Path(__file__).resolve().parent
 DAGS = HERE / "dags"
 DAGS_PARTITIONED = HERE / "dags_partitioned"
+DAGS_WATCHER = HERE / "dags_watcher"
 SITE = HERE / "site"
 DUPGUARD = str(Path(sys.executable).parent / "dupguard")
 PRODUCER = "producer_asset_trigger"
@@ -68,6 +73,7 @@ class RunSpec:
     name: str = "e2e"
     airflow_version: str = "3.1.2"
     backend: str = "api"  # api | db
+    source: str = "database"  # database | api (dupguard's --source, issue 14)
     mode: str = "fail"  # fail | skip | dry-run | off
     pickup_delay: float = 0.0  # seconds before a consumer task's ti_run (LocalExecutor worker)
     guard: bool = False  # in-scheduler guard (issue 6) via airflow_local_settings.py
@@ -78,6 +84,15 @@ class RunSpec:
     parallelism: int = 4  # per scheduler (LocalExecutor worker processes)
     drain_timeout: float = 240.0
     dags: str = "asset"  # asset (tests/e2e/dags) | partitioned (tests/e2e/dags_partitioned, Airflow 3.2+)
+    executor: str = "local"  # local | celery (Redis broker, PostgreSQL result backend, ``celery_workers`` workers)
+    celery_workers: int = 2
+    worker_concurrency: int = 4  # per Celery worker
+    watcher: bool = False  # triggerer + AssetWatcher (tests/e2e/dags_watcher): consumer_watched, consumer_two_assets
+    watch_interval: float = 4.0  # seconds between two files for the watcher's FileDeleteTrigger
+    replicas: int = 1  # dupguard replicas (each as in a scheduler pod)
+    leader_kills: int = 0  # SIGKILLs of the leading replica at random moments of the workload (restarted 1 s later)
+    api_outage: float = 0.0  # seconds the API server is stopped, once, at a random moment of the workload
+    seed: int = 0  # the random moments of kills and outage (0: a fresh seed, recorded in the report)
 
     @property
     def partitioned(self) -> bool:
@@ -98,6 +113,7 @@ class RunSpec:
             "consumer_asset_listener",
             *(f"consumer_fanout_{i + 1}" for i in range(self.fanout)),
             "consumer_serial",
+            *(["consumer_watched", "consumer_two_assets"] if self.watcher else []),
         ]
 
     def dag_ids(self) -> list[str]:
@@ -180,16 +196,36 @@ class Cluster:
         self.db_name = f"e2e_{uuid.uuid4().hex[:10]}"
         self.db_url = database_url(self.db_name)
         self.procs: dict[str, Proc] = {}
+        self.replica_ports: dict[str, int] = {}
         self.api_port = 0
         self.dupguard_http_port = 0
         self.timings = Timings()
         self._engine: Engine | None = None
         self._db_created = False
-        self.dupguard_log = run_dir / "dupguard.log"
+        self.dupguard_logs: list[Path] = []  # every incarnation of every replica, in start order
         self.drained = False
         self._token = ""
         self._next_trigger = 0.0
         self.partitions_triggered = 0
+        self.redis_port = 0
+        self.watch_file = run_dir / "watch" / "event"
+        self.watch_files_written = 0
+        self._next_watch = 0.0
+        self.seed = spec.seed or random.SystemRandom().randrange(1, 2**31)
+        self.rng = random.Random(self.seed)
+        # What the harness did to the cluster and when (UTC): leader kills, API outage. The judge
+        # (tests/e2e/truth.py) reads the outage window from here.
+        self.faults: list[dict[str, Any]] = []
+        self._down: set[str] = set()  # processes stopped on purpose (not a failure in check_alive)
+        self._restarts: dict[str, int] = {}
+
+    @property
+    def dupguard_log(self) -> Path:
+        """The first replica's first log (``dupguard.log`` with one replica)."""
+        return self.dupguard_logs[0] if self.dupguard_logs else self.run_dir / "dupguard.log"
+
+    def replica_names(self) -> list[str]:
+        return ["dupguard"] if self.spec.replicas == 1 else [f"dupguard-{i + 1}" for i in range(self.spec.replicas)]
 
     # --- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> Cluster:
@@ -209,18 +245,26 @@ class Cluster:
         execute_admin(f'CREATE DATABASE "{self.db_name}"')
         self._db_created = True
         self._engine = create_engine(self._sa_url(), pool_size=2, max_overflow=2, pool_pre_ping=True)
+        if self.spec.executor == "celery":
+            self._start_redis()
         self._write_home()
         self._run_airflow("db-migrate", ["db", "migrate"], timeout=300)
         self.timings.mark("migrated")
         self.api_port = free_port()
-        self._spawn("api-server", [self._airflow, "api-server", "--host", "127.0.0.1", "--port", str(self.api_port)])
+        self._spawn_api()
         self._spawn("dag-processor", [self._airflow, "dag-processor"])
         self._wait_api()
         self.timings.mark("api_ready")
         self._wait_dags()
         self.timings.mark("dags_parsed")
-        self._start_dupguard()
+        for name in self.replica_names():
+            self._start_dupguard(name)
         self.timings.mark("dupguard_watching")
+        if self.spec.watcher:
+            self._spawn("triggerer", [self._airflow, "triggerer", "--skip-serve-logs"])
+        if self.spec.executor == "celery":
+            self._start_celery_workers()
+            self.timings.mark("celery_workers_ready")
         for i in (1, 2):
             self._spawn(f"scheduler-{i}", [self._airflow, "scheduler", "--skip-serve-logs"], scheduler=True)
         self._wait_schedulers()
@@ -231,7 +275,7 @@ class Cluster:
 
         ``strict``: raise if a process survived SIGKILL (off while another error is on its way out,
         so that error is the one reported)."""
-        order = ["scheduler-1", "scheduler-2", "dag-processor", "dupguard", "api-server"]
+        order = ["scheduler-1", "scheduler-2", "triggerer", "dag-processor", *self.replica_names(), "api-server"]
         for name in order + [n for n in self.procs if n not in order]:
             proc = self.procs.get(name)
             if proc is not None:
@@ -255,15 +299,24 @@ class Cluster:
         while self.scalar("SELECT count(*) FROM asset_event") == 0:
             self.check_alive()
             self._trigger_partition()
+            self._write_watch_file()
             if time.monotonic() > deadline:
                 raise self.fail("no asset event within 240 s of the schedulers starting", self.procs["scheduler-1"])
             time.sleep(0.5 if self.spec.partitioned else 1)
         self.timings.mark("first_event")
-        end = time.monotonic() + self.spec.duration
+        start = time.monotonic()
+        end = start + self.spec.duration
+        plan = self._fault_plan(start)
         while time.monotonic() < end:
             self.check_alive()
             self._trigger_partition()
-            time.sleep(0.5 if self.spec.partitioned else 2)
+            self._write_watch_file()
+            while plan and plan[0][0] <= time.monotonic():
+                _, action = plan.pop(0)
+                action()
+            time.sleep(0.5)
+        for _, action in plan:  # a fault planned past the end (rounding) still happens
+            action()
         self.execute("UPDATE dag SET is_paused = true WHERE dag_id = :d", d=self.spec.producer)
         self.timings.mark("producer_paused")
         self.drained = self._drain()
@@ -287,8 +340,100 @@ class Cluster:
         )
         self.partitions_triggered += 1
 
+    def _write_watch_file(self) -> None:
+        """Watcher cells: put the file the FileDeleteTrigger waits for, every ``watch_interval`` s
+        (the trigger deletes it when it fires; an undeleted file is not written twice)."""
+        if not self.spec.watcher or time.monotonic() < self._next_watch:
+            return
+        self._next_watch = time.monotonic() + self.spec.watch_interval
+        if self.watch_file.exists():
+            return
+        tmp = self.watch_file.with_suffix(".tmp")
+        tmp.write_text(str(self.watch_files_written))
+        tmp.rename(self.watch_file)  # the trigger never sees a half-written file
+        self.watch_files_written += 1
+
+    # --- faults ----------------------------------------------------------------------------------
+    def _fault_plan(self, start: float) -> list[tuple[float, Any]]:
+        """Random moments (seeded, ``self.seed``) in the workload for the leader kills and the API
+        outage, as (monotonic time, action), sorted. Kills fall in 5-95 % of the duration, at least
+        5 s apart; the outage starts in 20-50 % so it ends well before the producer stops."""
+        d = self.spec.duration
+        plan: list[tuple[float, Any]] = []
+        if self.spec.api_outage:
+            plan.append((start + d * self.rng.uniform(0.2, 0.5), self._api_outage))
+        moments: list[float] = []
+        while len(moments) < self.spec.leader_kills:
+            t = d * self.rng.uniform(0.05, 0.95)
+            if all(abs(t - m) >= min(5.0, d / (2 * self.spec.leader_kills)) for m in moments):
+                moments.append(t)
+        plan += [(start + t, self._kill_leader) for t in moments]
+        return sorted(plan, key=lambda item: item[0])
+
+    def _fault(self, what: str, **fields: Any) -> None:
+        self.faults.append({"what": what, "at": datetime.now(UTC).isoformat(), **fields})
+
+    def leader(self) -> str | None:
+        """The replica whose /metrics says ``dupguard_leader 1`` (None if none does right now)."""
+        for name in self.replica_names():
+            if name in self._down or name not in self.procs:
+                continue
+            port = self.replica_ports[name]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                    body = response.read().decode()
+            except OSError:
+                continue
+            if re.search(r"^dupguard_leader 1(\.0)?$", body, re.MULTILINE):
+                return name
+        return None
+
+    def _kill_leader(self) -> None:
+        """SIGKILL the leading replica (its whole session, as a container runtime does), restart it
+        1 s later with a new log file (a killed writer can leave half a line)."""
+        name = None
+        deadline = time.monotonic() + 5
+        while name is None and time.monotonic() < deadline:
+            name = self.leader()
+            if name is None:
+                time.sleep(0.2)
+        if name is None:
+            self._fault("leader_kill_skipped", why="no replica reported dupguard_leader 1 within 5 s")
+            return
+        proc = self.procs[name]
+        for pid in session_members(proc.popen.pid) or [proc.popen.pid]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self._fault("leader_killed", replica=name)
+        self._down.add(name)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.popen.wait(timeout=5)
+        time.sleep(1.0)
+        self._start_dupguard(name, wait=False)
+        self._down.discard(name)
+        self._fault("replica_restarted", replica=name)
+
+    def _api_outage(self) -> None:
+        """Stop the API server (its whole session), keep it down ``api_outage`` s, start it again on
+        the same port and wait until it answers. Blocks the workload loop meanwhile (the producer and
+        the watcher file keep going: the scheduler and the triggerer do not need the API server)."""
+        self._down.add("api-server")
+        kill_session(self.procs["api-server"].popen, grace=5.0)
+        self._fault("api_down")
+        until = time.monotonic() + self.spec.api_outage
+        while time.monotonic() < until:
+            self._write_watch_file()
+            time.sleep(0.5)
+        self._spawn_api()
+        self._fault("api_started")
+        self._wait_api()
+        self._down.discard("api-server")
+        self._fault("api_ready")
+
     def check_alive(self) -> None:
         for proc in self.procs.values():
+            if proc.name in self._down:
+                continue
             if not proc.alive():
                 raise self.fail(f"{proc.name} exited with code {proc.popen.returncode}", proc)
 
@@ -314,6 +459,8 @@ class Cluster:
                 c=consumers,
                 p=self.spec.producer,
             )
+            if self.spec.watcher and self.watch_file.exists():
+                busy += 1  # the trigger has not fired for the last file yet
             if busy:
                 quiet_since = None
             elif quiet_since is None:
@@ -342,11 +489,16 @@ class Cluster:
     def _airflow(self) -> str:
         return str(self.venv / "bin" / "airflow")
 
+    def _spawn_api(self) -> None:
+        self._spawn("api-server", [self._airflow, "api-server", "--host", "127.0.0.1", "--port", str(self.api_port)])
+
     def _write_home(self) -> None:
         (self.home / "dags").mkdir(parents=True, exist_ok=True)
         (self.home / "config").mkdir(exist_ok=True)
-        for dag in self.spec.dags_dir.glob("*.py"):
+        dirs = [self.spec.dags_dir, *([DAGS_WATCHER] if self.spec.watcher else [])]
+        for dag in (d for dags in dirs for d in dags.glob("*.py")):
             shutil.copy(dag, self.home / "dags" / dag.name)
+        self.watch_file.parent.mkdir(parents=True, exist_ok=True)
         (self.home / "passwords.json").write_text(json.dumps({u: f"{u}-e2e-pw" for u in USERS}))
         if self.spec.guard:
             snippet = subprocess.run(
@@ -364,7 +516,7 @@ class Cluster:
             "AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_PRE_PING": "True",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.home / "dags"),
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor" if spec.executor == "celery" else "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(spec.parallelism),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
@@ -389,7 +541,17 @@ class Cluster:
             "VIRTUAL_ENV": str(self.venv),
             "DUPGUARD_E2E_PRODUCER_SLEEP": str(spec.producer_sleep),
             "DUPGUARD_E2E_FANOUT": str(spec.fanout),
+            "DUPGUARD_E2E_WATCH_FILE": str(self.watch_file),
         }
+        if spec.executor == "celery":
+            env |= {
+                "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+                "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self._sa_url()}",
+                "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(spec.worker_concurrency),
+                # facts §8: without a socket timeout the prefork children hang for ever at start-up
+                # in kombu's after-fork cleanup (a BRPOP reply on the socket shared with the parent).
+                "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__SOCKET_TIMEOUT": "5",
+            }
         if scheduler:
             # Only the schedulers (and their forked LocalExecutor workers) see the harness hooks.
             paths = [str(SITE)]
@@ -420,8 +582,16 @@ class Cluster:
         if rc != 0:
             raise HarnessError(f"airflow {' '.join(args)} exited with {rc}; log {log}:\n{log.read_text()[-3000:]}")
 
-    def _spawn(self, name: str, argv: list[str], *, scheduler: bool = False, env: dict[str, str] | None = None) -> Proc:
-        log = self.run_dir / f"{name}.log"
+    def _spawn(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        scheduler: bool = False,
+        env: dict[str, str] | None = None,
+        log_name: str = "",
+    ) -> Proc:
+        log = self.run_dir / f"{log_name or name}.log"
         with log.open("ab") as out:  # the child keeps its own descriptor
             popen = subprocess.Popen(
                 argv,
@@ -434,6 +604,41 @@ class Cluster:
         proc = Proc(name, popen, log)
         self.procs[name] = proc
         return proc
+
+    def _start_redis(self) -> None:
+        """The Celery broker: Debian's redis-server (scripts/redis.sh installs it when missing) as a
+        child of the harness on a free port, no persistence, stopped with the rest."""
+        binary = subprocess.run(
+            [str(ROOT / "scripts" / "redis.sh")], check=True, capture_output=True, text=True, timeout=600
+        ).stdout.strip()
+        self.redis_port = free_port()
+        argv = [binary, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self._spawn("redis", [*argv, "--dir", str(self.run_dir)], env={"PATH": os.environ.get("PATH", "")})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            self.check_alive()
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.redis_port), 1) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return
+            time.sleep(0.2)
+        raise self.fail("redis-server did not answer PING within 30 s", self.procs["redis"])
+
+    def _start_celery_workers(self, timeout: float = 180.0) -> None:
+        """``airflow celery worker`` x ``celery_workers``, each with its own hostname and no log
+        server (facts §8); ready once each logs Celery's ``ready.`` line."""
+        names = [f"celery-worker-{i + 1}" for i in range(self.spec.celery_workers)]
+        for i, name in enumerate(names):
+            argv = [self._airflow, "celery", "worker", "--skip-serve-logs"]
+            argv += ["--concurrency", str(self.spec.worker_concurrency), "--celery-hostname", f"w{i + 1}@%h"]
+            self._spawn(name, argv)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            if all(" ready." in self.procs[n].log.read_text(errors="replace") for n in names):
+                return
+            time.sleep(1)
+        raise self.fail(f"Celery workers not ready within {timeout:.0f} s", self.procs[names[-1]])
 
     def _wait_api(self) -> None:
         proc = self.procs["api-server"]
@@ -479,11 +684,13 @@ class Cluster:
         raise self.fail(f"two schedulers not heartbeating within {timeout:.0f} s", self.procs["scheduler-2"])
 
     # --- dupguard --------------------------------------------------------------------------------
-    def dupguard_env(self) -> dict[str, str]:
+    def dupguard_env(self, port: int = 0) -> dict[str, str]:
         password_file = self.run_dir / "dupguard-airflow-password"
         password_file.write_text(json.loads((self.home / "passwords.json").read_text())["dupguard"])
-        self.dupguard_http_port = free_port()
+        self.dupguard_http_port = port or free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DUPGUARD_", "AIRFLOW"))}
+        if self.spec.source != "database":
+            env["DUPGUARD_SOURCE"] = self.spec.source
         return env | {
             "DUPGUARD_DATABASE_URL": self.db_url,
             "DUPGUARD_LOG_FORMAT": "json",
@@ -498,22 +705,38 @@ class Cluster:
             "DUPGUARD_SUMMARY_INTERVAL": "30s",
         }
 
-    def _start_dupguard(self) -> None:
-        env = self.dupguard_env()
-        init = subprocess.run(
-            [DUPGUARD, "init-db"], env=env, capture_output=True, text=True, timeout=120, cwd=self.run_dir
-        )
-        (self.run_dir / "dupguard-init-db.log").write_text(init.stdout + init.stderr)
-        if init.returncode != 0:
-            raise self.fail(f"dupguard init-db exited with {init.returncode}: {init.stderr.strip()[-2000:]}")
-        self._spawn("dupguard", [DUPGUARD, "run"], env=env)  # writes self.dupguard_log
+    def _start_dupguard(self, name: str = "dupguard", *, wait: bool = True) -> None:
+        """One replica (``dupguard run``, as in a scheduler pod). The first start of the first replica
+        runs ``dupguard init-db``; a restart keeps the replica's HTTP port and writes a new log
+        (``<name>.restart<n>.log``). ``wait``: until it logs ``watching`` (the leader) or
+        ``standing_by``/``not_leader`` is not waited for: only the first replica is awaited."""
+        env = self.dupguard_env(self.replica_ports.get(name, 0))
+        self.replica_ports[name] = self.dupguard_http_port
+        if not self.dupguard_logs:
+            init = subprocess.run(
+                [DUPGUARD, "init-db"], env=env, capture_output=True, text=True, timeout=120, cwd=self.run_dir
+            )
+            (self.run_dir / "dupguard-init-db.log").write_text(init.stdout + init.stderr)
+            if init.returncode != 0:
+                raise self.fail(f"dupguard init-db exited with {init.returncode}: {init.stderr.strip()[-2000:]}")
+        n = self._restarts.get(name, -1) + 1
+        self._restarts[name] = n
+        log_name = name if n == 0 else f"{name}.restart{n}"
+        proc = self._spawn(name, [DUPGUARD, "run"], env=env, log_name=log_name)
+        self.dupguard_logs.append(proc.log)
+        if not wait:
+            return
+        first = len(self.dupguard_logs) == 1
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             self.check_alive()
-            if any(e.get("event") == "watching" for e in read_json_log(self.dupguard_log)):
+            if first and any(e.get("event") == "watching" for e in read_json_log(proc.log)):
                 return
+            if not first and _http_status(f"http://127.0.0.1:{self.replica_ports[name]}/readyz") == 200:
+                return  # standing by behind the live leader
             time.sleep(0.5)
-        raise self.fail("dupguard did not log 'watching' within 120 s", self.procs["dupguard"])
+        what = "log 'watching'" if first else "answer /readyz 200"
+        raise self.fail(f"{name} did not {what} within 120 s", proc)
 
 
 def _post_json(url: str, body: dict[str, Any], *, token: str = "") -> dict[str, Any]:
@@ -525,6 +748,16 @@ def _post_json(url: str, body: dict[str, Any], *, token: str = "") -> dict[str, 
             return result
     except urllib.error.HTTPError as exc:
         raise HarnessError(f"POST {url} -> {exc.code}: {exc.read()[:500]!r}") from None
+
+
+def _http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 (http://127.0.0.1 only)
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
 
 
 def read_json_log(path: Path) -> list[dict[str, Any]]:
@@ -550,9 +783,10 @@ def run(spec: RunSpec, run_dir: Path, *, keep_db: bool = False) -> dict[str, Any
     try:
         cluster.start()
         cluster.run_workload()
-        for name in ("scheduler-1", "scheduler-2", "dag-processor", "dupguard"):
-            kill_session(cluster.procs[name].popen)
-        report = analyse(cluster.db_url, cluster.dupguard_log, spec)
+        for name, proc in cluster.procs.items():
+            if name not in ("api-server", "redis"):
+                kill_session(proc.popen)
+        report = analyse(cluster.db_url, cluster.dupguard_logs, spec, faults=cluster.faults)
     except BaseException:
         print(f"e2e run {spec.name} failed; logs in {run_dir}", file=sys.stderr)
         cluster.keep_db = keep_db
@@ -561,6 +795,10 @@ def run(spec: RunSpec, run_dir: Path, *, keep_db: bool = False) -> dict[str, Any
     cluster.keep_db = keep_db
     cluster.stop()
     report["drained"] = cluster.drained
+    report["seed"] = cluster.seed
+    report["faults"] = cluster.faults
+    if spec.watcher:
+        report["watch_files_written"] = cluster.watch_files_written
     if spec.partitioned:
         report["partitions_triggered"] = cluster.partitions_triggered
     report["timings_s"] = cluster.timings.marks | {"total": round(time.monotonic() - started, 1)}

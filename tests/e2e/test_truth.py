@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.e2e.harness import RunSpec
-from tests.e2e.truth import GUARD_NOTE, SIDECAR_NOTE, duplicate_groups, judge, percentiles
+from tests.e2e.truth import GUARD_NOTE, SIDECAR_NOTE, duplicate_groups, judge, judge_faults, percentiles
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 
@@ -212,3 +212,60 @@ def test_stopping_the_run_that_held_every_event_loses_an_event() -> None:
     assert right["events_consumed_more_than_once"] == 1 and right["event_consumers"] == 2
     assert wrong["events_lost_by_stopping"] == 1
     assert [v["why"] for v in wrong["kept_run_violations"]] == ["every run of o that consumed event 21 stopped"]
+
+
+def test_a_task_airflow_failed_before_it_started_did_not_run() -> None:
+    """Run 2's task is ``failed`` with no start_date: the executor reported a failure before the
+    task's ti_run (its worker could not reach the Execution API during an API outage) and the
+    scheduler marked it failed. No task of the duplicate ran and dupguard did not stop it: neither
+    caught after start nor a catch, and the deadline ignores it."""
+    runs = [run(1, "a"), run(2, "a", state="failed")]
+    tis = [ti(1, "a", "success", 100), ti(2, "a", "failed", None, 9000)]
+    r = verdict(runs, [[1, 2]], tis, [detected("a", 1, 2, kept=1)])
+    assert (r["caught_after_start"], r["stopped_before_start"], r["not_started_not_stopped"]) == (0, 0, 1)
+    assert r["failed_by_airflow_before_start"] == 1
+    assert r["catch_rate"] == 0.0
+    assert r["deadline_ms"]["n"] == 1
+
+
+def _dup(name: str, queued: float, started: float | None, category: str) -> dict[str, Any]:
+    return {
+        "dag_id": "a",
+        "run_id": name,
+        "queued_at": ms(queued),
+        "first_task_start": ms(started) if started is not None else None,
+        "category": category,
+    }
+
+
+def test_the_outage_judge_wants_every_duplicate_waiting_at_the_api_return_stopped() -> None:
+    """API down at 1 s, answering again at 30 s. d1 ran before the outage (not waiting); d2 was
+    created during it and stopped; d3 created during it, its task started after the return: a miss
+    of the outage promise; d4 was failed by Airflow without running; d5 came after the return."""
+    dups = [
+        _dup("d1", 0, 500, "caught_after_start"),
+        _dup("d2", 2000, None, "stopped_before_start"),
+        _dup("d3", 3000, 31000, "caught_after_start"),
+        _dup("d4", 4000, None, "not_started_not_stopped"),
+        _dup("d5", 40000, None, "stopped_before_start"),
+    ]
+    faults = [
+        {"what": "api_down", "at": ms(1000).isoformat()},
+        {"what": "api_ready", "at": ms(30000).isoformat()},
+    ]
+    out = judge_faults({"duplicates": dups}, faults, [])["outage"]
+    assert (out["duplicates_created_during"], out["not_started_at_return"]) == (3, 3)
+    assert (out["stopped_before_start"], out["not_run_not_stopped"]) == (1, 1)
+    assert [d["run_id"] for d in out["ran"]] == ["d3"]
+    assert out["unavailable_s"] == 29.0
+
+
+def test_each_leader_kill_is_timed_to_the_next_leader_acquired() -> None:
+    """Kills at 0 s and 10 s; replicas logged leader_acquired at -5 s (start), 0.9 s and 11.2 s;
+    a third kill at 20 s was never followed by a takeover."""
+    log = [{"event": "leader_acquired", "timestamp": ms(t).isoformat()} for t in (-5000, 900, 11200)]
+    faults = [{"what": "leader_killed", "at": ms(t).isoformat()} for t in (0, 10000, 20000)]
+    out = judge_faults({"duplicates": []}, faults, log)
+    assert (out["leader_kills"], out["kills_without_takeover"]) == (3, 1)
+    assert (out["takeover_ms"]["min"], out["takeover_ms"]["max"]) == (900.0, 1200.0)
+    assert "outage" not in out

@@ -53,6 +53,7 @@ from tests.e2e.harness import RunSpec, read_json_log
 STARTED = ("running", "success", "failed", "up_for_retry", "up_for_reschedule", "deferred", "restarting")
 SIDECAR_NOTE = "dupguard stopped"
 GUARD_NOTE = "dupguard guard skipped"
+CAUGHT = ("stopped_before_start", "prevented_by_guard")
 
 # What Airflow recorded for the ground truth: every asset-triggered run with the events it consumed
 # and the scheduler job that created it. Also the near misses (same run_after, different events).
@@ -75,6 +76,9 @@ SELECT count(*) FROM (
                            FROM dagrun_asset_event e WHERE e.dag_run_id = dr.id)) > 1
 ) x
 """
+TRIGGER_EVENTS = """
+SELECT count(*) FROM asset_event WHERE (extra::jsonb ->> 'from_trigger') = 'true'
+"""
 RUNS = """
 SELECT dr.id, dr.dag_id, dr.run_id, dr.state, dr.queued_at, dr.start_date, dr.end_date,
        n.content AS note, n.created_at AS note_at
@@ -87,7 +91,7 @@ WHERE run_id LIKE 'asset_triggered__%'
 """
 TI_HISTORY = """
 SELECT DISTINCT dag_id, run_id FROM task_instance_history
-WHERE run_id LIKE 'asset_triggered__%' AND state = ANY(:started)
+WHERE run_id LIKE 'asset_triggered__%' AND state = ANY(:started) AND start_date IS NOT NULL
 """
 
 
@@ -173,11 +177,17 @@ def read_groups(conn: Connection, rows: list[dict[str, Any]] | None = None) -> l
     return groups
 
 
-def analyse(db_url: str, dupguard_log: Path, spec: RunSpec) -> dict[str, Any]:
+def analyse(
+    db_url: str, dupguard_logs: Path | list[Path], spec: RunSpec, *, faults: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The report of one run. ``dupguard_logs``: every log of every replica (incarnations of a replica
+    killed and restarted included); ``faults``: what the harness did (``Cluster.faults``)."""
     engine = create_engine(make_url(db_url).set(drivername="postgresql+psycopg2"))
     try:
         with engine.connect() as conn:
             events = conn.execute(text("SELECT count(*) FROM asset_event")).scalar_one()
+            # asset events the triggerer created for an AssetWatcher (Trigger.submit_event's extra)
+            trigger_events = conn.execute(text(TRIGGER_EVENTS)).scalar_one()
             producer_runs = conn.execute(
                 text("SELECT count(*) FROM dag_run WHERE dag_id = :p"), {"p": spec.producer}
             ).scalar_one()
@@ -189,8 +199,51 @@ def analyse(db_url: str, dupguard_log: Path, spec: RunSpec) -> dict[str, Any]:
             history = {(r.dag_id, r.run_id) for r in conn.execute(text(TI_HISTORY), {"started": list(STARTED)})}
     finally:
         engine.dispose()
-    log = read_json_log(dupguard_log)
-    return judge(events, producer_runs, groups, near_misses, runs, tis, history, log, spec, consumptions)
+    paths = [dupguard_logs] if isinstance(dupguard_logs, Path) else dupguard_logs
+    log = [e for path in paths for e in read_json_log(path)]
+    report = judge(events, producer_runs, groups, near_misses, runs, tis, history, log, spec, consumptions)
+    report["asset_events_from_trigger"] = trigger_events
+    report |= judge_faults(report, faults or [], log)
+    return report
+
+
+def judge_faults(report: dict[str, Any], faults: list[dict[str, Any]], log: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the faults did. Leader kills: the time from each SIGKILL to the next ``leader_acquired``
+    logged by any replica (the takeover). API outage (``api_down`` .. ``api_ready``): every duplicate
+    created before the API server answered again whose tasks had not started by then must be stopped
+    before they start (``outage.not_started_at_return`` vs ``outage.stopped_before_start``)."""
+    out: dict[str, Any] = {}
+    acquired = sorted(t for e in log if e.get("event") == "leader_acquired" and (t := _parse(e.get("timestamp"))))
+    kills = [_parse(f["at"]) for f in faults if f["what"] == "leader_killed"]
+    takeovers = []
+    for k in kills:
+        after = [t for t in acquired if k is not None and t > k]
+        takeovers.append(_ms(after[0], k) if after else None)
+    out["leader_kills"] = len(kills)
+    out["takeover_ms"] = percentiles([t for t in takeovers if t is not None])
+    out["kills_without_takeover"] = sum(t is None for t in takeovers)
+    down = next((_parse(f["at"]) for f in faults if f["what"] == "api_down"), None)
+    ready = next((_parse(f["at"]) for f in faults if f["what"] == "api_ready"), None)
+    if down is not None and ready is not None:
+        created = [d for d in report["duplicates"] if d["queued_at"] is not None and d["queued_at"] <= ready]
+        waiting = [d for d in created if d["first_task_start"] is None or d["first_task_start"] >= ready]
+        during = [d for d in created if d["queued_at"] >= down]
+        out["outage"] = {
+            "down_at": down,
+            "ready_at": ready,
+            "unavailable_s": round((ready - down).total_seconds(), 1),
+            "duplicates_created_during": len(during),
+            "not_started_at_return": len(waiting),
+            "stopped_before_start": sum(d["category"] in CAUGHT for d in waiting),
+            # not stopped by dupguard, yet no task ran (Airflow failed the task it could not start)
+            "not_run_not_stopped": sum(d["category"] == "not_started_not_stopped" for d in waiting),
+            "ran": [
+                {"dag_id": d["dag_id"], "run_id": d["run_id"], "category": d["category"]}
+                for d in waiting
+                if d["category"] in ("caught_after_start", "missed")
+            ],
+        }
+    return out
 
 
 def judge(
@@ -214,7 +267,13 @@ def judge(
 
     def started(rid: int) -> bool:
         r = runs[rid]
-        return (r["dag_id"], r["run_id"]) in history or any(t["state"] in STARTED for t in tis_of[rid])
+        # A start_date too: a task the executor reported failed before its ti_run (e.g. the worker
+        # could not reach the Execution API) is marked failed by the scheduler with no start_date
+        # (scheduler_job_runner.py _process_executor_events, "finished with state failed, but the
+        # task instance's state attribute is queued"): it never ran.
+        return (r["dag_id"], r["run_id"]) in history or any(
+            t["state"] in STARTED and t["start_date"] is not None for t in tis_of[rid]
+        )
 
     def first_start(rid: int) -> datetime | None:
         starts = [t["start_date"] for t in tis_of[rid] if t["state"] in STARTED and t["start_date"]]
@@ -316,6 +375,8 @@ def judge(
                 cat = "missed"
             else:
                 cat = "not_started_not_stopped"
+                if any(t["state"] == "failed" for t in tis_of[rid]):
+                    counts["failed_by_airflow_before_start"] += 1
             counts[cat] += 1
             committed = None
             first = first_start(rid)
@@ -408,6 +469,7 @@ def judge(
         "remediated_then_ran": counts["remediated_then_ran"],
         "remediated_after_start": counts["remediated_after_start"],
         "not_started_not_stopped": counts["not_started_not_stopped"],
+        "failed_by_airflow_before_start": counts["failed_by_airflow_before_start"],
         "catch_rate": (caught / duplicates) if duplicates else None,
         "by_dag": {k: dict(v) for k, v in by_dag.items()},
         "remediation_results": dict(results_count),
@@ -416,6 +478,12 @@ def judge(
         "detection_latency_ms": percentiles(detection_latency),
         "deadline_ms": percentiles(deadline_all),
         "deadline_serial_ms": percentiles(deadline_serial),
+        # raw samples, so that repetitions of a cell can be pooled (benchmarks/e2e_catch_rate.py)
+        "samples_ms": {
+            "latency": [round(x, 1) for x in latency],
+            "detection": [round(x, 1) for x in detection_latency],
+            "deadline": [round(x, 1) for x in deadline_all],
+        },
         "duplicates": per_dup,
     }
 
@@ -435,5 +503,22 @@ def summary_line(report: dict[str, Any]) -> str:
         f"stopped_before_start={report['stopped_before_start']} caught_after_start={report['caught_after_start']} "
         f"missed={report['missed']} catch_rate={_pct(report['catch_rate'])} | "
         f"latency p50/p99={lat['p50']}/{lat['p99']} ms deadline p50/p99={dl['p50']}/{dl['p99']} ms "
-        f"(fault injection {'on' if report['fault_injection'] else 'off'})"
+        f"(fault injection {'on' if report['fault_injection'] else 'off'})" + _fault_summary(report)
     )
+
+
+def _fault_summary(report: dict[str, Any]) -> str:
+    parts = []
+    if report.get("leader_kills"):
+        t = report["takeover_ms"]
+        parts.append(f"leader kills={report['leader_kills']} takeover p50/max={t['p50']}/{t['max']} ms")
+    if "outage" in report:
+        o = report["outage"]
+        parts.append(
+            f"API outage {o['unavailable_s']} s: duplicates waiting at return={o['not_started_at_return']} "
+            f"stopped={o['stopped_before_start']} not run (Airflow failed them)={o['not_run_not_stopped']} "
+            f"ran={len(o['ran'])}"
+        )
+    if report.get("failed_by_airflow_before_start"):
+        parts.append(f"failed by Airflow before start={report['failed_by_airflow_before_start']}")
+    return (" | " + "; ".join(parts)) if parts else ""
