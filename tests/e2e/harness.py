@@ -537,6 +537,10 @@ class Cluster:
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",  # facts §8
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # A worker whose ti_run reached the API server but timed out (API outage cells) leaves the
+            # task running with no heartbeat; Airflow fails it after this many seconds (default 300,
+            # longer than the drain would wait). Only such orphans are affected.
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
             "PATH": f"{self.venv / 'bin'}:{os.environ.get('PATH', '')}",
             "VIRTUAL_ENV": str(self.venv),
             "DUPGUARD_E2E_PRODUCER_SLEEP": str(spec.producer_sleep),
