@@ -693,8 +693,6 @@ class Cluster:
         password_file.write_text(json.loads((self.home / "passwords.json").read_text())["dupguard"])
         self.dupguard_http_port = port or free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DUPGUARD_", "AIRFLOW"))}
-        if self.spec.source != "database":
-            env["DUPGUARD_SOURCE"] = self.spec.source
         return env | {
             "DUPGUARD_DATABASE_URL": self.db_url,
             "DUPGUARD_LOG_FORMAT": "json",
@@ -726,7 +724,10 @@ class Cluster:
         n = self._restarts.get(name, -1) + 1
         self._restarts[name] = n
         log_name = name if n == 0 else f"{name}.restart{n}"
-        proc = self._spawn(name, [DUPGUARD, "run"], env=env, log_name=log_name)
+        # --source on the command line, not in the environment: a dupguard without the api source
+        # (issue 14) must refuse the cell (exit 2), not run the database source under its name.
+        source = ["--source", self.spec.source] if self.spec.source != "database" else []
+        proc = self._spawn(name, [DUPGUARD, "run", *source], env=env, log_name=log_name)
         self.dupguard_logs.append(proc.log)
         if not wait:
             return
