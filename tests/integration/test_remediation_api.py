@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine
+from structlog.testing import capture_logs
 
 from detector.actions.alerts.format import detected_message, outcome_message, plain_text, webhook_payload
 from detector.actions.remediation.api import ApiBackend
@@ -567,13 +568,22 @@ def test_prepare_fetches_the_token_before_any_duplicate_needs_it(h: Harness) -> 
 
 
 def test_prepare_with_wrong_credentials_never_raises_nor_storms(h: Harness) -> None:
-    """Wrong credentials: prepare() logs and backs off instead of asking again every second."""
+    """Wrong credentials: prepare() backs off instead of asking again every second, and logs the
+    failure once (not at every leader check); a token that arrives later is logged once too."""
     remediator = h.remediator(Mode.FAIL, airflow_password="wrong")
     backend = remediator.backend
     assert isinstance(backend, ApiBackend)
-    for _ in range(5):
-        remediator.prepare()
-    assert backend.tokens.requests_sent == 1
+    with capture_logs() as logs:
+        for _ in range(5):
+            remediator.prepare()
+        assert backend.tokens.requests_sent == 1
+        backend.tokens._password = "admin"  # the operator fixed the Secret; the back-off has passed
+        backend.tokens._blocked_until = 0.0
+        for _ in range(3):
+            remediator.prepare()
+    events = [e["event"] for e in logs if e["event"].startswith("airflow_token")]
+    assert events == ["airflow_token_unavailable", "airflow_token_available"]
+    assert "rejected user 'admin'" in next(e["error"] for e in logs if e["event"] == "airflow_token_unavailable")
 
 
 def test_token_endpoint_500_twice_reports_the_500_not_the_jwt_secret(h: Harness) -> None:

@@ -84,6 +84,7 @@ class ApiBackend:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.sleep = sleep
+        self._token_failing = False  # prepare() could not get a token last time (logged once)
         self.dag_runs = DagRunApi(session.client)
         self.task_instances = TaskInstanceApi(session.client)
 
@@ -133,7 +134,14 @@ class ApiBackend:
         try:
             self.tokens.get(Budget())
         except (AirflowApiError, Transient) as exc:
-            log.warning("airflow_token_unavailable", error=str(exc))
+            # Once per state change, not at every leader check (about once a second).
+            if not self._token_failing:
+                log.warning("airflow_token_unavailable", error=str(exc))
+            self._token_failing = True
+            return
+        if self._token_failing:
+            log.info("airflow_token_available")
+        self._token_failing = False
 
     # --- one action ---------------------------------------------------------------------------------
 
