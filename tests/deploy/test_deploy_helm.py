@@ -338,8 +338,11 @@ def test_api_source_is_one_recreated_pod_without_a_database_secret(auth: str) ->
         "networkPolicy.enabled": [True, False],
         "serviceAccount.create": [True, False],
         "podDisruptionBudget.enabled": [True, False],
-        "remediation.mode": ["off", "dry-run", "fail", "skip"],
-        "replicas": [1, 3],
+        "remediation.mode": ["dry-run", "fail"],
+        "replicas": [3],
+        "api.stateVolume.enabled": [True, False],
+        "api.stateVolume.existingClaim": ["", "dupguard-state-mine"],
+        "api.pollInterval": ["", "1s"],
     }
     for combo in itertools.product(*toggles.values()):
         label = f"{auth}," + ",".join(f"{k}={v}" for k, v in zip(toggles, combo, strict=True))
@@ -347,6 +350,20 @@ def test_api_source_is_one_recreated_pod_without_a_database_secret(auth: str) ->
         docs = render(values)
         kinds = by_kind(docs)
         assert "PodDisruptionBudget" not in kinds, label
+        state = values["api"]["stateVolume"]
+        data = kinds["ConfigMap"]["data"]
+        # The database source's 10ms is never the API's poll interval (100 requests a second).
+        assert data.get("DUPGUARD_POLL_INTERVAL") == (values["api"]["pollInterval"] or None), label
+        volumes = {v["name"]: v for v in kinds["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+        if state["enabled"]:
+            assert data["DUPGUARD_STATE_FILE"] == "/var/lib/dupguard/state.json", label
+            claim = state["existingClaim"] or "dupguard-state"
+            assert volumes["state"]["persistentVolumeClaim"]["claimName"] == claim, label
+            assert ("PersistentVolumeClaim" in kinds) == (not state["existingClaim"]), label
+            if not state["existingClaim"]:
+                assert kinds["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteOnce"]
+        else:
+            assert "DUPGUARD_STATE_FILE" not in data and "state" not in volumes and "PersistentVolumeClaim" not in kinds
         deployment = kinds["Deployment"]["spec"]
         assert deployment["replicas"] == 1 and deployment["strategy"] == {"type": "Recreate"}, label
         text = json.dumps(docs)
@@ -384,7 +401,8 @@ def test_database_source_is_unchanged_by_the_api_switch() -> None:
     kinds = by_kind(render({"mode": "standalone", **SECRET_VARIANTS["inline-secrets"]}))
     spec = kinds["Deployment"]["spec"]
     assert spec["replicas"] == 2 and "strategy" not in spec
-    assert "DUPGUARD_SOURCE" not in kinds["ConfigMap"]["data"]
+    assert "DUPGUARD_SOURCE" not in kinds["ConfigMap"]["data"] and "PersistentVolumeClaim" not in kinds
+    assert kinds["ConfigMap"]["data"]["DUPGUARD_POLL_INTERVAL"] == "10ms"
     (container,) = spec["template"]["spec"]["containers"]
     assert "DUPGUARD_DATABASE_URL" in {e["name"] for e in container["env"]}
 
