@@ -497,8 +497,9 @@ def api_auth_problems(v: Mapping[str, Any], who: str) -> list[str]:
             f"{who} needs DUPGUARD_AIRFLOW_TOKEN, DUPGUARD_AIRFLOW_TOKEN_COMMAND, "
             "or DUPGUARD_AIRFLOW_USERNAME and DUPGUARD_AIRFLOW_PASSWORD"
         ]
-    if v.get("airflow_token") and v.get("airflow_token_command"):
-        return ["set DUPGUARD_AIRFLOW_TOKEN or DUPGUARD_AIRFLOW_TOKEN_COMMAND, not both"]
+    if v.get("airflow_token_command") and (v.get("airflow_token") or v.get("airflow_password")):
+        other = "DUPGUARD_AIRFLOW_TOKEN" if v.get("airflow_token") else "DUPGUARD_AIRFLOW_PASSWORD"
+        return [f"set DUPGUARD_AIRFLOW_TOKEN_COMMAND or {other}, not both (which one would dupguard use?)"]
     return []
 
 

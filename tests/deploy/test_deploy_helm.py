@@ -416,9 +416,19 @@ def test_database_source_is_unchanged_by_the_api_switch() -> None:
         (API, "needs a way to authenticate"),
         (_api_values("token-secret", **{"airflow.token": "t"}), "keep one"),
         (_api_values("token-command", **{"airflow.token": "t"}), "accepts one of them"),
+        (_api_values("token-command", **{"airflow.password": "p"}), "accepts one of them"),
         ({"source": "graphql"}, "source"),
     ],
-    ids=["sidecar", "db-backend", "no-url", "no-auth", "token-twice", "token-and-command", "bad-enum"],
+    ids=[
+        "sidecar",
+        "db-backend",
+        "no-url",
+        "no-auth",
+        "token-twice",
+        "token-and-command",
+        "password-and-command",
+        "bad-enum",
+    ],
 )
 def test_api_source_refuses_what_cannot_work(values: dict[str, Any], message: str) -> None:
     """Each of these would start a dupguard that cannot see or act: the render fails with the reason."""

@@ -59,6 +59,37 @@ def test_remediation_needs_api_credentials() -> None:
     assert len(err.value.problems) == 2
 
 
+@pytest.mark.parametrize(
+    ("auth", "problem"),
+    [
+        ({}, "needs DUPGUARD_AIRFLOW_TOKEN, DUPGUARD_AIRFLOW_TOKEN_COMMAND, or DUPGUARD_AIRFLOW_USERNAME"),
+        ({"DUPGUARD_AIRFLOW_USERNAME": "u"}, "needs DUPGUARD_AIRFLOW_TOKEN"),  # a user without a password
+        (
+            {"DUPGUARD_AIRFLOW_TOKEN": "t", "DUPGUARD_AIRFLOW_TOKEN_COMMAND": "cat t"},
+            "TOKEN_COMMAND or DUPGUARD_AIRFLOW_TOKEN, not both",
+        ),
+        (
+            {"DUPGUARD_AIRFLOW_USERNAME": "u", "DUPGUARD_AIRFLOW_PASSWORD": "p", "DUPGUARD_AIRFLOW_TOKEN_COMMAND": "x"},
+            "TOKEN_COMMAND or DUPGUARD_AIRFLOW_PASSWORD, not both",
+        ),
+        ({"DUPGUARD_AIRFLOW_TOKEN_COMMAND": "cat t"}, None),
+        ({"DUPGUARD_AIRFLOW_TOKEN": "t"}, None),
+        ({"DUPGUARD_AIRFLOW_TOKEN": "t", "DUPGUARD_AIRFLOW_USERNAME": "u", "DUPGUARD_AIRFLOW_PASSWORD": "p"}, None),
+    ],
+)
+def test_exactly_one_way_to_authenticate_to_the_api(auth: dict[str, str], problem: str | None) -> None:
+    """The api backend needs one way in; a token command next to a token or a password is ambiguous.
+    (A static token next to username/password is accepted: the token wins, as before.)"""
+    env = {"DUPGUARD_DATABASE_URL": URL, "DUPGUARD_REMEDIATION": "fail", "DUPGUARD_AIRFLOW_API_URL": "http://af:8080"}
+    if problem is None:
+        assert load({}, env | auth).remediation == "fail"
+        return
+    with pytest.raises(ConfigError) as err:
+        load({}, env | auth)
+    assert [p for p in err.value.problems if problem in p], err.value.problems
+    assert "cat t" not in str(err.value)  # the command is a secret setting
+
+
 def test_unknown_file_keys_and_bad_yaml(tmp_path: Path) -> None:
     """Typos in the file are errors, not silently ignored."""
     f = tmp_path / "c.yaml"
