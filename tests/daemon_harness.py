@@ -18,6 +18,7 @@ from detector.core.plan import Action
 from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Remediator, Result
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
+from detector.sources.database.source import DatabaseSource
 
 
 @dataclass
@@ -88,7 +89,9 @@ class Running:
     def stop(self) -> None:
         self.daemon.shutdown(timeout=1.0)
         self.thread.join(timeout=10)
-        self.daemon.parts.db.engine.dispose()
+        source = self.daemon.parts.source
+        if isinstance(source, DatabaseSource):
+            source.db.engine.dispose()
 
     def is_leader(self) -> bool:
         return self.metrics.registry.get_sample_value("dupguard_leader") == 1
@@ -129,10 +132,11 @@ def start_daemon(
         acting = remediator = remediator or RecordingRemediator()
     if wrap_remediator is not None:
         acting = wrap_remediator(acting)
+    ledger = DbLedger(engine) if durable else MemoryLedger()
     parts = Parts(
-        db=db,
+        source=DatabaseSource(config, db, ledger, metrics),
         leadership=lock,
-        ledger=DbLedger(engine) if durable else MemoryLedger(),
+        ledger=ledger,
         remediator=acting,
         alerter=alerter,
         metrics=metrics,

@@ -11,7 +11,6 @@ ends the loop: it is retried with back-off and the tracker is rewound so no run 
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +19,6 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
@@ -30,22 +28,26 @@ from detector.app.leader import LockProblem
 from detector.app.split_watch import SplitWatch
 from detector.app.status import StatusBoard, evaluate
 from detector.config import Config
-from detector.core.detect import DagFilter
 from detector.core.model import Finding
 from detector.core.plan import UNDECIDED, Action, Mode, plan
-from detector.core.ports import Alerter, AlertEvent, AlertKind, Ledger, Pending, RemediationResult, Remediator, Result
-from detector.errors import DatabaseError, DupguardError
-from detector.metadb import queries
-from detector.metadb.engine import AirflowDb, connect, describe_error
+from detector.core.ports import (
+    Alerter,
+    AlertEvent,
+    AlertKind,
+    Ledger,
+    Pending,
+    RemediationResult,
+    Remediator,
+    Result,
+    RunSource,
+)
+from detector.errors import DupguardError
 from detector.metrics import Metrics
-from detector.sources.database.poll import IncrementalDetector, NewRowTracker
-from detector.sources.database.prior import PriorDecisions
 
 log = logs.get("dupguard.daemon")
 MAX_BACKOFF = 5.0
 EXIT_DB = 3  # as ``dupguard scan``: the database failed
 ONCE_DRAIN_SECONDS = 60.0  # ``run --once`` waits this long for its remediations
-STARTUP_SCAN_LIMIT = 100_000  # ids below max(id) searched for the start of the look-back
 
 
 class Leadership(Protocol):
@@ -56,9 +58,6 @@ class Leadership(Protocol):
     def release(self) -> None: ...
 
 
-_TrackerState = tuple[int, dict[int, datetime], dict[int, datetime]]
-
-
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -67,7 +66,7 @@ def utcnow() -> datetime:
 class Parts:
     """Everything the daemon talks to, built by the entrypoint and injected (tests pass their own)."""
 
-    db: AirflowDb
+    source: RunSource  # the metadata database (sources.database) or the REST API (sources.api)
     leadership: Leadership
     ledger: Ledger
     remediator: Remediator
@@ -130,24 +129,12 @@ class Daemon:
         self.parts = parts
         self.clock = clock
         self.stop = threading.Event()
-        self.detector: IncrementalDetector | None = None
-        self.db_ok = False
+        self.db_ok = False  # the source (database or API) answered the last ping
         self.last_tick = time.monotonic()
         self._consecutive_failures = 0
-        self._conn: Connection | None = None
         self._last_batch_full = False
         self._tally = _Tally()
         self._mode = Mode(config.remediation)
-        self._filter = DagFilter(config.dags, config.exclude_dags)
-        self._prior = PriorDecisions(parts.db.tables, parts.ledger)
-        # Re-judges one duplicate's group before a retry (no tracker state of its own is used).
-        self._rejudger = IncrementalDetector(
-            tables=parts.db.tables,
-            tracker=NewRowTracker(high=0),
-            dag_filter=self._filter,
-            suspect_window=config.suspect_window,
-            prior=self._prior,
-        )
         self._outcomes: dict[str, _GroupOutcome] = {}
         self._outcomes_lock = threading.Lock()
         # Workers: bounded by the engine's pool (2 + 2 overflow), as each remediation re-reads the run.
@@ -163,7 +150,7 @@ class Daemon:
         self._db_error: str | None = None
         self._poll_error: str | None = None
         self.status = StatusBoard(parts.metrics)
-        parts.metrics.set_build(parts.db.info.family.value)
+        parts.metrics.set_build(parts.source.family)
         # Read at scrape time: a stale heartbeat shows as 0 even while the heartbeat job is blocked.
         parts.metrics.leader.set_function(lambda: 1.0 if parts.leadership.is_leader(self.clock()) else 0.0)
 
@@ -181,7 +168,8 @@ class Daemon:
     def refresh_status(self) -> None:
         self.status.update(
             evaluate(
-                db_error=self._db_error,
+                db_error=self._db_error if self.parts.source.name == "database" else None,
+                api_error=self._db_error if self.parts.source.name == "api" else None,
                 leader=self.parts.leadership.is_leader(self.clock()),
                 poll_error=self._poll_error,
                 lock=getattr(self.parts.leadership, "problem", None),  # optional for simple Leadership fakes
@@ -208,7 +196,7 @@ class Daemon:
             self._loop()
         finally:
             scheduler.shutdown(wait=False)
-            self._drop_poll_connection()
+            self.parts.source.close()
         return 0
 
     def _run_once(self) -> int:
@@ -223,7 +211,7 @@ class Daemon:
                     return 0 if self.check_splits() else EXIT_DB
             return EXIT_DB
         finally:
-            self._drop_poll_connection()
+            self.parts.source.close()
 
     def _loop(self) -> None:
         interval = self.config.poll_interval.total_seconds()
@@ -235,10 +223,10 @@ class Daemon:
                     continue
                 wait = interval if ok else min(MAX_BACKOFF, interval * 2 ** min(self._consecutive_failures, 12))
             else:
-                if self.detector is not None:
+                if self.parts.source.watching:
                     log.info("standing_by", reason="leader lock lost")
                     self.refresh_status()
-                self.detector = None  # a new term starts from the ledger watermark / look-back
+                self.parts.source.end()  # a new term starts from the durable cursor / look-back
                 wait = max(interval, 0.1)
             self.stop.wait(wait)
 
@@ -260,21 +248,17 @@ class Daemon:
         self.parts.metrics.leader.set(1 if leader else 0)
         if leader != was:
             log.info("leadership_changed", leader=leader)
-        self._ping_db()
+        self._ping_source()
         self.refresh_status()
         if leader:
             self.parts.remediator.prepare()
 
-    def _ping_db(self) -> None:
-        try:
-            with connect(self.parts.db.engine) as conn:
-                queries.ping(conn)
-            self._db_error = None
-        except DupguardError as exc:
-            self._db_error = str(exc)
+    def _ping_source(self) -> None:
+        self._db_error = self.parts.source.ping()
         ok = self._db_error is None
         if ok != self.db_ok:
-            log.info("database_reachable" if ok else "database_unreachable")
+            what = self.parts.source.name if self.parts.source.name == "database" else "airflow_api"
+            log.info(f"{what}_reachable" if ok else f"{what}_unreachable")
         self.db_ok = ok
         self.parts.metrics.db_up.set(1 if ok else 0)
 
@@ -293,109 +277,52 @@ class Daemon:
         return True
 
     def log_summary(self) -> None:
-        tracker = self.detector.tracker if self.detector else None
         log.info(
             "summary",
             leader=self.parts.leadership.is_leader(self.clock()),
             db_up=self.db_ok,
-            watermark=tracker.high if tracker else None,
-            open_gaps=len(tracker.gaps) if tracker else 0,
+            **self.parts.source.summary(),
             **self._tally.take(),
         )
 
     # --- one pass -----------------------------------------------------------------------------
 
+    @property
+    def detector(self) -> object | None:
+        """The database source's incremental detector (tests wait on its tracker); None otherwise."""
+        return getattr(self.parts.source, "detector", None)
+
     def poll_pass(self) -> bool:
         """One poll and the handling of its findings. False (and nothing lost) if it failed."""
         now = self.clock()
         started = time.perf_counter()
-        tracker_state: _TrackerState | None = None
+        source = self.parts.source
         try:
-            detector = self.detector or self._start_term(now)
-            tracker_state = (detector.tracker.high, dict(detector.tracker.gaps), dict(detector.tracker.late))
-            result = detector.poll(self._poll_connection(), now)
-            self._report_late(result.late, result.abandoned)
+            if not source.watching:
+                source.start(now)
+                if self.parts.ledger.durable:
+                    self._pick_up_pending()
+            result = source.poll(now)
             if result.findings:
                 self.handle(result.findings, now)
-            if result.new_runs and self.parts.ledger.durable:
-                self.parts.ledger.save_watermark(_safe_watermark(detector.tracker))
+            source.commit()  # after the claims: a restart never skips a run that was not handled
         except (DupguardError, SQLAlchemyError) as exc:
-            return self._failed(exc, tracker_state)
+            return self._failed(exc)
         except Exception as exc:  # a bug in one pass must not end the sidecar
             log.exception("poll_crashed")
-            return self._failed(exc, tracker_state)
+            return self._failed(exc)
         elapsed = time.perf_counter() - started
-        self._record_success(elapsed, len(result.new_runs), len(result.findings))
-        self._last_batch_full = result.batch_full
+        self._record_success(elapsed, result.new_runs, len(result.findings))
+        self._last_batch_full = result.more
         return True
 
-    def _poll_connection(self) -> Connection:
-        """One long-lived autocommit connection for polls: no pool checkout, ping or ROLLBACK per poll
-        (that overhead was most of an idle poll's cost). Dropped on any error and reopened next pass."""
-        if self._conn is None:
-            try:
-                self._conn = self.parts.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            except SQLAlchemyError as exc:
-                raise DatabaseError(describe_error(exc, self.parts.db.engine.url)) from None
-        return self._conn
-
-    def _drop_poll_connection(self) -> None:
-        """Only the polling thread calls this (a pass that failed, or the loop's end)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(SQLAlchemyError):
-                conn.invalidate()
-                conn.close()
-
-    def _start_term(self, now: datetime) -> IncrementalDetector:
-        """Where a new leader term starts reading: the durable watermark, else the look-back."""
-        t = self.parts.db.tables
-        start = self.parts.ledger.watermark() if self.parts.ledger.durable else None
-        if start is None:
-            with connect(self.parts.db.engine) as conn:
-                top = queries.max_run_id(conn, t)
-                first = queries.first_run_id_since(
-                    conn, t, now - self.config.startup_lookback, max(0, top - STARTUP_SCAN_LIMIT)
-                )
-            start = top if first is None else first - 1
-        self.detector = IncrementalDetector(
-            tables=t,
-            tracker=NewRowTracker(high=start, grace=self.config.gap_grace),
-            dag_filter=self._filter,
-            suspect_window=self.config.suspect_window,
-            prior=self._prior,
-        )
-        log.info("watching", from_id=start, durable_ledger=self.parts.ledger.durable)
-        if self.parts.ledger.durable:
-            self._pick_up_pending()
-        return self.detector
-
-    def _report_late(self, late: tuple[tuple[int, float], ...], abandoned: int) -> None:
-        """A run that committed after ``gap_grace`` is never dropped silently (issue 12 §1)."""
-        if late:
-            self.parts.metrics.late_runs.inc(len(late))
-            log.warning(
-                "late_run_found",
-                run_ids=[i for i, _ in late],
-                seconds_late=[round(s, 1) for _, s in late],
-                detail="committed after --gap-grace; found by the re-scan and judged now",
-            )
-        if abandoned:
-            self.parts.metrics.gaps_abandoned.inc(abandoned)
-            log.info("gap_abandoned", ids=abandoned, detail="never committed within the re-scan horizon")
-
-    def _failed(self, exc: BaseException, tracker_state: _TrackerState | None) -> bool:
-        self._drop_poll_connection()
-        if self.detector is not None and tracker_state is not None:
-            tracker = self.detector.tracker
-            tracker.high, tracker.gaps, tracker.late = tracker_state
-            tracker.found_late = []  # restored late ids are found again by the next pass
+    def _failed(self, exc: BaseException) -> bool:
+        error = self.parts.source.failed(exc)
         self._consecutive_failures += 1
         self.parts.metrics.poll_errors.inc()
         with self._tally.lock:
             self._tally.errors += 1
         n = self._consecutive_failures
-        error = _one_line(exc, self.parts.db)
         if n == 1 or n % 100 == 0:
             log.warning("poll_failed", error=error, consecutive=n)
         if self._poll_error is None:
@@ -552,15 +479,12 @@ class Daemon:
         return finding, action
 
     def _rejudge(self, dag_id: str, run_id: str, now: datetime) -> tuple[Finding, Action] | str:
-        t = self.parts.db.tables
-        with connect(self.parts.db.engine) as conn:
-            run = queries.run_by_run_id(conn, t, dag_id, run_id)
-            if run is None:
-                return "gone"
-            findings = self._rejudger.judge(conn, [run], now)
+        findings = self.parts.source.rejudge(dag_id, run_id, now)
+        if findings is None:
+            return "gone"
         for finding in findings:
             for action in plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started):
-                if action.run.id == run.id:
+                if (action.dag_id, action.run.run_id) == (dag_id, run_id):
                     return finding, action
         return "re-judged: no longer a duplicate in a group: left alone"
 
@@ -594,15 +518,3 @@ class Daemon:
                 self._on_result(job, result, True)
             else:
                 self._submit(job)
-
-
-def _one_line(exc: BaseException, db: AirflowDb) -> str:
-    if isinstance(exc, SQLAlchemyError):
-        return describe_error(exc, db.engine.url)
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _safe_watermark(tracker: NewRowTracker) -> int:
-    """Highest id below which every run has been examined (open and late gaps may still commit)."""
-    lowest = tracker.lowest_unseen()
-    return tracker.high if lowest is None else lowest - 1

@@ -25,6 +25,7 @@ class State(StrEnum):
     LEADING = "leading"
     STANDBY = "standby"
     DATABASE_UNREACHABLE = "database_unreachable"  # the metadata database does not answer
+    API_UNREACHABLE = "api_unreachable"  # --source api: Airflow's REST API does not answer
     POLL_FAILING = "poll_failing"  # leader, but polls fail (e.g. permission denied on the ledger)
     LOCK_UNAVAILABLE = "lock_unavailable"  # the leader-lock connection fails (password, lock key, network)
     LOCK_REFUSED = "lock_refused"  # lock_mode=session through a pooler
@@ -47,10 +48,19 @@ class Status:
 STARTING = Status(State.STARTING, "connecting to the metadata database")
 
 
-def evaluate(*, db_error: str | None, leader: bool, poll_error: str | None, lock: LockProblem | None) -> Status:
+def evaluate(
+    *,
+    db_error: str | None,
+    leader: bool,
+    poll_error: str | None,
+    lock: LockProblem | None,
+    api_error: str | None = None,
+) -> Status:
     """The status from what the last checks found (most fundamental cause first)."""
     if db_error is not None:
         return Status(State.DATABASE_UNREACHABLE, db_error)
+    if api_error is not None:
+        return Status(State.API_UNREACHABLE, api_error)
     if leader:
         if poll_error is not None:
             return Status(State.POLL_FAILING, poll_error)

@@ -23,6 +23,7 @@ from detector.errors import DatabaseError
 from detector.metadb.engine import AirflowDb, make_engine, open_airflow_db, parse_url
 from detector.metadb.schema import AirflowTables
 from detector.metrics import Metrics
+from detector.sources.database.source import DatabaseSource
 
 log = logs.get("dupguard.main")
 MAX_STARTUP_BACKOFF = 30.0
@@ -89,7 +90,7 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
         dag_filter=DagFilter(config.dags, config.exclude_dags),
     )
     return Parts(
-        db=db,
+        source=DatabaseSource(config, db, ledger, metrics),
         leadership=leadership,
         ledger=ledger,
         remediator=remediator,

@@ -159,3 +159,55 @@ class Alerter(Protocol):
     def close(self, timeout: float) -> None:
         """Deliver what is queued within ``timeout`` seconds, then stop; log what was not delivered."""
         ...
+
+
+@dataclass(frozen=True)
+class Polled:
+    """What one poll of a source saw: how many new runs, and the groups they belong to."""
+
+    new_runs: int
+    findings: list[Finding]
+    more: bool = False  # a batch was full: poll again at once
+
+
+class RunSource(Protocol):
+    """Where the daemon's runs come from: the metadata database or Airflow's REST API.
+
+    A *term* is one stretch of leading: ``start`` opens it (from a durable cursor, else the
+    look-back), ``end`` closes it when the lead is lost. ``poll`` raises on failure; ``failed`` then
+    undoes that poll's progress, so the next poll sees the same runs again (nothing lost).
+    """
+
+    name: str  # "database" or "api"
+    family: str  # Airflow's schema family ("3.1"), for dupguard_build_info
+
+    @property
+    def watching(self) -> bool: ...
+
+    def ping(self) -> str | None:
+        """None while the source answers; else why not (one line, no secret)."""
+        ...
+
+    def start(self, now: datetime) -> None: ...
+
+    def end(self) -> None: ...
+
+    def poll(self, now: datetime) -> Polled: ...
+
+    def commit(self) -> None:
+        """The last poll's findings are handled (claimed): make its progress durable, if it can be."""
+        ...
+
+    def failed(self, exc: BaseException) -> str:
+        """Undo the failed poll's progress; the error as one line for logs and /readyz."""
+        ...
+
+    def rejudge(self, dag_id: str, run_id: str, now: datetime) -> list[Finding] | None:
+        """The groups of run ``(dag_id, run_id)`` judged afresh (earlier decisions included); None if it is gone."""
+        ...
+
+    def summary(self) -> dict[str, object]:
+        """Fields for the summary log line (e.g. the watermark)."""
+        ...
+
+    def close(self) -> None: ...

@@ -29,6 +29,7 @@ from detector.app.ledger import DbLedger, init_db
 from detector.config import Config
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
+from detector.sources.database.source import DatabaseSource
 from tests.daemon_harness import RecordingAlerter, RecordingRemediator
 from tests.pg import Templates
 from tests.writer import AirflowWriter
@@ -84,13 +85,14 @@ def rig(pg_templates: Templates) -> Iterator[Rig]:
     lock_engine = make_engine(parse_url(url), pool_size=1)
     lock = AdvisoryLock(lock_engine, config.lock_key, mode=config.lock_mode, lease=3 * config.leader_check_interval)
     alerter = RecordingAlerter()
+    metrics, ledger = Metrics(), DbLedger(engine)
     parts = Parts(
-        db=open_airflow_db(engine),
+        source=DatabaseSource(config, open_airflow_db(engine), ledger, metrics),
         leadership=lock,
-        ledger=DbLedger(engine),
+        ledger=ledger,
         remediator=RecordingRemediator(),
         alerter=alerter,
-        metrics=Metrics(),
+        metrics=metrics,
     )
     daemon = Daemon(config, parts)
     rig = Rig(daemon, _count(engine), _count(lock_engine))

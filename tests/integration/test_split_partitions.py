@@ -22,6 +22,7 @@ from detector.app.split_watch import SplitWatch
 from detector.config import Config
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
+from detector.sources.database.source import DatabaseSource
 from tests.daemon_harness import RecordingAlerter, RecordingRemediator
 from tests.pg import Templates, ground_truth
 from tests.slack_server import SlackServer
@@ -113,7 +114,7 @@ def _daemon(url: str, splits_alerter: Any, ledger: MemoryLedger, metrics: Metric
     config = Config.of(database_url=url, http_port=0, startup_lookback=timedelta(days=3650))
     db = open_airflow_db(make_engine(parse_url(url)))
     parts = Parts(
-        db=db,
+        source=DatabaseSource(config, db, ledger, metrics),
         leadership=_Leader(),
         ledger=ledger,
         remediator=RecordingRemediator(),

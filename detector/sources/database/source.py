@@ -1,0 +1,168 @@
+"""The database source as the daemon sees it (``core.ports.RunSource``): a term starts at the durable
+watermark or the look-back, each poll tails ``dag_run`` by id (``poll.IncrementalDetector``) on one
+long-lived autocommit connection, and a failed poll is rewound so no run is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from detector import logs
+from detector.config import Config
+from detector.core.detect import DagFilter
+from detector.core.model import Finding
+from detector.core.ports import Ledger, Polled
+from detector.errors import DatabaseError, DupguardError
+from detector.metadb import queries
+from detector.metadb.engine import AirflowDb, connect, describe_error
+from detector.metrics import Metrics
+from detector.sources.database.poll import IncrementalDetector, NewRowTracker
+from detector.sources.database.prior import PriorDecisions
+
+log = logs.get("dupguard.daemon")
+STARTUP_SCAN_LIMIT = 100_000  # ids below max(id) searched for the start of the look-back
+
+_TrackerState = tuple[int, dict[int, datetime], dict[int, datetime]]
+
+
+class DatabaseSource:
+    name = "database"
+
+    def __init__(self, config: Config, db: AirflowDb, ledger: Ledger, metrics: Metrics) -> None:
+        self.config = config
+        self.db = db
+        self.ledger = ledger
+        self.metrics = metrics
+        self.family = db.info.family.value
+        self.detector: IncrementalDetector | None = None
+        self._conn: Connection | None = None
+        self._saved: _TrackerState | None = None
+        self._advanced = False  # the last poll saw new runs: the watermark moves once they are handled
+        self._filter = DagFilter(config.dags, config.exclude_dags)
+        self._prior = PriorDecisions(db.tables, ledger)
+        # Re-judges one duplicate's group before a retry (no tracker state of its own is used).
+        self._rejudger = IncrementalDetector(
+            tables=db.tables,
+            tracker=NewRowTracker(high=0),
+            dag_filter=self._filter,
+            suspect_window=config.suspect_window,
+            prior=self._prior,
+        )
+
+    @property
+    def watching(self) -> bool:
+        return self.detector is not None
+
+    def ping(self) -> str | None:
+        try:
+            with connect(self.db.engine) as conn:
+                queries.ping(conn)
+        except DupguardError as exc:
+            return str(exc)
+        return None
+
+    def start(self, now: datetime) -> None:
+        """Where a new leader term starts reading: the durable watermark, else the look-back."""
+        t = self.db.tables
+        start = self.ledger.watermark() if self.ledger.durable else None
+        if start is None:
+            with connect(self.db.engine) as conn:
+                top = queries.max_run_id(conn, t)
+                first = queries.first_run_id_since(
+                    conn, t, now - self.config.startup_lookback, max(0, top - STARTUP_SCAN_LIMIT)
+                )
+            start = top if first is None else first - 1
+        self.detector = IncrementalDetector(
+            tables=t,
+            tracker=NewRowTracker(high=start, grace=self.config.gap_grace),
+            dag_filter=self._filter,
+            suspect_window=self.config.suspect_window,
+            prior=self._prior,
+        )
+        log.info("watching", from_id=start, durable_ledger=self.ledger.durable)
+
+    def end(self) -> None:
+        self.detector = None  # a new term starts from the ledger watermark / look-back
+
+    def poll(self, now: datetime) -> Polled:
+        detector = self.detector
+        assert detector is not None, "start() opens a term before the first poll"
+        tracker = detector.tracker
+        self._saved = (tracker.high, dict(tracker.gaps), dict(tracker.late))
+        result = detector.poll(self._poll_connection(), now)
+        self._report_late(result.late, result.abandoned)
+        self._advanced = bool(result.new_runs)
+        return Polled(new_runs=len(result.new_runs), findings=result.findings, more=result.batch_full)
+
+    def commit(self) -> None:
+        if self._advanced and self.ledger.durable and self.detector is not None:
+            self.ledger.save_watermark(_safe_watermark(self.detector.tracker))
+        self._advanced = False
+
+    def failed(self, exc: BaseException) -> str:
+        self._drop_poll_connection()
+        if self.detector is not None and self._saved is not None:
+            tracker = self.detector.tracker
+            tracker.high, tracker.gaps, tracker.late = self._saved
+            tracker.found_late = []  # restored late ids are found again by the next pass
+        self._saved = None
+        if isinstance(exc, SQLAlchemyError):
+            return describe_error(exc, self.db.engine.url)
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+    def rejudge(self, dag_id: str, run_id: str, now: datetime) -> list[Finding] | None:
+        t = self.db.tables
+        with connect(self.db.engine) as conn:
+            run = queries.run_by_run_id(conn, t, dag_id, run_id)
+            if run is None:
+                return None
+            return self._rejudger.judge(conn, [run], now)
+
+    def summary(self) -> dict[str, object]:
+        tracker = self.detector.tracker if self.detector else None
+        return {"watermark": tracker.high if tracker else None, "open_gaps": len(tracker.gaps) if tracker else 0}
+
+    def close(self) -> None:
+        self._drop_poll_connection()
+
+    def _poll_connection(self) -> Connection:
+        """One long-lived autocommit connection for polls: no pool checkout, ping or ROLLBACK per poll
+        (that overhead was most of an idle poll's cost). Dropped on any error and reopened next pass."""
+        if self._conn is None:
+            try:
+                self._conn = self.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            except SQLAlchemyError as exc:
+                raise DatabaseError(describe_error(exc, self.db.engine.url)) from None
+        return self._conn
+
+    def _drop_poll_connection(self) -> None:
+        """Only the polling thread calls this (a pass that failed, or the loop's end)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(SQLAlchemyError):
+                conn.invalidate()
+                conn.close()
+
+    def _report_late(self, late: tuple[tuple[int, float], ...], abandoned: int) -> None:
+        """A run that committed after ``gap_grace`` is never dropped silently (issue 12 §1)."""
+        if late:
+            self.metrics.late_runs.inc(len(late))
+            log.warning(
+                "late_run_found",
+                run_ids=[i for i, _ in late],
+                seconds_late=[round(s, 1) for _, s in late],
+                detail="committed after --gap-grace; found by the re-scan and judged now",
+            )
+        if abandoned:
+            self.metrics.gaps_abandoned.inc(abandoned)
+            log.info("gap_abandoned", ids=abandoned, detail="never committed within the re-scan horizon")
+
+
+def _safe_watermark(tracker: NewRowTracker) -> int:
+    """Highest id below which every run has been examined (open and late gaps may still commit)."""
+    lowest = tracker.lowest_unseen()
+    return tracker.high if lowest is None else lowest - 1
