@@ -156,10 +156,18 @@ def format_value(value: Any) -> str:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
+        "source",
+        "database",
+        _choice("database", "api"),
+        "Where runs are read: database (the metadata DB) or api (Airflow's REST API v2 only, for "
+        "platforms without DB access; needs DUPGUARD_AIRFLOW_API_URL and credentials, no database URL).",
+    ),
+    Setting(
         "database_url",
         None,
         _db_url,
-        "Airflow metadata DB URL (postgresql://, postgres://, postgresql+psycopg2://, sqlite:///). Required.",
+        "Airflow metadata DB URL (postgresql://, postgres://, postgresql+psycopg2://, sqlite:///). "
+        "Required with --source database.",
         secret=True,
     ),
     Setting(
@@ -238,6 +246,13 @@ SETTINGS: tuple[Setting, ...] = (
         "from `config_source`, dupguard warns `config_missing` and sets `dupguard_config_missing` to 1.",
     ),
     Setting(
+        "state_file",
+        None,
+        str,
+        "--source api: a file on a volume for the tail cursor and what was alerted and decided, so a "
+        "restart neither misses runs nor alerts twice (without it: memory only).",
+    ),
+    Setting(
         "ledger",
         "auto",
         _choice("auto", "on", "off"),
@@ -298,7 +313,8 @@ SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 class Config:
     """Every setting, typed. Build it with ``load`` (or ``Config.of`` in tests); defaults live in SETTINGS."""
 
-    database_url: str
+    source: str
+    database_url: str | None
     lock_database_url: str | None
     lock_mode: str
     lock_key: int
@@ -319,6 +335,7 @@ class Config:
     summary_interval: timedelta
     config_source: str | None
     config_expected: str | None
+    state_file: str | None
     ledger: str
     remediation: str
     remediation_backend: str
@@ -471,8 +488,15 @@ def _raw_value(
 
 def _cross_checks(v: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
-    if not v.get("database_url"):
+    api_source = v.get("source") == "api"
+    if not v.get("database_url") and not api_source:
         problems.append("DUPGUARD_DATABASE_URL (or --database-url, or _FILE) is required")
+    if api_source:
+        problems.extend(_api_source_checks(v))
+    elif v.get("state_file"):
+        problems.append(
+            "DUPGUARD_STATE_FILE is for DUPGUARD_SOURCE=api (the database source keeps its ledger in the DB)"
+        )
     if v.get("remediation") in {"fail", "skip"} and v.get("remediation_backend") == "api":
         if not v.get("airflow_api_url"):
             problems.append("DUPGUARD_REMEDIATION=fail/skip with the api backend needs DUPGUARD_AIRFLOW_API_URL")
@@ -501,6 +525,22 @@ def api_auth_problems(v: Mapping[str, Any], who: str) -> list[str]:
         other = "DUPGUARD_AIRFLOW_TOKEN" if v.get("airflow_token") else "DUPGUARD_AIRFLOW_PASSWORD"
         return [f"set DUPGUARD_AIRFLOW_TOKEN_COMMAND or {other}, not both (which one would dupguard use?)"]
     return []
+
+
+def _api_source_checks(v: Mapping[str, Any]) -> list[str]:
+    """``--source api`` reads only the REST API: it needs the API and credentials, and no DB write."""
+    problems: list[str] = []
+    reported = v.get("remediation") in {"fail", "skip"} and v.get("remediation_backend") == "api"  # just below
+    if not v.get("airflow_api_url") and not reported:
+        problems.append("DUPGUARD_SOURCE=api needs DUPGUARD_AIRFLOW_API_URL")
+    if not reported:
+        problems.extend(api_auth_problems(v, "DUPGUARD_SOURCE=api"))
+    if v.get("remediation_backend") == "db":
+        problems.append(
+            "DUPGUARD_REMEDIATION_BACKEND=db writes to the metadata database, which DUPGUARD_SOURCE=api does not "
+            "use: use DUPGUARD_REMEDIATION_BACKEND=api"
+        )
+    return problems
 
 
 def database_url(flag: str | None, env: Mapping[str, str] | None = None) -> str:

@@ -5,7 +5,8 @@ DupguardError
 ├── DatabaseError             the metadata database cannot be reached or queried (exit code 3)
 │   └── UnsupportedSchema     the database is not an Airflow metadata DB dupguard can read
 ├── AirflowApiError           the Airflow REST API refused or failed a call
-│   └── AirflowAuthError      wrong credentials or token; not retried
+│   ├── AirflowAuthError      wrong credentials or token; not retried
+│   └── AirflowUnreachable    the REST API does not answer (``--source api``: exit code 3, like the database)
 └── AlertDeliveryError        Slack or the webhook could not take an alert
 """
 
@@ -38,6 +39,10 @@ class AirflowApiError(DupguardError):
 
 class AirflowAuthError(AirflowApiError):
     """Airflow rejected the credentials; retrying would only lock the account."""
+
+
+class AirflowUnreachable(AirflowApiError):
+    """The REST API does not answer (refused, timed out, 5xx)."""
 
 
 class AlertDeliveryError(DupguardError):

@@ -284,6 +284,14 @@ def wait_for_fixture(version: str, scenario: str, timeout: float = 0.0) -> bool:
 # --- a counting, fault-injecting HTTP proxy ------------------------------------------------------
 
 
+def _matches(rule: str, method: str, path: str) -> bool:
+    """A path prefix, or "METHOD path-prefix"."""
+    if " " in rule:
+        want, prefix = rule.split(" ", 1)
+        return method == want and path.startswith(prefix)
+    return path.startswith(rule)
+
+
 class CountingProxy:
     """Forwards HTTP to ``upstream``; counts requests by (method, path); can answer 5xx or stall first."""
 
@@ -291,7 +299,8 @@ class CountingProxy:
         self.upstream_port = upstream_port
         self.requests: Counter[tuple[str, str]] = Counter()
         self.inject: list[tuple[str, int, float]] = []  # (path prefix, status (0: forward), delay s)
-        self.hooks: list[tuple[str, Callable[[], None]]] = []  # run once before forwarding a matching request
+        # run once before forwarding a matching request; "PATCH /api/…" matches that method only
+        self.hooks: list[tuple[str, Callable[[], None]]] = []
         self.outage = 0  # while non-zero, every request is answered with this status (the API is down)
         self._lock = threading.Lock()
         proxy = self
@@ -312,7 +321,7 @@ class CountingProxy:
                     rule = (path, down, 0.0) if down else next((r for r in proxy.inject if path.startswith(r[0])), None)
                     if rule is not None and not down:
                         proxy.inject.remove(rule)
-                    hook = None if down else next((h for h in proxy.hooks if path.startswith(h[0])), None)
+                    hook = None if down else next((h for h in proxy.hooks if _matches(h[0], self.command, path)), None)
                     if hook is not None:
                         proxy.hooks.remove(hook)
                 if hook is not None:
@@ -527,3 +536,19 @@ def start_task(server: AirflowServer, dag_id: str, run_id: str, task_id: str, *,
     status, data = _ti_run(server, str(ti_id), _run_payload(pid))
     if status != 200:
         raise AssertionError(f"ti_run answered HTTP {status}: {data[:500]!r}")
+
+
+def start_queued_runs(version: str, url: str) -> list[list[str]]:
+    """Let Airflow's own scheduler code move the queued runs of database ``url`` to running, as the
+    scheduler loop that created them does (scripts/airflow/start_queued_runs.py); returns the running
+    runs as [dag_id, run_id]. Needed by the REST API source: Airflow cannot serve the consumed events
+    of a run it has not started (apache/airflow#71360)."""
+    script = ROOT / "scripts" / "airflow" / "start_queued_runs.py"
+    af = ROOT / "scripts" / "airflow" / "af.sh"
+    done = subprocess.run(
+        [str(af), version, url, "python", str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"start_queued_runs failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    running: list[list[str]] = json.loads(done.stdout.strip().splitlines()[-1])["running"]
+    return running

@@ -10,6 +10,7 @@ Exit codes (all subcommands):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from detector.config import SETTINGS, SETTINGS_BY_NAME
 from detector.core.detect import DagFilter
 from detector.core.plan import Mode, Outcome, plan
 from detector.durations import parse_duration
-from detector.errors import DatabaseError, DupguardError
+from detector.errors import AirflowApiError, AirflowUnreachable, DatabaseError, DupguardError
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 
 EXIT_OK, EXIT_FOUND, EXIT_CONFIG, EXIT_DB = 0, 1, 2, 3
@@ -45,7 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p_scan = sub.add_parser("scan", help="audit history for duplicate groups (one shot)")
+    p_scan.add_argument("--source", choices=("database", "api"), help=SETTINGS_BY_NAME["source"].help_text)
     p_scan.add_argument("--database-url", help=SETTINGS_BY_NAME["database_url"].help_text)
+    p_scan.add_argument("--airflow-api-url", help=SETTINGS_BY_NAME["airflow_api_url"].help_text)
+    p_scan.add_argument(
+        "--config", help="YAML file of settings for --source api (credentials, TLS) [env DUPGUARD_CONFIG; default none]"
+    )
     p_scan.add_argument(
         "--since", type=_duration, help="only runs whose run_after is this recent (e.g. 1d, 6h) [default: all history]"
     )
@@ -130,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
     except DupguardError as exc:  # the one place an expected failure becomes a message and an exit code
         print(f"dupguard: {exc}", file=sys.stderr)
-        code = EXIT_DB if isinstance(exc, DatabaseError) else EXIT_CONFIG
+        # The source could not be read: the database, or the REST API (unreachable, refused, not Airflow 3).
+        code = EXIT_DB if isinstance(exc, DatabaseError | AirflowApiError) else EXIT_CONFIG
         if args.command == "scan":
             _machine_readable_exit(args.format, code, str(exc))
         return code
@@ -188,6 +195,9 @@ def _print_report(report: ScanReport, fmt: str) -> None:
 
 
 def _scan(args: argparse.Namespace) -> int:
+    source = args.source or os.environ.get("DUPGUARD_SOURCE") or "database"
+    if source == "api":
+        return _scan_api(args)
     url = parse_url(config.database_url(args.database_url))
     db = open_airflow_db(make_engine(url, read_only=True))
     if not db.info.exact:
@@ -217,6 +227,53 @@ def _scan(args: argparse.Namespace) -> int:
     )
     _print_report(report, args.format)
     return EXIT_FOUND if report.findings or report.splits else EXIT_OK
+
+
+def _scan_api(args: argparse.Namespace) -> int:
+    """``scan --source api``: the audit through Airflow's REST API; settings as ``run`` reads them."""
+    from detector.airflowapi.client import Gone, Transient
+    from detector.airflowapi.session import Session
+    from detector.metadb.versions import SchemaInfo, family_of_version
+    from detector.sources.api.reader import Reader
+    from detector.sources.api.scan import scan_api
+
+    flags: dict[str, str | None] = {"source": "api", "airflow_api_url": args.airflow_api_url}
+    cfg = config.load(flags, None, args.config)
+    reader = Reader(Session.from_config(cfg))
+    now = datetime.now(UTC)
+    since = None if args.since is None else now - args.since
+    try:
+        version = reader.version()
+        result = scan_api(
+            reader,
+            now=now,
+            since=since,
+            dag_filter=DagFilter(tuple(args.dag), tuple(args.exclude_dag)),
+            suspect_window=args.suspect_window,
+            progress=_progress_bar(),
+        )
+    except (Transient, Gone) as exc:
+        raise AirflowUnreachable(str(exc)) from None
+    finally:
+        reader.http.close()
+    note = None
+    if result.waiting or result.unreadable_events:
+        note = (
+            f"{result.waiting} candidate run(s) and {result.unreadable_events} asset event(s) not judged: Airflow "
+            "cannot serve the consumed events of a run it has not started (apache/airflow#71360)"
+        )
+    info = SchemaInfo(family_of_version(version), version, None, exact=True)
+    report = ScanReport(
+        info=info,
+        findings=result.findings,
+        scanned_at=now,
+        since=since,
+        runs_examined=result.runs_examined,
+        note=note,
+        source="api",
+    )
+    _print_report(report, args.format)
+    return EXIT_FOUND if report.findings else EXIT_OK
 
 
 def _demo(args: argparse.Namespace) -> int:

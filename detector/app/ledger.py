@@ -14,11 +14,14 @@ not finished yet (notes ``pending|<dag>|<run>``), which a new leader picks up (i
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from sqlalchemy import Column, DateTime, Engine, MetaData, String, Table, Text, delete, inspect, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -138,6 +141,89 @@ class MemoryLedger:
         with self._lock:
             items = [(k, v) for (k, name), v in self._notes.items() if name == PENDING]
         return [_pending(k, v) for k, v in items]
+
+
+class FileLedger(MemoryLedger):
+    """``MemoryLedger`` kept in a JSON file on a volume (``DUPGUARD_STATE_FILE``, ``--source api``,
+    which has no database to hold a ledger): written after every change by write-to-temp, fsync and
+    rename, so a crash leaves the old or the new file, never half of one. Bounded like the memory
+    ledger (``max_entries``), which bounds each write. One writer: the single-replica Deployment
+    (``Recreate``) with a ReadWriteOnce volume; a second replica must not share the file.
+    """
+
+    durable = True
+
+    def __init__(self, path: str, max_entries: int = 20_000) -> None:
+        super().__init__(max_entries=max_entries)
+        self.path = Path(path)
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self._save()  # fail at start, not at the first claim, if the folder is not writable
+            return
+        except (OSError, ValueError) as exc:
+            raise ConfigError([f"DUPGUARD_STATE_FILE {self.path}: unreadable ({_reason(exc)})"]) from None
+        if not isinstance(data, dict) or data.get("version") != 1:
+            raise ConfigError([f"DUPGUARD_STATE_FILE {self.path}: not a dupguard state file"])
+        for group_key, subject in data.get("claims", []):
+            self._claims[(group_key, subject)] = None
+        for group_key, name, value in data.get("notes", []):
+            self._notes[(group_key, name)] = value
+        self._watermark = data.get("watermark")
+
+    def _save(self) -> None:
+        with self._lock:
+            data = {
+                "version": 1,
+                "claims": [list(k) for k in self._claims],
+                "notes": [[*k, v] for k, v in self._notes.items()],
+                "watermark": self._watermark,
+            }
+        temp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            with temp.open("w", encoding="utf-8") as out:
+                json.dump(data, out, separators=(",", ":"))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temp, self.path)
+        except OSError as exc:
+            raise ConfigError([f"DUPGUARD_STATE_FILE {self.path}: cannot write ({_reason(exc)})"]) from None
+
+    def claim(self, group_key: str, subject: str) -> bool:
+        won = super().claim(group_key, subject)
+        if won:
+            self._save()
+        return won
+
+    def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
+        won = {subject for subject in subjects if MemoryLedger.claim(self, group_key, subject)}
+        if won:
+            self._save()
+        return won
+
+    def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
+        rows = _decision_rows(kept, duplicates)
+        if [row for row in rows if MemoryLedger.claim(self, *row)]:
+            self._save()
+
+    def remember(self, group_key: str, name: str, value: str) -> None:
+        super().remember(group_key, name, value)
+        self._save()
+
+    def save_watermark(self, high: int) -> None:
+        super().save_watermark(high)
+        self._save()
+
+    def drop_pending(self, dag_id: str, run_id: str) -> None:
+        super().drop_pending(dag_id, run_id)
+        self._save()
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or type(exc).__name__
 
 
 def _pending(group_key: str, finding_key: str) -> Pending:

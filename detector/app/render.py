@@ -22,6 +22,11 @@ partition keys split into two ``asset_partition_dag_run`` rows (Airflow 3.2+, ap
 that lasted ``--split-grace``; it is the current state, whatever ``--since``. They are not duplicate
 groups (no run may exist yet), so ``groups`` and ``summary.groups`` never count them;
 ``summary.split_partitions`` does (0 and ``[]`` in an error document). CSV lists groups only.
+
+``source`` (added with ``--source api``, still ``format_version`` 1): ``database`` or ``api``. With
+``api`` the REST API shows no ``dag_run.id``, creating job or host (``runs[].id``,
+``creating_job_ids``, ``creator_hostnames`` are null) and no ``asset_partition_dag_run`` rows
+(``split_partitions`` is empty; a suspected partitioned group is never refined by them).
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def finding_dict(f: Finding) -> dict[str, Any]:
+def finding_dict(f: Finding, *, ids: bool = True) -> dict[str, Any]:
+    """``ids`` False (``--source api``): ``runs[].id`` is null, as the REST API never shows ``dag_run.id``."""
     return {
         "key": f.key,
         "dag_id": f.dag_id,
@@ -59,7 +65,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
         "duplicate_task_seconds": round(f.duplicate_task_seconds, 3),
         "runs": [
             {
-                "id": r.id,
+                "id": r.id if ids else None,
                 "run_id": r.run_id,
                 "state": r.state,
                 "kept": r is f.kept,
@@ -97,8 +103,9 @@ def as_json(report: ScanReport) -> str:
         "note": report.note,
         "error": None,
         "summary": summary(report.findings) | {"split_partitions": len(report.splits)},
-        "groups": [finding_dict(f) for f in report.findings],
+        "groups": [finding_dict(f, ids=report.source == "database") for f in report.findings],
         "split_partitions": [split_dict(s) for s in report.splits],
+        "source": report.source,
     }
     return json.dumps(doc, indent=2)
 
@@ -162,7 +169,7 @@ def as_csv(report: ScanReport) -> str:
     out.write(csv_header())
     writer = csv.writer(out, lineterminator="\n")
     for f in report.findings:
-        d = finding_dict(f)
+        d = finding_dict(f, ids=report.source == "database")
         writer.writerow(
             [
                 _cell(" ".join("" if v is None else str(v) for v in d[c]) if isinstance(d[c], list) else d[c])

@@ -10,11 +10,14 @@ from collections.abc import Mapping
 from types import FrameType
 
 from detector import __version__, config, logs
+from detector.airflowapi.client import Transient
 from detector.app.daemon import Daemon
 from detector.app.health import HealthServer
-from detector.app.wiring import Startup, build_parts, connect_with_backoff
-from detector.errors import ConfigError, DatabaseError
+from detector.app.wiring import Startup, api_reader, build_api_parts, build_parts, connect_with_backoff, wait_for_api
+from detector.config import Config
+from detector.errors import AirflowApiError, AirflowUnreachable, ConfigError, DatabaseError
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.metadb.versions import family_of_version
 from detector.metrics import Metrics
 
 EXIT_OK, EXIT_CONFIG, EXIT_DB = 0, 2, 3
@@ -34,7 +37,7 @@ def run_daemon(
     except ConfigError as exc:
         print(f"dupguard: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except DatabaseError as exc:
+    except (DatabaseError, AirflowApiError) as exc:  # the source cannot be read (database or REST API)
         print(f"dupguard: {exc}", file=sys.stderr)
         return EXIT_DB
 
@@ -80,6 +83,9 @@ def _run(
         except OSError as exc:  # the port is taken or not ours to bind: the operator's setting
             raise ConfigError([f"DUPGUARD_HTTP_PORT {cfg.http_port}: cannot listen ({exc.strerror})"]) from None
     try:
+        if cfg.source == "api":
+            return _run_api(cfg, once, stop, startup, metrics)
+        assert cfg.database_url is not None  # config: required with --source database
         engine = make_engine(parse_url(cfg.database_url), read_only=True, call_timeout=cfg.db_timeout.total_seconds())
         # --once is a check or a cron job: an unusable database is its answer (exit 3), not a reason to wait.
         db = open_airflow_db(engine) if once else connect_with_backoff(engine, stop)
@@ -114,3 +120,34 @@ def _run(
     finally:
         if server is not None:
             server.close()
+
+
+def _run_api(cfg: Config, once: bool, stop: threading.Event, startup: Startup, metrics: Metrics) -> int:
+    """``--source api``: Airflow's REST API only (no database URL, no lock: one replica)."""
+    log = logs.get("dupguard.main")
+    reader = api_reader(cfg)
+    if once:
+        try:
+            version: str | None = reader.version()
+        except Transient as exc:
+            raise AirflowUnreachable(str(exc)) from None
+    else:
+        version = wait_for_api(reader, stop)
+    if version is None:
+        return EXIT_OK
+    if not family_of_version(version).value.startswith("3"):
+        raise AirflowUnreachable(f"Airflow {version}: the API source needs Airflow 3 (REST API v2)")
+    try:
+        parts = build_api_parts(cfg, reader, version, metrics)
+    except ConfigError as exc:  # e.g. api + skip on 3.1, an unwritable state file
+        print(f"dupguard: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    daemon = Daemon(cfg, parts, once=once)
+    daemon.stop = stop
+    startup.daemon = daemon
+    log.info("started", source="api", airflow_version=version, remediation=cfg.remediation)
+    try:
+        return daemon.run(once=once)
+    finally:
+        daemon.shutdown(timeout=3.0)
+        log.info("stopped")

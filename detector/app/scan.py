@@ -27,6 +27,7 @@ class ScanReport:
     runs_examined: int
     note: str | None = None  # why nothing was examined (Airflow 2), shown in every format
     splits: list[SplitPartition] = field(default_factory=list)  # current state, whatever ``since``
+    source: str = "database"  # or "api" (--source api: no dag_run ids, creating jobs or split keys)
 
 
 def scan(

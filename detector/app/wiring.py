@@ -10,19 +10,24 @@ from sqlalchemy import Engine
 
 from detector import logs
 from detector.actions.alerts.dispatch import build_alerter
-from detector.actions.remediation.guarded import Backend, GuardedRemediator
+from detector.actions.remediation.guarded import Backend, GuardedRemediator, RunStates
+from detector.airflowapi.client import Transient
+from detector.airflowapi.session import Session
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AdvisoryLock, AlwaysLeader
-from detector.app.ledger import open_ledger
+from detector.app.ledger import FileLedger, MemoryLedger, open_ledger
 from detector.app.split_watch import SplitWatch
 from detector.config import Config
 from detector.core.detect import DagFilter
 from detector.core.plan import Mode
 from detector.core.ports import Remediator
-from detector.errors import DatabaseError
+from detector.errors import DatabaseError, DupguardError
 from detector.metadb.engine import AirflowDb, make_engine, open_airflow_db, parse_url
-from detector.metadb.schema import AirflowTables
+from detector.metadb.schema import AirflowTables, Family
+from detector.metadb.versions import family_of_version
 from detector.metrics import Metrics
+from detector.sources.api.reader import ApiRunStates, Reader
+from detector.sources.api.source import ApiSource
 from detector.sources.database.source import DatabaseSource
 
 log = logs.get("dupguard.main")
@@ -65,7 +70,7 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
     if engine.url.get_backend_name() == "sqlite":
         leadership: AdvisoryLock | AlwaysLeader = AlwaysLeader()
     else:
-        lock_url = parse_url(config.lock_database_url or config.database_url)
+        lock_url = parse_url(config.lock_database_url or config.database_url or "")
         lease = config.leader_check_interval * 3
         # A heartbeat that cannot finish within the lease is worthless: bound it by the lease.
         call_timeout = min(config.db_timeout, lease).total_seconds()
@@ -104,11 +109,19 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
 
 
 def build_remediator(
-    config: Config, engine: Engine, tables: AirflowTables, metrics: Metrics | None, **backend_options: Any
+    config: Config,
+    engine: Engine | None,
+    tables: AirflowTables | None,
+    metrics: Metrics | None,
+    *,
+    family: Family | None = None,
+    states: RunStates | None = None,
+    **backend_options: Any,
 ) -> Remediator:
     """The executor for ``config.remediation`` / ``config.remediation_backend``.
 
-    ``backend_options`` reach the backend's constructor (tests: clocks, back-off lengths).
+    ``states`` (with ``family``) instead of ``engine``/``tables``: the re-reads go through the REST
+    API (``--source api``). ``backend_options`` reach the backend's constructor (tests: clocks, back-off lengths).
     """
     mode = Mode(config.remediation)
     common: dict[str, Any] = {
@@ -119,14 +132,63 @@ def build_remediator(
     if mode is Mode.OFF:
         return GuardedRemediator(backend=None, engine=None, tables=None, **common)
     if mode is Mode.DRY_RUN:
-        return GuardedRemediator(backend=None, engine=engine, tables=tables, **common)
+        return GuardedRemediator(backend=None, engine=engine, tables=tables, states=states, **common)
     backend: Backend
     if config.remediation_backend == "db":
+        assert engine is not None and tables is not None, "the db backend needs the database (refused by config)"
         from detector.actions.remediation.db import DbBackend
 
         backend = DbBackend(engine, tables, remediate_started=config.remediate_started, **backend_options)
     else:
         from detector.actions.remediation.api import ApiBackend
 
-        backend = ApiBackend.from_config(config, engine, tables, **backend_options)
-    return GuardedRemediator(backend=backend, engine=engine, tables=tables, **common)
+        backend = ApiBackend.from_config(config, engine, tables, family=family, states=states, **backend_options)
+    return GuardedRemediator(backend=backend, engine=engine, tables=tables, states=states, **common)
+
+
+# --- the REST API source (--source api): no database at all ---
+
+
+def api_reader(config: Config) -> Reader:
+    return Reader(Session.from_config(config))
+
+
+def wait_for_api(reader: Reader, stop: threading.Event) -> str | None:
+    """Airflow's version, retrying while the API is unreachable or refuses dupguard; None if stopped."""
+    delay = 1.0
+    while not stop.is_set():
+        try:
+            return reader.version()
+        except (DupguardError, Transient) as exc:
+            log.warning("airflow_api_unavailable_at_start", error=str(exc), retry_in_seconds=delay)
+            stop.wait(delay)
+            delay = min(MAX_STARTUP_BACKOFF, delay * 2)
+    return None
+
+
+def build_api_parts(config: Config, reader: Reader, version: str, metrics: Metrics) -> Parts:
+    """One replica, no lock (the Deployment runs exactly one: replicas 1, strategy Recreate); the
+    ledger in ``DUPGUARD_STATE_FILE`` when set, else in memory."""
+    if config.state_file:
+        ledger: MemoryLedger = FileLedger(config.state_file)
+    else:
+        ledger = MemoryLedger()
+        log.warning(
+            "ledger_in_memory",
+            reason="DUPGUARD_STATE_FILE not set",
+            consequence="a restart re-reads the look-back and may alert again about recent groups "
+            "(remediation stays safe: the note on a stopped run keeps the decision)",
+        )
+    family = family_of_version(version)
+    remediator = build_remediator(config, None, None, metrics, family=family, states=ApiRunStates(api_reader(config)))
+    alerter = build_alerter(config, ledger, metrics)
+    metrics.init_remediations(config.remediation, getattr(remediator, "backend_name", "none"))
+    metrics.init_alerts(alerter.channel_names)
+    return Parts(
+        source=ApiSource(config, reader, ledger, metrics, version=version),
+        leadership=AlwaysLeader(),
+        ledger=ledger,
+        remediator=remediator,
+        alerter=alerter,
+        metrics=metrics,
+    )

@@ -18,7 +18,6 @@ import yaml
 from tests.deploy.support import REPO, require_executable
 
 CONFIG = REPO / "config"
-PLANNED = {"rest-source.yaml"}  # `--source api` is not implemented yet
 
 
 def examples() -> list[Path]:
@@ -47,14 +46,14 @@ def check_config(path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_examples_are_the_documented_set() -> None:
-    """sidecar, standalone, PgBouncer, alert-only and the planned REST source, each listed in the README."""
+    """sidecar, standalone, PgBouncer, alert-only and the REST source, each listed in the README."""
     names = {p.name for p in examples()}
     assert names == {"sidecar.yaml", "standalone.yaml", "pgbouncer.yaml", "alert-only.yaml", "rest-source.yaml"}
     readme = (CONFIG / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in names)
 
 
-@pytest.mark.parametrize("path", [p for p in examples() if p.name not in PLANNED], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", examples(), ids=lambda p: p.name)
 def test_example_passes_check_config(path: Path) -> None:
     """`dupguard check-config --config <file>` exits 0 and shows the file's settings as effective."""
     result = check_config(path)
@@ -64,13 +63,3 @@ def test_example_passes_check_config(path: Path) -> None:
             f"{key} is not taken from the file:\n{result.stdout}"
         )
     assert "placeholder" not in result.stdout, "secrets and passwords are redacted"
-
-
-@pytest.mark.parametrize("name", sorted(PLANNED))
-def test_planned_example_is_marked_and_not_yet_accepted(name: str) -> None:
-    """The REST-source example says it is planned, and dupguard still rejects it: when `--source api`
-    lands this fails, as a reminder to validate the file like the others."""
-    path = CONFIG / name
-    assert path.read_text().startswith("# PLANNED, NOT IMPLEMENTED")
-    result = check_config(path)
-    assert result.returncode == 2 and "source" in result.stderr, result.stdout + result.stderr

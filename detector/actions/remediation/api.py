@@ -8,7 +8,7 @@
   dagrun.py L2046 in 3.1.2; 3.2 added the check), and the TI endpoint does not lock the ``dag_run``
   row the scheduler holds, so no read-back right after the write can prove the skip will last.
 
-After the write the run's task instances are read again from the metadata DB and judged by
+After the write the run's task instances are read again (metadata DB, or the REST API with `--source api`) and judged by
 ``detector.actions.remediation.readback``: a task that started in the window between the guard's re-read
 and Airflow's write makes the result ``caught_after_start`` (naming it), a write that did not hold
 ``failed``.
@@ -41,7 +41,7 @@ from airflow_client.client import (
 from sqlalchemy import Engine
 
 from detector import logs
-from detector.actions.remediation.guarded import Applied, Recheck, Work, now_utc
+from detector.actions.remediation.guarded import Applied, DbRunStates, Recheck, RunStates, Work, now_utc
 from detector.actions.remediation.readback import read_back
 from detector.airflowapi import permissions
 from detector.airflowapi.client import Gone, Transient
@@ -51,8 +51,6 @@ from detector.config import Config
 from detector.core.plan import Action, Mode
 from detector.core.ports import Result
 from detector.errors import AirflowApiError, AirflowAuthError, ConfigError, DupguardError
-from detector.metadb import queries
-from detector.metadb.engine import connect
 from detector.metadb.schema import AirflowTables, Family
 
 log = logs.get("dupguard.remediation.api")
@@ -70,16 +68,19 @@ class ApiBackend:
         self,
         session: Session,
         *,
-        engine: Engine,
-        tables: AirflowTables,
+        engine: Engine | None = None,
+        tables: AirflowTables | None = None,
+        states: RunStates | None = None,
         attempts: int = 4,
         backoff: float = 0.2,
         max_backoff: float = 2.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.session = session
-        self.engine = engine  # the read-back after each write
-        self.tables = tables
+        if states is None:
+            assert engine is not None and tables is not None, "the read-back needs the database or states"
+            states = DbRunStates(engine, tables)
+        self.states = states  # the read-back after each write: the database, or the API (--source api)
         self.attempts = max(1, attempts)
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -104,25 +105,29 @@ class ApiBackend:
     def from_config(
         cls,
         config: Config,
-        engine: Engine,
-        tables: AirflowTables,
+        engine: Engine | None,
+        tables: AirflowTables | None,
         *,
+        family: Family | None = None,
+        states: RunStates | None = None,
         auth_backoff: float = 60.0,
         clock: Callable[[], float] = time.time,
         **options: Any,
     ) -> ApiBackend:
         if not config.airflow_api_url:
             raise AirflowApiError("the api backend needs DUPGUARD_AIRFLOW_API_URL")
-        if config.remediation == Mode.SKIP.value and tables.family in _SKIP_UNDONE:
+        family = tables.family if tables is not None else family
+        if config.remediation == Mode.SKIP.value and family in _SKIP_UNDONE:
+            assert family is not None
             raise ConfigError(
                 [
                     f"DUPGUARD_REMEDIATION=skip with DUPGUARD_REMEDIATION_BACKEND=api is refused on Airflow "
-                    f"{tables.family.value}: its scheduler can put the skipped tasks back (DagRun.schedule_tis); "
+                    f"{family.value}: its scheduler can put the skipped tasks back (DagRun.schedule_tis); "
                     "use DUPGUARD_REMEDIATION=fail, or skip with DUPGUARD_REMEDIATION_BACKEND=db"
                 ]
             )
         session = Session.from_config(config, auth_backoff=auth_backoff, clock=clock)
-        return cls(session, engine=engine, tables=tables, **options)
+        return cls(session, engine=engine, tables=tables, states=states, **options)
 
     def close(self) -> None:
         self.session.close()
@@ -197,9 +202,8 @@ class ApiBackend:
         (``fail`` sends state and note in one request, ``skip`` sends the note last), so judge it
         by the read-back; None when it did not land (or cannot be told), so the caller re-checks."""
         try:
-            with connect(self.engine) as conn:
-                after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
-                note = queries.run_note(conn, self.tables, after.id) if after is not None else None
+            after = self.states.state(action)
+            note = self.states.note(action) if after is not None else None
         except DupguardError:
             return None
         if after is None or note != action.note:
@@ -214,8 +218,7 @@ class ApiBackend:
         write (as done, saying the read-back failed) rather than hiding it.
         """
         try:
-            with connect(self.engine) as conn:
-                after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
+            after = self.states.state(action)
         except DupguardError as exc:
             return Applied(Result.DONE, f"{work.describe()} (read-back failed: {exc})", committed_at=committed)
         checked = read_back(action.mode, (*work.to_fail, *work.to_skip), work.describe(), after)

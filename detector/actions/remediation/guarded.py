@@ -143,6 +143,30 @@ def read_state(engine: Engine, tables: AirflowTables, action: Action) -> RunStat
         return queries.run_state(conn, tables, action.dag_id, action.run.run_id)
 
 
+class RunStates(Protocol):
+    """Where the guard's re-read and a backend's read-back come from: the metadata database, or the
+    REST API (``--source api``, ``sources.api.reader.ApiRunStates``). ``RunState.id`` is the run the
+    action names while it exists."""
+
+    def state(self, action: Action) -> RunState | None: ...
+
+    def note(self, action: Action) -> str | None: ...
+
+
+class DbRunStates:
+    def __init__(self, engine: Engine, tables: AirflowTables) -> None:
+        self.engine = engine
+        self.tables = tables
+
+    def state(self, action: Action) -> RunState | None:
+        return read_state(self.engine, self.tables, action)
+
+    def note(self, action: Action) -> str | None:
+        with connect(self.engine) as conn:
+            after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
+            return queries.run_note(conn, self.tables, after.id) if after is not None else None
+
+
 # --- the executor ---------------------------------------------------------------------------------
 
 
@@ -169,7 +193,8 @@ class GuardedRemediator:
     """The one ``Remediator``: routes each action, runs the guard, calls the backend, records it.
 
     ``backend`` None means nothing is ever written (modes off and dry-run). ``engine`` None (mode
-    off) means nothing is even read.
+    off) means nothing is even read. ``states`` replaces ``engine``/``tables`` as the source of the
+    re-read (``--source api``: the REST API).
     """
 
     def __init__(
@@ -182,11 +207,15 @@ class GuardedRemediator:
         metrics: Metrics | None,
         remediate_started: bool = False,
         clock: Callable[[], float] = time.perf_counter,
+        states: RunStates | None = None,
     ) -> None:
         self.configured_mode = configured_mode
         self.backend = backend
         self.engine = engine
         self.tables = tables
+        if states is None and engine is not None and tables is not None:
+            states = DbRunStates(engine, tables)
+        self.states = states
         self.metrics = metrics
         self.remediate_started = remediate_started
         self.clock = clock
@@ -238,11 +267,11 @@ class GuardedRemediator:
                 Result.SKIPPED,
                 f"refused: outcome {action.outcome}, mode {action.mode}, configured {self.configured_mode}",
             )
-        assert self.backend is not None and self.engine is not None and self.tables is not None
-        engine, tables = self.engine, self.tables
+        assert self.backend is not None and self.states is not None
+        states = self.states
 
         def recheck() -> Verdict:
-            return judge(action, read_state(engine, tables, action), remediate_started=self.remediate_started)
+            return judge(action, states.state(action), remediate_started=self.remediate_started)
 
         verdict = recheck()
         if verdict.work is None:
@@ -255,13 +284,13 @@ class GuardedRemediator:
 
     def _dry_run(self, action: Action) -> Applied:
         """Everything short of the write: the same re-read and verdict, logged as "would …"."""
-        if self.engine is None or self.tables is None:
+        if self.states is None:
             return Applied(Result.SKIPPED, "remediation is off")
         mode = action.mode if action.mode in (Mode.FAIL, Mode.SKIP) else Mode.FAIL
         as_if = Action(
             action.finding_key, action.dag_id, action.run, action.kept_run_id, action.outcome, mode, action.note
         )
-        verdict = judge(as_if, read_state(self.engine, self.tables, action), remediate_started=self.remediate_started)
+        verdict = judge(as_if, self.states.state(action), remediate_started=self.remediate_started)
         if verdict.work is None:
             assert verdict.result is not None
             return Applied(verdict.result, verdict.detail)

@@ -1,0 +1,241 @@
+"""A new run's group, read from the REST API and judged by the same pure core as the database source.
+
+The core compares runs by ``dag_run.id`` (the keep rule's "lowest id", the group key's first run).
+The API never shows that id, but ``order_by=id`` sorts by it, so the runs of one DAG are numbered in
+the order of one id-sorted list that covers all of them: every comparison the core makes (always
+within one DAG) is then the database's. The numbers mean nothing outside one judgement; the one key
+that contains an id (``partitioned-suspected|…|<lowest id>``) is rewritten with that run's run_id so
+it stays the same across polls, restarts and replicas.
+
+Siblings, as in ``sources/database/poll.py`` ``judge``: the same ``run_after`` (an id-sorted list of
+the DAG over the candidates' run_after span), a shared consumed event (each event names the runs
+that consumed it, whatever their run_after: the overlap race), and for a partitioned run the same
+key within the suspect window. Followed for at most ``MAX_HOPS`` rounds: real groups are 2 or 3 runs.
+
+Not available through the API, so not used: ``asset_partition_dag_run`` rows (a suspected
+partitioned group is never refined into a confirmed split or dropped as a re-processing, and split
+partition keys are not reported), ``creating_job_id`` and the creator's hostname.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from detector.airflowapi.client import Gone
+from detector.core.decisions import decisions_from_notes, decisions_from_roles
+from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
+from detector.core.model import GUARD_NOTE_PREFIX, Decisions, Finding, Run, TaskProgress
+from detector.sources.api.reader import ApiRun, ConsumedEvents, Reader, progress_of
+
+MAX_HOPS = 3
+SUSPECTED_PARTITION = "partitioned-suspected|"
+RunKey = tuple[str, str]
+# Earlier roles (kept / duplicate) by (dag_id, run_id), from the ledger (``Ledger.decisions``).
+Roles = Callable[[list[RunKey]], dict[RunKey, set[str]]]
+
+
+@dataclass
+class Verdict:
+    """What one judgement found, and the runs it could not judge yet."""
+
+    findings: list[Finding] = field(default_factory=list)
+    waiting: list[ApiRun] = field(default_factory=list)  # events not readable yet: judge again later
+    gone: list[ApiRun] = field(default_factory=list)  # deleted between the list and the read
+    runs: dict[RunKey, Run] = field(default_factory=dict)  # every run judged, as the core saw it
+
+
+def to_run(run: ApiRun, number: int) -> Run:
+    return Run(
+        id=number,
+        dag_id=run.dag_id,
+        run_id=run.run_id,
+        run_type=run.run_type,
+        run_after=run.run_after,
+        state=run.state,
+        partition_key=run.partition_key,
+        queued_at=run.queued_at,
+    )
+
+
+class Judge:
+    def __init__(
+        self,
+        reader: Reader,
+        *,
+        dag_filter: DagFilter = ALL_DAGS,
+        suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW,
+        roles: Roles | None = None,
+    ) -> None:
+        self.reader = reader
+        self.dag_filter = dag_filter
+        self.suspect_window = suspect_window
+        self.roles = roles
+
+    def judge(
+        self,
+        new: Sequence[ApiRun],
+        now: datetime,
+        *,
+        known: Mapping[RunKey, ApiRun] | None = None,
+        known_from: datetime | None = None,
+    ) -> Verdict:
+        """The groups ``new`` runs belong to. ``known``: every asset run with run_after >=
+        ``known_from`` (the tail's last answer), so a run in that range needs no list of its own
+        when nothing links it to another run."""
+        verdict = Verdict()
+        by_dag: dict[str, list[ApiRun]] = {}
+        for run in new:
+            if self.dag_filter.selects(run.dag_id):
+                by_dag.setdefault(run.dag_id, []).append(run)
+        number = 0
+        for dag_id in sorted(by_dag):
+            number = self._judge_dag(by_dag[dag_id], now, known or {}, known_from, verdict, number)
+        return verdict
+
+    def _judge_dag(
+        self,
+        new: list[ApiRun],
+        now: datetime,
+        known: Mapping[RunKey, ApiRun],
+        known_from: datetime | None,
+        verdict: Verdict,
+        number: int,
+    ) -> int:
+        events: dict[RunKey, ConsumedEvents] = {}
+        candidates: dict[RunKey, ApiRun] = {}
+        for run in new:
+            try:
+                found = self.reader.events(run)
+            except Gone:
+                verdict.gone.append(run)
+                continue
+            if found is None:
+                verdict.waiting.append(run)
+                continue
+            events[run.key] = found
+            candidates[run.key] = run
+        if not candidates:
+            return number
+        # Only a run linked to no other can skip the list: its run_after is covered by ``known``
+        # (no same-run_after sibling there), no event of it was consumed by another run of the DAG,
+        # and it has no partition key (whose siblings lie within the suspect window).
+        alone = all(
+            run.partition_key is None
+            and known_from is not None
+            and run.run_after >= known_from
+            and not any(
+                o.dag_id == run.dag_id and o.run_after == run.run_after and o.key != run.key for o in known.values()
+            )
+            and all(c == run.key or c[0] != run.dag_id for c in events[run.key].consumers)
+            for run in candidates.values()
+        )
+        if alone:
+            return number
+        listed: list[ApiRun] = []
+        for _ in range(MAX_HOPS + 1):
+            listed = self._list_span(candidates.values())
+            by_key = {r.key: r for r in listed}
+            grown = False
+            for run in listed:
+                if run.key not in candidates and self._linked(run, candidates.values()):
+                    candidates[run.key] = run
+                    grown = True
+            for key, run in list(candidates.items()):
+                if key in events:
+                    continue
+                try:
+                    found = self.reader.events(run)
+                except Gone:
+                    del candidates[key]
+                    continue
+                if found is None:  # a sibling Airflow has not started: judge the whole group later
+                    verdict.waiting.extend(r for r in new if r.key in events)
+                    return number
+                events[key] = found
+            for found in list(events.values()):
+                for consumer in found.consumers:
+                    if consumer[0] != new[0].dag_id or consumer in candidates:
+                        continue
+                    other = by_key.get(consumer) or self.reader.run(*consumer)
+                    if other is not None:
+                        candidates[consumer] = other
+                        grown = True
+            if not grown:
+                break
+        order = {r.key: i for i, r in enumerate(listed)}
+        present = sorted((k for k in candidates if k in order), key=order.__getitem__)
+        runs = {key: to_run(candidates[key], number + 1 + i) for i, key in enumerate(present)}
+        number += len(present) + 1
+        verdict.runs.update(runs)
+        if len(runs) < 2:
+            return number
+        by_id = {run.id: key for key, run in runs.items()}
+        run_events = {runs[k].id: events[k].event_ids for k in runs if k in events}
+        progress = self._progress(candidates, runs, now)
+        prior = self._prior(candidates, runs)
+        findings = find_duplicates(
+            runs.values(),
+            run_events,
+            progress,
+            dag_filter=self.dag_filter,
+            suspect_window=self.suspect_window,
+            prior=prior,
+        )
+        new_keys = {r.key for r in new}
+        for finding in findings:
+            if any(by_id[r.id] in new_keys for r in finding.runs):
+                verdict.findings.append(_stable_key(finding, by_id))
+        return number
+
+    def _linked(self, run: ApiRun, candidates: Iterable[ApiRun]) -> bool:
+        """Same run_after (asset runs), or the same partition key within the suspect window."""
+        for c in candidates:
+            if c.partition_key is None and run.partition_key is None and c.run_after == run.run_after:
+                return True
+            if (
+                c.partition_key is not None
+                and c.partition_key == run.partition_key
+                and abs(c.run_after - run.run_after) <= self.suspect_window
+            ):
+                return True
+        return False
+
+    def _list_span(self, candidates: Iterable[ApiRun]) -> list[ApiRun]:
+        """The DAG's asset runs over the candidates' run_after span, in id order (one list, paged)."""
+        runs = list(candidates)
+        pad = self.suspect_window if any(r.partition_key is not None for r in runs) else timedelta(0)
+        low = min(r.run_after for r in runs) - pad
+        high = max(r.run_after for r in runs) + pad
+        return self.reader.asset_runs(dag_id=runs[0].dag_id, run_after_gte=low, run_after_lte=high)
+
+    def _progress(
+        self, candidates: Mapping[RunKey, ApiRun], runs: Mapping[RunKey, Run], now: datetime
+    ) -> dict[int, TaskProgress]:
+        progress: dict[int, TaskProgress] = {}
+        for key, run in runs.items():
+            try:
+                tasks = self.reader.task_states(*key)
+            except Gone:
+                continue
+            if tasks:
+                guarded = (candidates[key].note or "").startswith(GUARD_NOTE_PREFIX)
+                progress[run.id] = progress_of(tasks, now, guarded=guarded)
+        return progress
+
+    def _prior(self, candidates: Mapping[RunKey, ApiRun], runs: Mapping[RunKey, Run]) -> Decisions:
+        notes = {run.id: note for key, run in runs.items() if (note := candidates[key].note)}
+        prior = decisions_from_notes(runs.values(), notes)
+        if self.roles is None:
+            return prior
+        return prior | decisions_from_roles(runs.values(), self.roles(list(runs)))
+
+
+def _stable_key(finding: Finding, by_id: Mapping[int, RunKey]) -> Finding:
+    """A suspected partitioned group's key ends with its lowest run id: use that run's run_id."""
+    if not finding.key.startswith(SUSPECTED_PARTITION):
+        return finding
+    head, _, number = finding.key.rpartition("|")
+    return dataclasses.replace(finding, key=f"{head}|{by_id[int(number)][1]}")

@@ -1,0 +1,217 @@
+"""The REST API source as the daemon sees it (``core.ports.RunSource``).
+
+Each poll is **one request when nothing happened**: the asset runs whose ``run_after`` is at least
+the highest ``run_after`` seen minus ``TAIL_OVERLAP`` (``GET /dags/~/dagRuns``, served by
+``idx_dag_run_run_after``; its cost depends on the runs in that window, not on history). The cursor is
+Airflow's own clock (the runs' ``run_after``), never dupguard's, so a skew between the two clocks
+changes nothing; the overlap absorbs the skew between schedulers and commit lag. Runs already
+judged in that window are recognised by (dag_id, run_id) and not judged again.
+
+A run Airflow has not started cannot be judged yet: its consumed events are unreadable until then
+(apache/airflow#71360, ``reader``). It waits, costing no request while the tail shows it not
+started and one every ``WAITING_RETRY`` otherwise, for at most ``WAITING_HORIZON`` (then logged and
+counted like an abandoned gap). Airflow starts a new run in the scheduler loop that made it unless
+``max_active_runs`` holds it.
+
+Progress becomes permanent only in ``commit`` (after the daemon claimed the poll's findings); a
+failed poll leaves the cursor, the judged runs and the waiting runs as they were. The cursor is kept
+in the ledger (``remember``), so with the file ledger (``DUPGUARD_STATE_FILE``) a restart resumes
+where the last poll ended instead of re-reading the look-back.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from detector import logs
+from detector.airflowapi.client import Gone, Transient
+from detector.config import Config
+from detector.core.detect import DagFilter
+from detector.core.model import Finding
+from detector.core.ports import Ledger, Polled
+from detector.errors import AirflowUnreachable, DupguardError
+from detector.metadb.versions import family_of_version
+from detector.metrics import Metrics
+from detector.sources.api.judge import Judge, RunKey
+from detector.sources.api.reader import ApiRun, Reader, parse_time
+
+log = logs.get("dupguard.source.api")
+TAIL_OVERLAP = timedelta(seconds=10)
+WAITING_RETRY = timedelta(seconds=5)
+WAITING_HORIZON = timedelta(hours=1)
+MAX_WAITING = 10_000
+CURSOR_KEY, CURSOR_NAME = "dupguard|api-source", "cursor"
+PING_FRESH = 5.0  # seconds: a successful call this recent answers a ping without a request
+
+
+@dataclass
+class _Waiting:
+    run: ApiRun
+    since: datetime
+    tried: datetime
+
+
+@dataclass
+class _Tail:
+    cursor: datetime  # highest run_after seen (Airflow's clock); the next list starts TAIL_OVERLAP below
+    seen: dict[RunKey, datetime] = field(default_factory=dict)  # judged runs in the window -> run_after
+    waiting: dict[RunKey, _Waiting] = field(default_factory=dict)
+
+    def copy(self) -> _Tail:
+        return _Tail(self.cursor, dict(self.seen), dict(self.waiting))
+
+
+class ApiSource:
+    name = "api"
+
+    def __init__(self, config: Config, reader: Reader, ledger: Ledger, metrics: Metrics, *, version: str) -> None:
+        self.config = config
+        self.reader = reader
+        self.ledger = ledger
+        self.metrics = metrics
+        self.version = version
+        self.family = family_of_version(version).value
+        self.judge = Judge(
+            reader,
+            dag_filter=DagFilter(config.dags, config.exclude_dags),
+            suspect_window=config.suspect_window,
+            roles=ledger.decisions,
+        )
+        self.tail: _Tail | None = None
+        self._next: _Tail | None = None
+        self._last_ok = 0.0
+        self.abandoned = 0
+
+    @property
+    def watching(self) -> bool:
+        return self.tail is not None
+
+    def ping(self) -> str | None:
+        """Reachable if a call succeeded in the last few seconds; else one ``GET /api/v2/version``."""
+        if time.monotonic() - self._last_ok < PING_FRESH:
+            return None
+        try:
+            self.reader.version()
+        except DupguardError as exc:
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001 - Transient and the like: one line, never a traceback
+            return (str(exc).splitlines() or [type(exc).__name__])[0]
+        self._last_ok = time.monotonic()
+        return None
+
+    def start(self, now: datetime) -> None:
+        saved = parse_time(self.ledger.recall(CURSOR_KEY, CURSOR_NAME)) if self.ledger.durable else None
+        cursor = saved if saved is not None else now - self.config.startup_lookback + TAIL_OVERLAP
+        self.tail = _Tail(cursor=cursor)
+        log.info(
+            "watching",
+            source="api",
+            from_run_after=cursor.isoformat(),
+            resumed=saved is not None,
+            durable_state=self.ledger.durable,
+        )
+
+    def end(self) -> None:
+        self.tail = None
+        self._next = None
+
+    def poll(self, now: datetime) -> Polled:
+        try:
+            return self._poll(now)
+        except (Transient, Gone) as exc:  # the tail itself failed: the whole poll is retried
+            raise AirflowUnreachable(str(exc)) from None
+
+    def _poll(self, now: datetime) -> Polled:
+        assert self.tail is not None, "start() opens a term before the first poll"
+        tail = self.tail.copy()
+        low = tail.cursor - TAIL_OVERLAP
+        listed = self.reader.asset_runs(run_after_gte=low)
+        self._last_ok = time.monotonic()
+        known = {r.key: r for r in listed}
+        new = [r for r in listed if r.key not in tail.seen and r.key not in tail.waiting]
+        retry = self._due(tail, known, now)
+        verdict = self.judge.judge([*new, *retry], now, known=known, known_from=low)
+        for run in [*new, *retry]:
+            tail.seen[run.key] = run.run_after
+            tail.waiting.pop(run.key, None)
+        for run in verdict.waiting:
+            held = self.tail.waiting.get(run.key)
+            tail.waiting[run.key] = _Waiting(run, held.since if held else now, now)
+        self._expire(tail, now)
+        if listed:
+            tail.cursor = max(tail.cursor, max(r.run_after for r in listed))
+        floor = tail.cursor - 2 * TAIL_OVERLAP
+        tail.seen = {k: ra for k, ra in tail.seen.items() if ra >= floor}
+        self._next = tail
+        waiting_new = [r for r in verdict.waiting if r.key not in self.tail.waiting]
+        if waiting_new:
+            log.info(
+                "runs_waiting_for_airflow",
+                runs=[f"{r.dag_id}/{r.run_id}" for r in waiting_new[:20]],
+                detail="their consumed events are unreadable until Airflow starts them (apache/airflow#71360)",
+            )
+        return Polled(new_runs=len(new), findings=verdict.findings)
+
+    def _due(self, tail: _Tail, known: dict[RunKey, ApiRun], now: datetime) -> list[ApiRun]:
+        """Waiting runs worth another try: started by now (the tail shows it), or not tried lately."""
+        due = []
+        for key, item in tail.waiting.items():
+            fresh = known.get(key)
+            if (fresh is not None and fresh.start_date is not None) or now - item.tried >= WAITING_RETRY:
+                due.append(fresh or item.run)
+        return due
+
+    def _expire(self, tail: _Tail, now: datetime) -> None:
+        old = [k for k, w in tail.waiting.items() if now - w.since > WAITING_HORIZON]
+        overflow = max(0, len(tail.waiting) - len(old) - MAX_WAITING)
+        if overflow:
+            old += sorted((k for k in tail.waiting if k not in old), key=lambda k: tail.waiting[k].since)[:overflow]
+        for key in old:
+            item = tail.waiting.pop(key)
+            self.abandoned += 1
+            self.metrics.gaps_abandoned.inc()
+            log.warning(
+                "run_not_judged",
+                dag_id=item.run.dag_id,
+                run_id=item.run.run_id,
+                waited_seconds=round((now - item.since).total_seconds()),
+                detail="Airflow never served its consumed events (not started, or the endpoint fails)",
+            )
+
+    def commit(self) -> None:
+        if self._next is None:
+            return
+        moved = self.tail is None or self._next.cursor != self.tail.cursor
+        self.tail, self._next = self._next, None
+        if moved and self.ledger.durable:
+            self.ledger.remember(CURSOR_KEY, CURSOR_NAME, self.tail.cursor.isoformat())
+
+    def failed(self, exc: BaseException) -> str:
+        self._next = None
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+    def rejudge(self, dag_id: str, run_id: str, now: datetime) -> list[Finding] | None:
+        try:
+            return self._rejudge(dag_id, run_id, now)
+        except Transient as exc:
+            raise AirflowUnreachable(str(exc)) from None
+
+    def _rejudge(self, dag_id: str, run_id: str, now: datetime) -> list[Finding] | None:
+        run = self.reader.run(dag_id, run_id)
+        if run is None:
+            return None
+        verdict = self.judge.judge([run], now)
+        return verdict.findings
+
+    def summary(self) -> dict[str, object]:
+        tail = self.tail
+        return {
+            "cursor": tail.cursor.isoformat() if tail else None,
+            "waiting_runs": len(tail.waiting) if tail else 0,
+            "api_requests": self.reader.requests,
+        }
+
+    def close(self) -> None:
+        self.reader.http.close()

@@ -1,0 +1,27 @@
+"""Moves every queued DAG run to running with Airflow's own scheduler code, as the scheduler loop that
+created it does (``SchedulerJobRunner._start_queued_dagruns``, 3.1.2 scheduler_job_runner.py L1767;
+facts §3: the run starts in the loop that made it unless ``max_active_runs`` holds it).
+
+The scenario fixtures stop right after the race created its runs (still queued, ``start_date``
+NULL); the REST API cannot serve a run's consumed events before it started (apache/airflow#71360),
+so the API-source tests first let Airflow start them. Run through af.sh:
+
+    scripts/airflow/af.sh 3.1.2 "$DB" python scripts/airflow/start_queued_runs.py
+"""
+
+from __future__ import annotations
+
+import json
+
+from airflow.jobs.job import Job
+from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+from airflow.models.dagrun import DagRun
+from airflow.utils.session import create_session
+from sqlalchemy import select
+
+with create_session() as session:
+    runner = SchedulerJobRunner(job=Job())
+    runner._start_queued_dagruns(session)
+    session.commit()
+    started = session.execute(select(DagRun.dag_id, DagRun.run_id).where(DagRun.state == "running")).all()
+print(json.dumps({"running": [list(r) for r in started]}))

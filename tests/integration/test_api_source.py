@@ -1,0 +1,358 @@
+"""`--source api`: scan and run through a real Airflow 3.1.2 API server only, on duplicates made by
+Airflow's own scheduler code (the race fixtures, then ``start_queued_runs``: the scheduler's own
+``_start_queued_dagruns``). dupguard gets no database URL; ground truth is what Airflow recorded
+(the scenario's JSON, and the live database read by the test, never by dupguard).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import redirect_stdout
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from detector.app.cli import main
+from tests.airflow_server import (
+    AirflowServer,
+    CountingProxy,
+    airflow_api_server,
+    db_state,
+    free_port,
+    start_queued_runs,
+)
+from tests.daemon_harness import wait_for
+from tests.pg import Templates, database_url, ground_truth
+
+pytestmark = [pytest.mark.integration, pytest.mark.airflow]
+
+VERSION = "3.1.2"
+FANOUT = "race_asset_fanout"  # 3 consumer DAGs, an exact duplicate pair each
+OVERLAP = "race_overlap"  # a duplicate with another run_after that consumed an event again
+SUCCESSIVE = "successive"  # look-alike: successive runs of one DAG, no duplicate
+NOT_STARTED = "fanout"  # one event, 3 consumers, runs still queued as the scheduler left them
+STARTED = (FANOUT, OVERLAP, SUCCESSIVE)
+DUPGUARD = str(Path(sys.executable).parent / "dupguard")
+
+
+@pytest.fixture(scope="module")
+def af(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+    with airflow_api_server(
+        VERSION, [*STARTED, NOT_STARTED], pg_templates, tmp_path_factory.mktemp("af-api-source")
+    ) as server:
+        workers = [
+            threading.Thread(target=start_queued_runs, args=(VERSION, database_url(server.sources[s]))) for s in STARTED
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        yield server
+
+
+def scan_api(url: str, *args: str) -> tuple[int, dict[str, Any]]:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["scan", "--source", "api", "--airflow-api-url", url, "--format", "json", *args])
+    return code, json.loads(out.getvalue())
+
+
+@pytest.fixture
+def creds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DUPGUARD_AIRFLOW_USERNAME", "admin")
+    monkeypatch.setenv("DUPGUARD_AIRFLOW_PASSWORD", "admin")
+    monkeypatch.delenv("DUPGUARD_DATABASE_URL", raising=False)
+
+
+def _groups(doc: dict[str, Any]) -> set[tuple[str, str, str, str, tuple[str, ...]]]:
+    return {
+        (g["dag_id"], g["kind"], g["confidence"], g["kept_run_id"], tuple(g["duplicate_run_ids"]))
+        for g in doc["groups"]
+    }
+
+
+def _truth(scenario: str) -> set[tuple[str, str, str, str, tuple[str, ...]]]:
+    return {
+        (
+            g["dag_id"],
+            g["kind"],
+            g["confidence"],
+            g["first_run_id"],
+            tuple(r for r in g["run_ids"] if r != g["first_run_id"]),
+        )
+        for g in ground_truth(VERSION, scenario)["expected_groups"]
+    }
+
+
+@pytest.mark.parametrize("scenario", STARTED)
+def test_scan_through_the_api_finds_what_airflow_recorded(af: AirflowServer, creds: None, scenario: str) -> None:
+    """Every group the race made (and nothing for the look-alike), with the kept run Airflow committed
+    first; the same groups, keys and events as the database scan of the same database."""
+    url = af.reset(scenario)
+    code, doc = scan_api(af.url)
+    assert _groups(doc) == _truth(scenario)
+    assert code == (1 if doc["groups"] else 0)
+    assert doc["source"] == "api" and doc["airflow_version"] == VERSION and doc["note"] is None
+    assert all(r["id"] is None for g in doc["groups"] for r in g["runs"])  # the API shows no dag_run.id
+    out = io.StringIO()
+    with redirect_stdout(out):
+        main(["scan", "--database-url", url, "--format", "json"])
+    by_db = json.loads(out.getvalue())
+    fields = ("key", "kind", "confidence", "kept_run_id", "duplicate_run_ids", "shared_event_ids", "run_after")
+    assert [{f: g[f] for f in fields} for g in doc["groups"]] == [{f: g[f] for f in fields} for g in by_db["groups"]]
+
+
+def test_runs_airflow_has_not_started_are_reported_not_judged(af: AirflowServer, creds: None) -> None:
+    """Airflow cannot serve the events of a run it has not started (apache/airflow#71360): the scan
+    says how many runs it could not judge instead of judging them without their events."""
+    af.reset(NOT_STARTED)
+    code, doc = scan_api(af.url)
+    assert code == 0 and doc["groups"] == []
+    assert doc["note"] is not None and "not judged" in doc["note"] and "71360" in doc["note"]
+
+
+def _env(url: str, state: Path | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUPGUARD_")} | {
+        "DUPGUARD_SOURCE": "api",
+        "DUPGUARD_AIRFLOW_API_URL": url,
+        "DUPGUARD_AIRFLOW_USERNAME": "admin",
+        "DUPGUARD_AIRFLOW_PASSWORD": "admin",
+        "DUPGUARD_LOG_FORMAT": "json",
+        "DUPGUARD_STARTUP_LOOKBACK": "3650d",
+        "DUPGUARD_POLL_INTERVAL": "100ms",
+        "DUPGUARD_HTTP_PORT": "0",
+    } | extra  # fmt: skip
+    if state is not None:
+        env["DUPGUARD_STATE_FILE"] = str(state)
+    return env
+
+
+def _events(text: str, name: str | None = None) -> list[dict[str, Any]]:
+    found = [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.startswith("{")]
+    return [e for e in found if name is None or e.get("event") == name]
+
+
+def _once(env: dict[str, str]) -> tuple[int, str]:
+    done = subprocess.run([DUPGUARD, "run", "--once"], env=env, capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout + done.stderr
+
+
+def _duplicates(scenario: str) -> dict[str, str]:
+    """duplicate run_id -> its kept run_id, from Airflow's record of which scheduler made which run."""
+    return {
+        r: g["first_run_id"]
+        for g in ground_truth(VERSION, scenario)["expected_groups"]
+        for r in g["run_ids"]
+        if r != g["first_run_id"]
+    }
+
+
+def _assert_stopped_exactly(url: str, scenario: str, before: dict[str, Any]) -> None:
+    after = db_state(url)
+    duplicates = _duplicates(scenario)
+    for run_id, row in after.items():
+        if run_id in duplicates:
+            assert row.state == "failed", run_id
+            assert row.note is not None and duplicates[run_id] in row.note
+        else:
+            assert row == before[run_id], f"{run_id} must be untouched"
+
+
+def test_run_once_fails_each_duplicate_and_a_restart_repeats_nothing(af: AirflowServer, tmp_path: Path) -> None:
+    """`run --once --source api` with remediation fail: each duplicate failed through the API with the
+    note naming its kept run, every other run untouched. Run again with the same state file: no
+    alert and no write; with a fresh state file (no memory at all) the notes alone keep it from
+    writing again (the alert repeats, as documented)."""
+    url = af.reset(FANOUT)
+    before = db_state(url)
+    state = tmp_path / "state.json"
+    with CountingProxy(af.port) as proxy:
+        env = _env(proxy.url, state, DUPGUARD_REMEDIATION="fail")
+        code, out = _once(env)
+        assert code == 0, out
+        assert len(_events(out, "duplicate_detected")) == 3
+        patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
+        assert patches == 3
+        _assert_stopped_exactly(url, FANOUT, before)
+        stopped = db_state(url)
+        code, out = _once(env)
+        assert code == 0 and _events(out, "duplicate_detected") == []
+        code, out = _once(_env(proxy.url, tmp_path / "fresh.json", DUPGUARD_REMEDIATION="fail"))
+        assert code == 0 and len(_events(out, "duplicate_detected")) == 3
+        assert sum(n for (m, _), n in proxy.requests.items() if m == "PATCH") == patches
+    assert db_state(url) == stopped
+
+
+def test_restart_in_the_middle_of_a_storm(af: AirflowServer, tmp_path: Path) -> None:
+    """SIGKILL while the second of three remediations is on the wire, then a restart with the same
+    state file: every group alerted once over both lives, every duplicate failed, the kept runs and
+    the other runs untouched, and no duplicate PATCHed twice."""
+    url = af.reset(FANOUT)
+    before = db_state(url)
+    duplicates = sorted(_duplicates(FANOUT))
+    state = tmp_path / "state.json"
+    log1, log2 = tmp_path / "first.log", tmp_path / "second.log"
+    with CountingProxy(af.port) as proxy:
+        env = _env(proxy.url, state, DUPGUARD_REMEDIATION="fail")
+        patched: list[str] = []
+
+        def count_patch(path: str) -> Any:
+            return lambda: patched.append(path)
+
+        for run_id in duplicates:
+            dag = next(r.dag_id for r in before.values() if r.run_id == run_id)
+            proxy.hooks.append((f"PATCH /api/v2/dags/{dag}/dagRuns/{quote(run_id, safe='')}", count_patch(run_id)))
+        with log1.open("wb") as out:
+            first = subprocess.Popen([DUPGUARD, "run"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: len(patched) >= 2, timeout=60, what="two remediations sent")
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+        finally:
+            if first.poll() is None:
+                first.kill()
+        with log2.open("wb") as out:
+            second = subprocess.Popen([DUPGUARD, "run"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: all(db_state(url)[r].state == "failed" for r in duplicates), timeout=60, what="all failed")
+            time.sleep(1.5)  # a few more polls: nothing else may happen
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(timeout=15)
+        patches = {
+            r: proxy.count("PATCH", f"/api/v2/dags/{before[r].dag_id}/dagRuns/{quote(r, safe='')}") for r in duplicates
+        }
+    detected = _events(log1.read_text(), "duplicate_detected") + _events(log2.read_text(), "duplicate_detected")
+    assert sorted(e["group_key"] for e in detected) == sorted({e["group_key"] for e in detected})
+    assert len(detected) == 3
+    assert patches == dict.fromkeys(duplicates, 1)
+    _assert_stopped_exactly(url, FANOUT, before)
+
+
+def test_two_accidental_replicas_never_touch_a_kept_run(af: AirflowServer, tmp_path: Path) -> None:
+    """Two replicas (each its own state file) on the same duplicates at once: both keep the same run
+    of each group (the keep rule is deterministic), each duplicate ends failed once, and a replica's
+    second write finds the run already failed by the first. Alerts may repeat (at most one per replica)."""
+    url = af.reset(FANOUT)
+    before = db_state(url)
+    with CountingProxy(af.port) as proxy:
+        procs = []
+        for i in (1, 2):
+            env = _env(proxy.url, tmp_path / f"state{i}.json", DUPGUARD_REMEDIATION="fail")
+            procs.append(
+                subprocess.Popen(
+                    [DUPGUARD, "run", "--once"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                )
+            )
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+        patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
+    assert all(p.returncode == 0 for p in procs), outs
+    _assert_stopped_exactly(url, FANOUT, before)
+    detected = [e for out in outs for e in _events(out, "duplicate_detected")]
+    assert 3 <= len(detected) <= 6
+    kept = {(e["group_key"], e["kept_run"]) for e in detected}
+    assert len(kept) == 3  # both replicas kept the same run of each group
+    results = [e for out in outs for e in _events(out, "remediation")]
+    assert {e["result"] for e in results} <= {"done", "already"}
+    assert 3 <= patches <= 6
+    print(f"two replicas: {len(detected)} alerts, {patches} PATCH requests for 3 duplicates")
+
+
+class _NotAirflow(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_POST = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def test_bad_endpoints_and_credentials_are_one_line_errors(af: AirflowServer, tmp_path: Path) -> None:
+    """Unreachable, wrong password, and a server without Airflow 3's API v2 (404): exit 3 with one
+    line, no traceback, no password."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    code, out = _once(_env(dead, None))
+    assert code == 3 and "connection refused" in out and "Traceback" not in out
+    code, out = _once(_env(af.url, None, DUPGUARD_AIRFLOW_PASSWORD="wrong-secret-pw"))
+    assert code == 3 and "rejected user 'admin'" in out and "wrong-secret-pw" not in out and "Traceback" not in out
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotAirflow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        code, out = _once(_env(f"http://127.0.0.1:{server.server_address[1]}", None, DUPGUARD_AIRFLOW_TOKEN="t"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 3 and "not an Airflow 3 API server" in out and "Traceback" not in out
+
+
+def _ready(port: int) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_outage_and_429_are_logged_once_readyz_red_and_nothing_lost(af: AirflowServer, tmp_path: Path) -> None:
+    """The API goes down under a running daemon (every answer 503): /readyz turns red with
+    api_unreachable, logged once per change, not per poll. A duplicate Airflow made meanwhile (the
+    live database is switched to the overlap race) is found when the API is back, also after three
+    429 answers on the list."""
+    af.reset(SUCCESSIVE)
+    port = free_port()
+    log = tmp_path / "run.log"
+    with CountingProxy(af.port) as proxy:
+        env = _env(
+            proxy.url, tmp_path / "state.json", DUPGUARD_HTTP_PORT=str(port), DUPGUARD_LEADER_CHECK_INTERVAL="200ms"
+        )
+        with log.open("wb") as out:
+            proc = subprocess.Popen([DUPGUARD, "run"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: _ready(port)[0] == 200, timeout=60, what="/readyz green")
+            proxy.outage = 503
+            wait_for(lambda: "api_unreachable" in _ready(port)[1], timeout=30, what="/readyz api_unreachable")
+            assert _ready(port)[0] == 503
+            af.reset(OVERLAP)
+            time.sleep(2.0)  # many polls while down
+            for _ in range(3):
+                proxy.inject.append(("/api/v2/dags/~/dagRuns", 429, 0.0))
+            proxy.outage = 0
+            wait_for(lambda: len(_events(log.read_text(), "duplicate_detected")) == 1, timeout=60, what="the group")
+            wait_for(lambda: _ready(port)[0] == 200, timeout=10, what="/readyz green again")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=15)
+    text = log.read_text()
+    assert "Traceback" not in text
+    assert _groups({"groups": [_as_group(e) for e in _events(text, "duplicate_detected")]}) == _truth(OVERLAP)
+    changes = [e["state"] for e in _events(text, "status_changed")]
+    assert changes.count("api_unreachable") == 1, changes
+    assert len(_events(text, "poll_failed")) <= 3  # once per failing streak, not once per poll
+
+
+def _as_group(event: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "dag_id": event["dag_id"],
+        "kind": event["kind"],
+        "confidence": event["confidence"],
+        "kept_run_id": event["kept_run"],
+        "duplicate_run_ids": event.get("duplicate_runs", []),
+    }
