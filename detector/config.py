@@ -23,6 +23,7 @@ from detector.errors import ConfigError
 from detector.metadb.engine import parse_url, redact
 
 ENV_PREFIX = "DUPGUARD_"
+API_POLL_INTERVAL = timedelta(milliseconds=250)  # --source api: benchmarks/api_source.py, docs/benchmarks.md
 
 
 def _bool(text: str) -> bool:
@@ -191,7 +192,12 @@ SETTINGS: tuple[Setting, ...] = (
         _positive_duration,
         "Client-side deadline of every database round trip (works behind PgBouncer and against a stalled server).",
     ),
-    Setting("poll_interval", timedelta(milliseconds=10), _positive_duration, "Time between polls for new runs."),
+    Setting(
+        "poll_interval",
+        timedelta(milliseconds=10),
+        _positive_duration,
+        "Time between polls for new runs (with --source api the default is 250ms: each poll is a request).",
+    ),
     Setting(
         "leader_check_interval",
         timedelta(seconds=1),
@@ -424,6 +430,8 @@ def load(
             shown = "(hidden)" if s.secret else repr(raw if len(raw) <= 80 else raw[:80] + "…")
             problems.append(f"{origin}: invalid value {shown}: {exc}" if not s.secret else f"{origin}: invalid value")
 
+    if values.get("source") == "api" and sources.get("poll_interval") == "default":
+        values["poll_interval"] = API_POLL_INTERVAL  # a 10 ms HTTP poll would be 6,000 requests a minute
     problems.extend(_cross_checks(values))
     if problems:
         raise ConfigError(problems)

@@ -136,7 +136,11 @@ class Judge:
             return number
         listed: list[ApiRun] = []
         for _ in range(MAX_HOPS + 1):
-            listed = self._list_span(candidates.values())
+            try:
+                listed = self._list_span(candidates.values())
+            except Gone:  # the DAG itself is gone (deleted, or no longer parsed): nothing left to act on
+                verdict.gone.extend(r for r in new if r.key in events)
+                return number
             by_key = {r.key: r for r in listed}
             grown = False
             for run in listed:
