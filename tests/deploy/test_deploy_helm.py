@@ -458,3 +458,29 @@ def test_api_source_lints_and_passes_yamllint(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("auth", sorted(set(API_AUTH) - {"existing-secret"}))
+def test_api_source_settings_are_accepted_by_dupguard(auth: str) -> None:
+    """What the api Deployment hands the container (ConfigMap, chart Secret, env) passes `dupguard
+    check-config`: source api without a database URL, the state file on the volume, the api source's
+    own poll interval (not the database source's 10ms)."""
+    import os
+    import subprocess
+
+    values = _api_values(auth, **{"remediation.mode": "fail"})
+    kinds = by_kind(render(values))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DUPGUARD_")}
+    env |= kinds["ConfigMap"]["data"] | kinds.get("Secret", {}).get("stringData", {})
+    (container,) = kinds["Deployment"]["spec"]["template"]["spec"]["containers"]
+    for var in container["env"]:
+        env[var["name"]] = var.get("value", "value-from-a-secret")
+    done = subprocess.run(
+        [require_executable("dupguard"), "check-config"], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = {line.split(":", 1)[0]: line for line in done.stdout.splitlines()}
+    assert "# DUPGUARD_SOURCE" in lines["source"] and "api" in lines["source"]
+    assert "/var/lib/dupguard/state.json" in lines["state_file"]
+    assert "10ms" not in lines["poll_interval"]
+    assert "# default" in lines["database_url"]
