@@ -20,7 +20,10 @@ benchmarks/results/detection_latency-<tag>.json; the summary of the latest invoc
 benchmarks/results/detection_latency.json.
 
     .venv/bin/python -m benchmarks.detection_latency [--intervals 10ms,50ms] [--repeats 5] [--pairs 40]
-        [--idle 20] [--modes poll,failover,notify]
+        [--idle 20] [--modes poll,failover,notify] [--variants before=/path/to/old/checkout,after=.]
+
+``--variants`` runs the daemon from several checkouts (``git worktree add --detach <dir> <commit>``),
+interleaved run by run, so that a shared machine's changing load falls on every variant alike.
 
 Uses its own PostgreSQL cluster (port 55470, fsync off) with pg_stat_statements.
 """
@@ -156,8 +159,12 @@ def backend_cpu_seconds(url: str, db: str) -> float:
     return total
 
 
-def daemon_env(db_url: str, interval: str) -> dict[str, str]:
+CODE = {"this": ROOT}  # variant name -> checkout whose detector/ the daemon runs (--variants)
+
+
+def daemon_env(db_url: str, interval: str, variant: str = "this") -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("DUPGUARD_")} | {
+        "PYTHONPATH": str(CODE[variant]),
         "DUPGUARD_DATABASE_URL": db_url, "DUPGUARD_POLL_INTERVAL": interval, "DUPGUARD_LOG_FORMAT": "json",
         "DUPGUARD_HTTP_PORT": "0", "DUPGUARD_REMEDIATION": "dry-run",
     }  # fmt: skip
@@ -173,16 +180,18 @@ def log_events(log: Path) -> list[dict[str, Any]]:
     return events
 
 
-def measure_polling(url: str, interval: str, pairs: int, idle: float, workdir: Path, run: int) -> dict[str, Any]:
+def measure_polling(
+    url: str, interval: str, pairs: int, idle: float, workdir: Path, run: int, variant: str = "this"
+) -> dict[str, Any]:
     name = "lat_" + interval.replace("ms", "").replace("s", "s_")
     db_url = fresh_db(url, name)
     subprocess.run([sys.executable, "-m", "detector", "init-db", "--database-url", db_url], check=True,
                    capture_output=True)  # fmt: skip
-    log = workdir / f"{name}-{run}.log"
+    log = workdir / f"{name}-{run}-{variant}.log"
     load_before = os.getloadavg()[0]
     with log.open("wb") as out, LoadSampler() as load:
-        proc = subprocess.Popen([sys.executable, "-m", "detector", "run"], env=daemon_env(db_url, interval),
-                                stdout=out, stderr=out)  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-m", "detector", "run"], env=daemon_env(db_url, interval, variant),
+                                stdout=out, stderr=out, cwd=CODE[variant])  # fmt: skip
         try:
             time.sleep(3)  # start-up, leadership, first polls
             admin(url, "SELECT pg_stat_statements_reset()", db=name)
@@ -218,6 +227,7 @@ def measure_polling(url: str, interval: str, pairs: int, idle: float, workdir: P
     ]
     return {
         "mode": "poll",
+        "variant": variant,
         "interval": interval,
         "run": run,
         "pairs": pairs,
@@ -238,9 +248,9 @@ def measure_polling(url: str, interval: str, pairs: int, idle: float, workdir: P
     }
 
 
-def spawn(db_url: str, interval: str, out: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "detector", "run"], env=daemon_env(db_url, interval), stdout=out,
-                            stderr=out)  # fmt: skip
+def spawn(db_url: str, interval: str, out: Any, variant: str = "this") -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "detector", "run"], env=daemon_env(db_url, interval, variant),
+                            stdout=out, stderr=out, cwd=CODE[variant])  # fmt: skip
 
 
 def wait_event(log: Path, pred: Any, timeout: float) -> dict[str, Any] | None:
@@ -253,7 +263,7 @@ def wait_event(log: Path, pred: Any, timeout: float) -> dict[str, Any] | None:
     return None
 
 
-def measure_failover(url: str, workdir: Path, run: int, interval: str) -> dict[str, Any]:
+def measure_failover(url: str, workdir: Path, run: int, interval: str, variant: str = "this") -> dict[str, Any]:
     """Two `dupguard run` replicas on one database. Start-up: process start -> `leader_acquired`.
     Failover: SIGKILL the leader, commit a duplicate pair at once (nobody leads), then -> the other
     replica's `leader_acquired` and its `duplicate_detected` for that pair (its first judgement)."""
@@ -261,18 +271,18 @@ def measure_failover(url: str, workdir: Path, run: int, interval: str) -> dict[s
     db_url = fresh_db(url, name)
     subprocess.run([sys.executable, "-m", "detector", "init-db", "--database-url", db_url], check=True,
                    capture_output=True)  # fmt: skip
-    logs = [workdir / f"failover-{run}-a.log", workdir / f"failover-{run}-b.log"]
+    logs = [workdir / f"failover-{run}-{variant}-a.log", workdir / f"failover-{run}-{variant}-b.log"]
     procs: list[subprocess.Popen[bytes]] = []
     load_before = os.getloadavg()[0]
     with LoadSampler() as load:
         try:
             started = time.time()
             with logs[0].open("wb") as out:
-                procs.append(spawn(db_url, interval, out))
+                procs.append(spawn(db_url, interval, out, variant))
             first = wait_event(logs[0], lambda e: e.get("event") == "leader_acquired", 30)
             assert first is not None, "replica A never led"
             with logs[1].open("wb") as out:
-                procs.append(spawn(db_url, interval, out))
+                procs.append(spawn(db_url, interval, out, variant))
             time.sleep(4)  # B is up and standing by
             assert wait_event(logs[1], lambda e: e.get("event") == "leader_acquired", 0.1) is None, "two leaders"
             procs[0].kill()
@@ -295,6 +305,7 @@ def measure_failover(url: str, workdir: Path, run: int, interval: str) -> dict[s
                     p.wait(15)
     return {
         "mode": "failover",
+        "variant": variant,
         "interval": interval,
         "run": run,
         "start_to_leader_ms": round(1000 * (first["_ts"] - started), 1),
@@ -358,7 +369,12 @@ SUMMARY_KEYS = {
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Median and spread (min, max) of every figure over the repeats of one configuration."""
-    out: dict[str, Any] = {"mode": runs[0]["mode"], "interval": runs[0]["interval"], "repeats": len(runs)}
+    out: dict[str, Any] = {
+        "mode": runs[0]["mode"],
+        "variant": runs[0].get("variant", "this"),
+        "interval": runs[0]["interval"],
+        "repeats": len(runs),
+    }
     if runs[0]["mode"] == "poll":
         out["detected"] = f"{sum(r['detected'] for r in runs)}/{sum(r['pairs'] for r in runs)}"
         # With a few dozen pairs a run's p99 is its maximum: the pooled tail over all repeats is steadier.
@@ -386,8 +402,14 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=20.0, help="seconds of idle measurement")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each configuration (median and spread)")
     parser.add_argument("--modes", default="poll,failover", help="poll, failover, notify (comma-separated)")
+    parser.add_argument("--variants", default="", help="A/B: name=checkout,... run interleaved (default: this one)")
     parser.add_argument("--tag", default=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), help="name of the raw file")
     args = parser.parse_args()
+    for item in filter(None, args.variants.split(",")):
+        name, _, path = item.partition("=")
+        CODE[name] = Path(path).resolve()
+    if args.variants:
+        del CODE["this"]
     modes = set(args.modes.split(","))
     workdir = Path(tempfile.mkdtemp(prefix="dupguard-bench-"))
     workdir.chmod(0o711)
@@ -403,17 +425,18 @@ def main() -> None:
             for mode in ("poll", "failover"):
                 if mode not in modes or (mode == "failover" and interval != args.intervals.split(",")[0]):
                     continue  # failover: at the first (default) interval only
-                batch: list[dict[str, Any]] = []
+                batches: dict[str, list[dict[str, Any]]] = {v: [] for v in CODE}
                 for n in range(args.repeats):
-                    batch.append(
-                        measure_polling(url, interval, args.pairs, args.idle, workdir, n)
-                        if mode == "poll"
-                        else measure_failover(url, workdir, n, interval)
-                    )
-                    print(json.dumps({k: v for k, v in batch[-1].items() if k != "latencies_ms"}), flush=True)
-                    runs.append(batch[-1])
-                    raw_path.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
-                summaries.append(summarise(batch))
+                    for variant, batch in batches.items():  # interleaved: the machine's load hits every variant alike
+                        batch.append(
+                            measure_polling(url, interval, args.pairs, args.idle, workdir, n, variant)
+                            if mode == "poll"
+                            else measure_failover(url, workdir, n, interval, variant)
+                        )
+                        print(json.dumps({k: v for k, v in batch[-1].items() if k != "latencies_ms"}), flush=True)
+                        runs.append(batch[-1])
+                        raw_path.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
+                summaries.extend(summarise(batch) for batch in batches.values())
         if "notify" in modes:
             runs.append(measure_listen_notify(url, args.pairs))
     finally:
@@ -425,7 +448,7 @@ def main() -> None:
         if not rows:
             continue
         extra = ["detected", "pooled_p50_ms", "pooled_p99_ms"] if mode == "poll" else []
-        header = ["interval", "repeats", *extra, *SUMMARY_KEYS[mode]]
+        header = ["variant", "interval", "repeats", *extra, *SUMMARY_KEYS[mode]]
         print(f"\n{mode}: median (min to max) over repeats")
         print("| " + " | ".join(header) + " |")
         print("|" + " --- |" * len(header))

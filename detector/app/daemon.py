@@ -48,6 +48,7 @@ log = logs.get("dupguard.daemon")
 MAX_BACKOFF = 5.0
 EXIT_DB = 3  # as ``dupguard scan``: the database failed
 ONCE_DRAIN_SECONDS = 60.0  # ``run --once`` waits this long for its remediations
+LOCK_RELEASE_WAIT = 2.0  # seconds shutdown waits for a running leader check before releasing anyway
 
 
 class Leadership(Protocol):
@@ -131,6 +132,9 @@ class Daemon:
         self.stop = threading.Event()
         self.db_ok = False  # the source (database or API) answered the last ping
         self.last_tick = time.monotonic()
+        self._last_good_poll = -1.0  # monotonic time of the last successful poll pass
+        self._last_check = -1.0  # monotonic time the last leader check started
+        self._leadership_turn = threading.Lock()  # check_leader vs shutdown's release
         self._consecutive_failures = 0
         self._last_batch_full = False
         self._tally = _Tally()
@@ -236,25 +240,45 @@ class Daemon:
         self._dispatcher.close(timeout=min(timeout, 2.0))
         self.parts.alerter.close(timeout)
         self.parts.remediator.close()
-        self.parts.leadership.release()
+        # A leader check already running (scheduler thread) finishes first, and none starts after the
+        # release: a stopping replica must not take the lock again and hold up the standby's takeover.
+        got = self._leadership_turn.acquire(timeout=LOCK_RELEASE_WAIT)
+        try:
+            self.parts.leadership.release()
+        finally:
+            if got:
+                self._leadership_turn.release()
         self.parts.metrics.leader.set(0)
 
     # --- periodic jobs ------------------------------------------------------------------------
 
     def check_leader(self) -> None:
-        now = self.clock()
-        was = self.parts.leadership.is_leader(now)
-        leader = self.parts.leadership.ensure(now)
-        self.parts.metrics.leader.set(1 if leader else 0)
-        if leader != was:
-            log.info("leadership_changed", leader=leader)
-        self._ping_source()
-        self.refresh_status()
-        if leader:
-            self.parts.remediator.prepare()
+        """The leader heartbeat (one statement on the lock connection) and the source-up check.
 
-    def _ping_source(self) -> None:
-        self._db_error = self.parts.source.ping()
+        On a leader whose polls succeeded since the last check, those polls are the source-up check:
+        no ping is sent (for the database a pool checkout, its pre-ping, the ping and a ROLLBACK).
+        Otherwise (standing by, or no successful poll lately) the source is pinged."""
+        with self._leadership_turn:
+            if self.stop.is_set():
+                return  # stopping: the lock is (being) released, never taken again
+            started = time.monotonic()
+            now = self.clock()
+            was = self.parts.leadership.is_leader(now)
+            leader = self.parts.leadership.ensure(now)
+            self.parts.metrics.leader.set(1 if leader else 0)
+            if leader != was:
+                log.info("leadership_changed", leader=leader)
+            if leader and self._last_good_poll > self._last_check:
+                self._source_reached(None)
+            else:
+                self._source_reached(self.parts.source.ping())
+            self._last_check = started
+            self.refresh_status()
+            if leader:
+                self.parts.remediator.prepare()
+
+    def _source_reached(self, error: str | None) -> None:
+        self._db_error = error
         ok = self._db_error is None
         if ok != self.db_ok:
             what = self.parts.source.name if self.parts.source.name == "database" else "airflow_api"
@@ -304,7 +328,7 @@ class Daemon:
                     self._pick_up_pending()
             result = source.poll(now)
             if result.findings:
-                self.handle(result.findings, now)
+                self.handle(result.findings, now, result.ledger)
             source.commit()  # after the claims: a restart never skips a run that was not handled
         except (DupguardError, SQLAlchemyError) as exc:
             return self._failed(exc)
@@ -337,6 +361,7 @@ class Daemon:
         if self._poll_error is not None:
             self._poll_error = None
             self.refresh_status()
+        self._last_good_poll = time.monotonic()
         m = self.parts.metrics
         m.poll_duration.observe(elapsed)
         m.last_successful_poll.set(time.time())
@@ -349,7 +374,7 @@ class Daemon:
 
     # --- acting on a finding --------------------------------------------------------------------
 
-    def handle(self, findings: list[Finding], now: datetime) -> None:
+    def handle(self, findings: list[Finding], now: datetime, ledger: Ledger | None = None) -> None:
         """Decide, record, alert, then queue the remediations; never waits for one to finish.
 
         Claims first (exactly one replica acts on a run), then the roles this judgement gave the
@@ -357,7 +382,7 @@ class Daemon:
         the DETECTED alert, then the work for the remediation workers. One asset event duplicates
         every consumer DAG at once: the workers take the groups in parallel (docs/e2e.md).
         """
-        ledger = self.parts.ledger
+        ledger = ledger or self.parts.ledger  # the source's own connection when it offers one
         queued: list[Job] = []
         for finding in findings:
             actions = plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started)

@@ -31,8 +31,6 @@ which ``problem`` reports. SQLite (single ``airflow standalone``) always leads.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,7 +40,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
 from detector.metadb import queries
-from detector.metadb.engine import describe_error
+from detector.metadb.engine import describe_error, is_direct
 
 log = logs.get("dupguard.leader")
 
@@ -141,7 +139,7 @@ class AdvisoryLock:
         """The lock to take on this connection, or None (and a problem) when ``session`` must refuse."""
         if self.mode == "transaction":
             return "transaction"
-        direct = _is_direct(conn)
+        direct = is_direct(conn)
         if self.mode == "auto":
             return "session" if direct else "transaction"
         if direct is False:
@@ -171,30 +169,6 @@ class AdvisoryLock:
     def _drop(self) -> None:
         _close_quietly(self._conn)
         self._conn, self._last_ok = None, None
-
-
-def _is_direct(conn: Connection) -> bool | None:
-    """True if the server's view of its client is this very socket; None for a Unix socket."""
-    addr, port = queries.client_endpoint(conn)
-    fd = conn.connection.dbapi_connection.fileno()  # type: ignore[union-attr]
-    with socket.socket(fileno=socket.dup(fd)) as own:
-        local = own.getsockname()
-    if addr is None or port is None or not isinstance(local, tuple):
-        return None
-    return _same_ip(str(addr), str(local[0])) and int(port) == int(local[1])
-
-
-def _same_ip(a: str, b: str) -> bool:
-    def norm(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-        ip = ipaddress.ip_address(text.split("%", 1)[0].split("/", 1)[0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped
-        return ip
-
-    try:
-        return norm(a) == norm(b)
-    except ValueError:
-        return False
 
 
 def _close_quietly(conn: Any) -> None:

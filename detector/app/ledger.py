@@ -14,22 +14,38 @@ not finished yet (notes ``pending|<dag>|<run>``), which a new leader picks up (i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import Column, DateTime, Engine, MetaData, String, Table, Text, delete, inspect, select, text, tuple_
+from sqlalchemy import (
+    Column,
+    Connection,
+    DateTime,
+    Engine,
+    MetaData,
+    String,
+    Table,
+    Text,
+    delete,
+    inspect,
+    select,
+    text,
+    tuple_,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
 from detector.core.ports import Pending
-from detector.errors import ConfigError
-from detector.metadb.engine import connect
+from detector.errors import ConfigError, DatabaseError
+from detector.metadb.engine import connect, describe_error
 
 SCHEMA = "dupguard"
 _md = MetaData(schema=SCHEMA)
@@ -142,6 +158,9 @@ class MemoryLedger:
             items = [(k, v) for (k, name), v in self._notes.items() if name == PENDING]
         return [_pending(k, v) for k, v in items]
 
+    def on(self, conn: object) -> MemoryLedger:
+        return self
+
 
 class FileLedger(MemoryLedger):
     """``MemoryLedger`` kept in a JSON file on a volume (``DUPGUARD_STATE_FILE``, ``--source api``,
@@ -232,13 +251,44 @@ def _pending(group_key: str, finding_key: str) -> Pending:
 
 
 class DbLedger:
-    """The durable ledger in PostgreSQL schema ``dupguard``."""
+    """The durable ledger in PostgreSQL schema ``dupguard``.
+
+    Every method is one statement. By default each checks a connection out of the engine's pool (a
+    ``pool_pre_ping`` round trip, BEGIN, the statement, COMMIT). ``on(conn)`` gives the same ledger on
+    a connection its caller's thread already holds: the daemon's autocommit poll connection, where
+    one statement is its own transaction. That takes three round trips per call off the detection
+    path (issue 16); its writes are refused on a connection that is not in autocommit mode, where
+    they would be rolled back with the caller's transaction.
+    """
 
     durable = True
 
-    def __init__(self, engine: Engine, owner: str | None = None) -> None:
+    def __init__(self, engine: Engine, owner: str | None = None, conn: Connection | None = None) -> None:
         self.engine = engine
         self.owner = owner or socket.gethostname()
+        self._bound = conn
+
+    def on(self, conn: Connection) -> DbLedger:
+        """This ledger on ``conn``, a connection to the same database held by the calling thread."""
+        return DbLedger(self.engine, self.owner, conn)
+
+    @contextlib.contextmanager
+    def _session(self, *, write: bool) -> Iterator[Connection]:
+        """The connection one statement runs on, in a transaction of its own when it writes."""
+        if self._bound is None:
+            with connect(self.engine) as conn:
+                if write:
+                    with conn.begin():
+                        yield conn
+                else:
+                    yield conn
+            return
+        if write and self._bound.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            raise RuntimeError("ledger writes on a bound connection need autocommit")  # a bug, not an outage
+        try:
+            yield self._bound
+        except SQLAlchemyError as exc:
+            raise DatabaseError(describe_error(exc, self.engine.url)) from None
 
     def claim(self, group_key: str, subject: str) -> bool:
         stmt = (
@@ -247,7 +297,7 @@ class DbLedger:
             .on_conflict_do_nothing()
             .returning(claims.c.group_key)
         )
-        with connect(self.engine) as conn, conn.begin():
+        with self._session(write=True) as conn:
             return conn.execute(stmt).first() is not None
 
     def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
@@ -257,29 +307,29 @@ class DbLedger:
         now = datetime.now(UTC)
         rows = [{"group_key": group_key, "subject": s, "claimed_at": now, "owner": self.owner} for s in subjects]
         stmt = pg_insert(claims).values(rows).on_conflict_do_nothing().returning(claims.c.subject)
-        with connect(self.engine) as conn, conn.begin():
+        with self._session(write=True) as conn:
             return {row.subject for row in conn.execute(stmt)}
 
     def remember(self, group_key: str, name: str, value: str) -> None:
         stmt = pg_insert(notes).values(group_key=group_key, name=name, value=value)
         stmt = stmt.on_conflict_do_update(index_elements=[notes.c.group_key, notes.c.name], set_={"value": value})
-        with connect(self.engine) as conn, conn.begin():
+        with self._session(write=True) as conn:
             conn.execute(stmt)
 
     def recall(self, group_key: str, name: str) -> str | None:
         query = select(notes.c.value).where(notes.c.group_key == group_key, notes.c.name == name)
-        with connect(self.engine) as conn:
+        with self._session(write=False) as conn:
             return conn.execute(query).scalar_one_or_none()
 
     def watermark(self) -> int | None:
-        with connect(self.engine) as conn:
+        with self._session(write=False) as conn:
             value = conn.execute(select(state.c.value).where(state.c.name == WATERMARK)).scalar_one_or_none()
         return None if value is None else int(value)
 
     def save_watermark(self, high: int) -> None:
         stmt = pg_insert(state).values(name=WATERMARK, value=str(high))
         stmt = stmt.on_conflict_do_update(index_elements=[state.c.name], set_={"value": str(high)})
-        with connect(self.engine) as conn, conn.begin():
+        with self._session(write=True) as conn:
             conn.execute(stmt)
 
     def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
@@ -289,7 +339,7 @@ class DbLedger:
             {"group_key": k, "subject": s, "claimed_at": now, "owner": self.owner}
             for k, s in _decision_rows(kept, duplicates)
         ]
-        with connect(self.engine) as conn, conn.begin():
+        with self._session(write=True) as conn:
             conn.execute(pg_insert(claims).values(rows).on_conflict_do_nothing())
 
     def decisions(self, runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
@@ -303,7 +353,7 @@ class DbLedger:
             )
         )
         found: dict[tuple[str, str], set[str]] = {}
-        with connect(self.engine) as conn:
+        with self._session(write=False) as conn:
             for row in conn.execute(query):
                 found.setdefault(keys[row.group_key], set()).add(row.subject)
         return found
@@ -313,11 +363,11 @@ class DbLedger:
 
     def drop_pending(self, dag_id: str, run_id: str) -> None:
         stmt = delete(notes).where(notes.c.group_key == pending_key(dag_id, run_id), notes.c.name == PENDING)
-        with connect(self.engine) as conn, conn.begin():
+        with self._session(write=True) as conn:
             conn.execute(stmt)
 
     def pending(self) -> list[Pending]:
-        with connect(self.engine) as conn:
+        with self._session(write=False) as conn:
             rows = conn.execute(select(notes.c.group_key, notes.c.value).where(notes.c.name == PENDING)).all()
         return [_pending(r.group_key, r.value) for r in rows]
 

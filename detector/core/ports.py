@@ -15,7 +15,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from detector.core.model import Finding
 from detector.core.plan import Action
@@ -72,6 +72,11 @@ class Ledger(Protocol):
     def drop_pending(self, dag_id: str, run_id: str) -> None: ...
 
     def pending(self) -> list[Pending]: ...
+
+    def on(self, conn: Any) -> Ledger:
+        """The same ledger on ``conn``, an open connection to its database that the calling thread
+        holds (fewer round trips), or the ledger itself when it keeps no state there."""
+        ...
 
 
 class Result(enum.StrEnum):
@@ -168,6 +173,7 @@ class Polled:
     new_runs: int
     findings: list[Finding]
     more: bool = False  # a batch was full: poll again at once
+    ledger: Ledger | None = None  # the ledger on the source's own connection, to handle these findings with
 
 
 class RunSource(Protocol):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import select
 import socket
 import sqlite3
@@ -213,3 +214,31 @@ def open_airflow_db(engine: Engine) -> AirflowDb:
         columns = queries.table_columns(conn, _FAMILY_TABLES)
     info = identify(revision, columns)
     return AirflowDb(engine=engine, info=info, tables=airflow_tables(info.family))
+
+
+def is_direct(conn: Connection) -> bool | None:
+    """True if the server's view of its client is this very socket; None for a Unix socket.
+
+    Any proxy or pooler (PgBouncer in any pool mode, Pgpool, a cloud SQL proxy) connects to the server
+    from its own socket, so it never passes for direct (``detector.app.leader``, ``detector.metadb.prepared``).
+    """
+    addr, port = queries.client_endpoint(conn)
+    fd = conn.connection.dbapi_connection.fileno()  # type: ignore[union-attr]
+    with socket.socket(fileno=socket.dup(fd)) as own:
+        local = own.getsockname()
+    if addr is None or port is None or not isinstance(local, tuple):
+        return None
+    return _same_ip(str(addr), str(local[0])) and int(port) == int(local[1])
+
+
+def _same_ip(a: str, b: str) -> bool:
+    def norm(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+        ip = ipaddress.ip_address(text.split("%", 1)[0].split("/", 1)[0])
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        return ip
+
+    try:
+        return norm(a) == norm(b)
+    except ValueError:
+        return False

@@ -106,9 +106,16 @@ def _run(row: Row[Any]) -> Run:
     )
 
 
+@functools.cache
+def top_run_id_statement(t: AirflowTables) -> Select[Any]:
+    """``max(dag_run.id)``: one backward step of dag_run_pkey. Also the daemon's idle probe, prepared once
+    on its poll connection (``detector.metadb.prepared``): no parameters, so PostgreSQL plans it once."""
+    return select(func.max(t.dag_run.c.id))
+
+
 def max_run_id(conn: Connection, t: AirflowTables) -> int:
     """Highest dag_run id (dag_run_pkey), 0 on an empty table."""
-    return int(conn.execute(select(func.max(t.dag_run.c.id))).scalar_one_or_none() or 0)
+    return int(conn.execute(top_run_id_statement(t)).scalar_one_or_none() or 0)
 
 
 @functools.cache

@@ -71,3 +71,23 @@ def test_stale_heartbeat_is_not_leadership(pg_templates: Templates) -> None:
         assert not a.is_leader(now + LEASE + timedelta(milliseconds=1))
     finally:
         a.release()
+
+
+def test_a_stopped_daemon_never_takes_the_lock_again(pg_templates: Templates) -> None:
+    """After ``shutdown`` a leader check (APScheduler's thread may still fire one) leaves the lock free
+    for the standby: a stopping leader that retook it would hold up the takeover until its process
+    exits (seen as a flaky restart test under load, issue 16)."""
+    from tests.daemon_harness import start_daemon, wait_for
+
+    url = pg_templates.clone("3.1.2")
+    running = start_daemon(url, durable=False)
+    standby = _lock(url, "session")
+    try:
+        wait_for(running.is_leader, what="leadership")
+        running.stop()
+        running.daemon.check_leader()  # a late scheduled check, after the release
+        key = running.daemon.config.lock_key
+        standby = AdvisoryLock(make_engine(parse_url(url), pool_size=1), key, mode="session", lease=LEASE)
+        assert standby.ensure(datetime.now(UTC)), "the lock is free for the next replica"
+    finally:
+        standby.release()

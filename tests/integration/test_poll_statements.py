@@ -1,16 +1,18 @@
-"""The poll path's shape, not its speed (issue 16): what an idle poll and a leader heartbeat send to a
-real PostgreSQL with the real Airflow 3.1.2 schema. Statements are counted where they leave
-SQLAlchemy (``before_cursor_execute``); pool checkouts are counted too, as each one costs a
-``pool_pre_ping`` round trip and a ROLLBACK on return, which never pass through that event.
+"""The poll path's shape, not its speed (issue 16): what an idle poll and a leader check send to a real
+PostgreSQL with the real Airflow 3.1.2 schema, directly and through a real PgBouncer. Statements are
+counted where they leave the driver (a counting psycopg2 cursor on every connection of the engine), so
+the prepared probe, which bypasses SQLAlchemy's execution path, is counted like everything else; pool
+checkouts are counted too, as each one costs a ``pool_pre_ping`` round trip and a ROLLBACK on return.
 
-Recorded on main when this test was written (docs/benchmarks.md, "Poll path shape"):
-- an idle poll on the leader: exactly 1 statement (``queries.new_runs``) on the long-lived poll
-  connection, 0 pool checkouts;
-- one leader check (``Daemon.check_leader``) on the leader: 1 statement on the lock connection
-  (the heartbeat ``SELECT 1``), and 1 statement plus 1 pool checkout on the main engine (the
-  database-up ping, ``Daemon._ping_db``): 3 round trips per check interval besides the pre-ping.
-A change that adds work to either path fails here; lowering the counts is the goal of issue 16, so
-update the numbers (and the doc) when a cut lands.
+The shape this pins (docs/benchmarks.md, "Poll path shape"):
+- an idle poll on the leader: exactly 1 statement on the long-lived poll connection, 0 pool
+  checkouts: ``EXECUTE "dupguard_top_run_id"`` (the probe prepared once, ``detector.metadb.prepared``)
+  on a direct connection; the unprepared ``SELECT max(dag_run.id)`` through PgBouncer;
+- one leader check on a leader that polled since the last check: 1 statement (the heartbeat) on the
+  lock connection and nothing on the main engine; without a poll since the last check the database-up
+  ping comes back (1 statement plus 1 checkout).
+A change that adds work to either path fails here. Before issue 16's cut, an idle poll sent the full
+``new_runs`` select and every leader check pinged through the pool (4 round trips a second).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg2.extensions
 import pytest
 from sqlalchemy import Engine, event
 
@@ -29,9 +32,11 @@ from detector.app.ledger import DbLedger, init_db
 from detector.config import Config
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
+from detector.sources.database.poll import IncrementalDetector
 from detector.sources.database.source import DatabaseSource
 from tests.daemon_harness import RecordingAlerter, RecordingRemediator
 from tests.pg import Templates
+from tests.pgbouncer import pgbouncer
 from tests.writer import AirflowWriter
 
 pytestmark = pytest.mark.integration
@@ -51,15 +56,21 @@ class Counter:
 
 
 def _count(engine: Engine) -> Counter:
+    """Counts every statement any connection of ``engine`` sends through psycopg2, and every checkout."""
     counter = Counter()
 
-    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        counter.statements.append(statement)
+    class CountingCursor(psycopg2.extensions.cursor):  # type: ignore[misc]
+        def execute(self, query: Any, vars: Any = None) -> Any:
+            counter.statements.append(query if isinstance(query, str) else query.as_string(self.connection))
+            return super().execute(query, vars)
+
+    def on_connect(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.cursor_factory = CountingCursor
 
     def on_checkout(*args: Any) -> None:
         counter.checkouts += 1
 
-    event.listen(engine, "before_cursor_execute", on_execute)
+    event.listen(engine, "connect", on_connect)
     event.listen(engine.pool, "checkout", on_checkout)
     return counter
 
@@ -69,20 +80,33 @@ class Rig:
     daemon: Daemon
     main: Counter
     lock: Counter
+    db_url: str  # direct, for the test's own writes
+    direct: bool  # the daemon's own connections are direct (else through PgBouncer)
 
 
-@pytest.fixture
-def rig(pg_templates: Templates) -> Iterator[Rig]:
+@pytest.fixture(params=["direct", "pgbouncer"])
+def rig(request: pytest.FixtureRequest, pg_templates: Templates) -> Iterator[Rig]:
     url = pg_templates.clone("3.1.2")
     writer = AirflowWriter(url)
     for i in range(5):  # some history, one real duplicate pair: a non-trivial table to poll
         writer.ordinary(f"dag_{i}")
     writer.duplicate_pair("consumer", gap=timedelta(0))
     writer.close()
+    if request.param == "pgbouncer":
+        with pgbouncer(url, "transaction") as bounced:
+            yield from _rig(bounced, url)
+    else:
+        yield from _rig(url, url)
+
+
+def _rig(url: str, lock_url: str) -> Iterator[Rig]:
+    """The daemon's polls on ``url``; its lock on ``lock_url`` (direct, as DUPGUARD_LOCK_DATABASE_URL would
+    be set beside PgBouncer, so that the lock connection's shape is the same in both rigs)."""
     config = Config.of(database_url=url, http_port=0, startup_lookback=timedelta(minutes=5))
     engine = make_engine(parse_url(url))
+    lock_engine = make_engine(parse_url(lock_url), pool_size=1)
+    main, lock_count = _count(engine), _count(lock_engine)
     init_db(engine)
-    lock_engine = make_engine(parse_url(url), pool_size=1)
     lock = AdvisoryLock(lock_engine, config.lock_key, mode=config.lock_mode, lease=3 * config.leader_check_interval)
     alerter = RecordingAlerter()
     metrics, ledger = Metrics(), DbLedger(engine)
@@ -95,7 +119,7 @@ def rig(pg_templates: Templates) -> Iterator[Rig]:
         metrics=metrics,
     )
     daemon = Daemon(config, parts)
-    rig = Rig(daemon, _count(engine), _count(lock_engine))
+    rig = Rig(daemon, main, lock_count, lock_url, direct=url == lock_url)
     daemon.check_leader()
     assert lock.is_leader(datetime.now(UTC)), "the only replica takes the lock"
     # First pass: starts the term (look-back) and judges the planted pair; then the table is quiet.
@@ -104,31 +128,95 @@ def rig(pg_templates: Templates) -> Iterator[Rig]:
     assert alerter.detected(), "the planted duplicate was found: the poll really reads dag_run"
     yield rig
     daemon.shutdown(timeout=1.0)
+    parts.source.close()
     engine.dispose()
     lock_engine.dispose()
 
 
 def test_idle_poll_sends_exactly_one_statement(rig: Rig) -> None:
+    """Idle: one statement per poll, the same each time, on the held poll connection; prepared when the
+    connection is direct, the unprepared probe through PgBouncer (a prepared statement would not stay
+    on one server connection there)."""
     rig.main.reset()
     rig.lock.reset()
     for _ in range(IDLE_POLLS):
         assert rig.daemon.poll_pass()
     assert len(rig.main.statements) == IDLE_POLLS, rig.main.statements[:5]
     assert len(set(rig.main.statements)) == 1, "every idle poll sends the same statement"
-    assert "FROM dag_run" in rig.main.statements[0]
+    probe = rig.main.statements[0]
+    if rig.direct:
+        assert probe == 'EXECUTE "dupguard_top_run_id"', probe
+    else:
+        assert "max(dag_run.id)" in probe and "JOIN" not in probe, probe
     assert rig.main.checkouts == 0, "idle polls reuse one connection: no checkout, pre-ping or ROLLBACK"
     assert rig.lock.statements == [] and rig.lock.checkouts == 0
 
 
-def test_leader_check_is_bounded(rig: Rig) -> None:
+def test_prepared_only_on_a_direct_connection(rig: Rig) -> None:
+    """The probe is prepared on the server only where the connection was verified direct."""
+    source = rig.daemon.parts.source
+    assert isinstance(source, DatabaseSource)
+    assert source.probe_prepared is rig.direct
+
+
+def test_a_new_run_still_takes_the_full_fetch(rig: Rig, pg_templates: Templates) -> None:
+    """The probe only gates the fetch: a new run above the watermark is fetched (and judged) at once."""
+    detector = rig.daemon.detector
+    assert isinstance(detector, IncrementalDetector)
+    before = detector.tracker.high
+    writer = AirflowWriter(rig.db_url)
+    committed = writer.ordinary("fresh_dag")
+    writer.close()
+    rig.main.reset()
+    assert rig.daemon.poll_pass()
+    assert detector.tracker.high == committed.id > before
+    assert any("FROM dag_run LEFT OUTER JOIN job" in s for s in rig.main.statements), rig.main.statements
+
+
+def test_leader_check_sends_only_the_heartbeat_while_polls_succeed(rig: Rig) -> None:
+    """A leader that polled since its last check: the heartbeat on the lock connection, nothing else."""
+    rig.daemon.check_leader()
+    rig.main.reset()
+    rig.lock.reset()
+    for _ in range(CHECKS):
+        assert rig.daemon.poll_pass()
+        rig.daemon.check_leader()
+    assert rig.daemon.parts.leadership.is_leader(datetime.now(UTC))
+    assert len(rig.lock.statements) == CHECKS, rig.lock.statements[:5]
+    assert rig.lock.checkouts == 0, "the lock connection is held, never checked out again"
+    assert len(rig.main.statements) == CHECKS, "only the polls' probes: no database-up ping"
+    assert rig.main.checkouts == 0
+    assert rig.daemon.db_ok
+
+
+def test_leader_check_pings_when_no_poll_succeeded(rig: Rig) -> None:
+    """Without a successful poll since the last check, the database-up ping comes back: one pooled
+    checkout (with its pre-ping) and one statement per check."""
+    rig.daemon.check_leader()
     rig.main.reset()
     rig.lock.reset()
     for _ in range(CHECKS):
         rig.daemon.check_leader()
-    assert rig.daemon.parts.leadership.is_leader(datetime.now(UTC))
-    # The heartbeat: one statement on the held lock connection, no new connection.
     assert len(rig.lock.statements) == CHECKS, rig.lock.statements[:5]
-    assert rig.lock.checkouts == 0, "the lock connection is held, never checked out again"
-    # The database-up ping: one pooled checkout and one statement.
-    assert len(rig.main.statements) == CHECKS, rig.main.statements[:5]
     assert rig.main.checkouts == CHECKS
+    pings = [s for s in rig.main.statements if s != "SELECT 1"]  # pool_pre_ping's (not on a new connection)
+    assert len(pings) == CHECKS, rig.main.statements[:6]
+
+
+def test_judging_a_duplicate_checks_out_no_pooled_connection(rig: Rig) -> None:
+    """The detection path (fetch, siblings, earlier decisions, task progress, the ledger's claims and
+    roles, the watermark) runs on the held poll connection: no checkout, pre-ping, BEGIN or COMMIT."""
+    writer = AirflowWriter(rig.db_url)
+    writer.duplicate_pair("consumer_fresh", gap=timedelta(0))
+    writer.close()
+    alerter = rig.daemon.parts.alerter
+    assert isinstance(alerter, RecordingAlerter)
+    before = len(alerter.detected())
+    rig.main.reset()
+    for _ in range(5):
+        assert rig.daemon.poll_pass()
+        if len(alerter.detected()) > before:
+            break
+    assert len(alerter.detected()) == before + 1, "the new pair was detected"
+    assert rig.main.checkouts == 0, rig.main.statements
+    assert any("INSERT INTO dupguard.claims" in s for s in rig.main.statements), "claims went to the database"

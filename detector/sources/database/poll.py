@@ -26,6 +26,7 @@ from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, fi
 from detector.core.model import ASSET_TRIGGERED, NO_DECISIONS, Decisions, Finding, Run
 from detector.core.reprocess import needs_origins, refine_partitioned
 from detector.metadb import queries
+from detector.metadb.prepared import TopRunId
 from detector.metadb.schema import AirflowTables
 
 DEFAULT_GRACE = timedelta(seconds=60)
@@ -116,6 +117,9 @@ class PollResult:
     abandoned: int = 0  # ids given up on in this poll
 
 
+IDLE = PollResult(new_runs=[], findings=[], batch_full=False)  # nothing new: shared, never mutated
+
+
 @dataclass
 class IncrementalDetector:
     tables: AirflowTables
@@ -125,10 +129,19 @@ class IncrementalDetector:
     batch: int = DEFAULT_BATCH
     prior: PriorSource | None = None
 
-    def poll(self, conn: Connection, now: datetime) -> PollResult:
-        """One poll: fetch what became visible, then judge each new asset run with its siblings."""
+    def poll(self, conn: Connection, now: datetime, probe: TopRunId | None = None) -> PollResult:
+        """One poll: fetch what became visible, then judge each new asset run with its siblings.
+
+        With a ``probe`` (``detector.metadb.prepared``) and no gap due for a re-check, the highest visible
+        id is asked first, and the full fetch is sent only when it is above the watermark: the idle
+        poll is one prepared statement. A gap can fill without moving the top id, so open gaps (and
+        due late ids) always take the full fetch.
+        """
         t = self.tables
-        fetched = queries.new_runs(conn, t, self.tracker.high, self.tracker.ids_to_check(now), self.batch)
+        due = self.tracker.ids_to_check(now)
+        if probe is not None and not due and probe() <= self.tracker.high:
+            return IDLE
+        fetched = queries.new_runs(conn, t, self.tracker.high, due, self.batch)
         fresh_ids = set(self.tracker.accept([r.id for r in fetched], now))
         new = [r for r in fetched if r.id in fresh_ids]
         watched = [r for r in new if r.run_type == ASSET_TRIGGERED and self.dag_filter.selects(r.dag_id)]

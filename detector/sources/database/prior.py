@@ -42,5 +42,5 @@ class PriorDecisions:
             if "permission denied" in str(exc.orig):
                 raise DatabaseError(MISSING_GRANT) from None
             raise
-        roles = self.ledger.decisions([(r.dag_id, r.run_id) for r in runs])
+        roles = self.ledger.on(conn).decisions([(r.dag_id, r.run_id) for r in runs])  # on the caller's connection
         return decisions_from_notes(runs, notes) | decisions_from_roles(runs, roles)

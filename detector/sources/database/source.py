@@ -19,14 +19,16 @@ from detector.core.ports import Ledger, Polled
 from detector.errors import DatabaseError, DupguardError
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, connect, describe_error
+from detector.metadb.prepared import TopRunId, top_run_id_probe
 from detector.metrics import Metrics
-from detector.sources.database.poll import IncrementalDetector, NewRowTracker
+from detector.sources.database.poll import IDLE, IncrementalDetector, NewRowTracker
 from detector.sources.database.prior import PriorDecisions
 
 log = logs.get("dupguard.daemon")
 STARTUP_SCAN_LIMIT = 100_000  # ids below max(id) searched for the start of the look-back
 
 _TrackerState = tuple[int, dict[int, datetime], dict[int, datetime]]
+NOTHING_NEW = Polled(new_runs=0, findings=[])  # an idle poll: shared, never mutated
 
 
 class DatabaseSource:
@@ -40,6 +42,8 @@ class DatabaseSource:
         self.family = db.info.family.value
         self.detector: IncrementalDetector | None = None
         self._conn: Connection | None = None
+        self._probe: TopRunId | None = None  # bound to ``_conn``
+        self.probe_prepared: bool | None = None  # logged when it changes
         self._saved: _TrackerState | None = None
         self._advanced = False  # the last poll saw new runs: the watermark moves once they are handled
         self._filter = DagFilter(config.dags, config.exclude_dags)
@@ -92,15 +96,21 @@ class DatabaseSource:
         detector = self.detector
         assert detector is not None, "start() opens a term before the first poll"
         tracker = detector.tracker
-        self._saved = (tracker.high, dict(tracker.gaps), dict(tracker.late))
-        result = detector.poll(self._poll_connection(), now)
+        self._saved = (tracker.high, tracker.gaps.copy(), tracker.late.copy())
+        conn = self._poll_connection()
+        result = detector.poll(conn, now, self._probe)
+        if result is IDLE:
+            return NOTHING_NEW
         self._report_late(result.late, result.abandoned)
         self._advanced = bool(result.new_runs)
-        return Polled(new_runs=len(result.new_runs), findings=result.findings, more=result.batch_full)
+        # The ledger's statements on the poll connection: no pool checkout on the detection path.
+        ledger = self.ledger.on(conn) if result.findings else None
+        return Polled(new_runs=len(result.new_runs), findings=result.findings, more=result.batch_full, ledger=ledger)
 
     def commit(self) -> None:
         if self._advanced and self.ledger.durable and self.detector is not None:
-            self.ledger.save_watermark(_safe_watermark(self.detector.tracker))
+            ledger = self.ledger if self._conn is None else self.ledger.on(self._conn)
+            ledger.save_watermark(_safe_watermark(self.detector.tracker))
         self._advanced = False
 
     def failed(self, exc: BaseException) -> str:
@@ -131,17 +141,24 @@ class DatabaseSource:
 
     def _poll_connection(self) -> Connection:
         """One long-lived autocommit connection for polls: no pool checkout, ping or ROLLBACK per poll
-        (that overhead was most of an idle poll's cost). Dropped on any error and reopened next pass."""
+        (that overhead was most of an idle poll's cost), with the idle probe prepared on it
+        (``detector.metadb.prepared``). Dropped on any error and reopened next pass."""
         if self._conn is None:
             try:
                 self._conn = self.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
             except SQLAlchemyError as exc:
                 raise DatabaseError(describe_error(exc, self.db.engine.url)) from None
+            # A failure here fails the pass, which drops the connection (``failed``).
+            self._probe, prepared = top_run_id_probe(self._conn, self.db.tables)
+            if prepared != self.probe_prepared:
+                self.probe_prepared = prepared
+                reason = "direct connection" if prepared else "pooler, proxy, Unix socket or SQLite: sent as text"
+                log.info("idle_probe", prepared=prepared, detail=reason)
         return self._conn
 
     def _drop_poll_connection(self) -> None:
         """Only the polling thread calls this (a pass that failed, or the loop's end)."""
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._probe = self._conn, None, None
         if conn is not None:
             with contextlib.suppress(SQLAlchemyError):
                 conn.invalidate()

@@ -1,0 +1,61 @@
+"""The daemon's idle probe, "is there a run above the watermark?", as cheap as PostgreSQL allows (issue 16).
+
+At the default 10 ms poll the daemon asks this a hundred times a second and the answer is almost
+always "no". Sent as text, every statement is parsed, analysed and planned again: two thirds of its
+backend's CPU (``perf`` on the backend, docs/benchmarks.md), and SQLAlchemy's execution path was most
+of dupguard's own CPU per poll. So, on PostgreSQL, the probe (``queries.top_run_id_statement``,
+compiled once) is ``PREPARE``d once per poll connection and then ``EXECUTE``d on one psycopg2 cursor
+held with it: a statement without parameters is planned once (PostgreSQL uses its generic plan at
+once), and the client path is libpq's. The driver's wait callback still bounds every call
+(``detector.metadb.engine``), and driver errors surface as ``DatabaseError`` like SQLAlchemy's.
+
+Only on a connection verified direct (``engine.is_direct``): a prepared statement lives in one server
+session, and behind PgBouncer's transaction pooling the next statement may land on another server
+connection. Elsewhere (PgBouncer, a proxy, a Unix socket, SQLite) the same Core statement is sent
+through SQLAlchemy, unprepared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg2
+from psycopg2 import sql as pgsql
+from sqlalchemy import Connection
+
+from detector.errors import DatabaseError
+from detector.metadb import queries
+from detector.metadb.engine import describe_error, is_direct
+from detector.metadb.schema import AirflowTables
+
+PROBE_NAME = "dupguard_top_run_id"
+
+TopRunId = Callable[[], int]  # the highest visible dag_run id, 0 on an empty table
+
+
+def top_run_id_probe(conn: Connection, t: AirflowTables) -> tuple[TopRunId, bool]:
+    """A probe bound to ``conn`` (which must stay open as long as the probe is used), and whether it
+    is prepared on the server."""
+    if conn.dialect.name != "postgresql" or not is_direct(conn):
+        return (lambda: queries.max_run_id(conn, t)), False
+    raw = conn.connection.dbapi_connection
+    assert raw is not None  # an open Connection always has its driver connection
+    statement = str(queries.top_run_id_statement(t).compile(dialect=conn.dialect))
+    cursor = raw.cursor()
+    name = pgsql.Identifier(PROBE_NAME)
+    url = conn.engine.url
+    try:
+        cursor.execute(pgsql.SQL("PREPARE {} AS {}").format(name, pgsql.SQL(statement)).as_string(raw))
+    except psycopg2.Error as exc:
+        raise DatabaseError(describe_error(exc, url)) from None
+    execute = pgsql.SQL("EXECUTE {}").format(name).as_string(raw)
+
+    def probe() -> int:
+        try:
+            cursor.execute(execute)
+            row = cursor.fetchone()
+        except psycopg2.Error as exc:
+            raise DatabaseError(describe_error(exc, url)) from None
+        return int(row[0] or 0) if row is not None else 0
+
+    return probe, True
