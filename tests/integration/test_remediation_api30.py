@@ -15,7 +15,7 @@ from urllib.parse import unquote
 import pytest
 
 from detector.actions.remediation.api import ApiBackend
-from detector.actions.remediation.guarded import GuardedRemediator
+from detector.actions.remediation.guarded import DbRunStates, GuardedRemediator
 from detector.app.scan import scan
 from detector.app.wiring import build_remediator
 from detector.config import Config
@@ -70,7 +70,8 @@ class Live:
         )
         remediator = build_remediator(config, self.engine, self.db.tables, Metrics())
         assert isinstance(remediator, GuardedRemediator)
-        assert isinstance(remediator.backend, ApiBackend) and remediator.backend.tables.family is Family.AIRFLOW_3_0
+        assert isinstance(remediator.backend, ApiBackend) and isinstance(remediator.backend.states, DbRunStates)
+        assert remediator.backend.states.tables.family is Family.AIRFLOW_3_0
         self.made.append(remediator)
         return remediator
 
