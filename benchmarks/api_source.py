@@ -119,7 +119,7 @@ def load(writer: AirflowWriter, rate: float, seconds: float, stop: threading.Eve
     """Ordinary asset runs (each alone: its own event and run_after) at ``rate`` per second."""
     made, start = 0, time.monotonic()
     while not stop.is_set() and time.monotonic() - start < seconds:
-        writer.ordinary(f"load_{made % 50}")
+        writer.ordinary(DAGS[made % len(DAGS)])  # DAGs Airflow knows: the API lists runs of known DAGs only
         made += 1
         time.sleep(max(0.0, start + made / rate - time.monotonic()))
     return made
@@ -212,13 +212,15 @@ def main() -> None:
     parser.add_argument("--intervals", default="250ms,1s")
     parser.add_argument("--pairs", type=int, default=40)
     parser.add_argument("--window", type=float, default=30.0, help="seconds of each idle / load measurement")
+    parser.add_argument("--workdir", help="keep the daemon logs here [default: a temporary folder]")
     args = parser.parse_args()
     os.environ.setdefault("DUPGUARD_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:55432/postgres")
     templates = Templates(made={})
     results = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp)
+            work = Path(args.workdir or tmp)
+            work.mkdir(parents=True, exist_ok=True)
             with airflow_api_server("3.1.2", [SCENARIO], templates, work) as server:
                 for interval in args.intervals.split(","):
                     server.reset(SCENARIO)

@@ -31,6 +31,7 @@ from detector.core.model import GUARD_NOTE_PREFIX, Decisions, Finding, Run, Task
 from detector.sources.api.reader import ApiRun, ConsumedEvents, Reader, progress_of
 
 MAX_HOPS = 3
+NEIGHBOURHOOD = timedelta(seconds=10)  # runs of one DAG this close in run_after are read together
 SUSPECTED_PARTITION = "partitioned-suspected|"
 RunKey = tuple[str, str]
 # Earlier roles (kept / duplicate) by (dag_id, run_id), from the ledger (``Ledger.decisions``).
@@ -90,20 +91,27 @@ class Judge:
         for run in new:
             if self.dag_filter.selects(run.dag_id):
                 by_dag.setdefault(run.dag_id, []).append(run)
+        neighbours: dict[str, list[ApiRun]] = {}
+        for other in (known or {}).values():
+            if other.dag_id in by_dag:
+                neighbours.setdefault(other.dag_id, []).append(other)
         number = 0
         for dag_id in sorted(by_dag):
-            number = self._judge_dag(by_dag[dag_id], now, known or {}, known_from, verdict, number)
+            number = self._judge_dag(by_dag[dag_id], now, neighbours.get(dag_id, []), known_from, verdict, number)
         return verdict
 
     def _judge_dag(
         self,
         new: list[ApiRun],
         now: datetime,
-        known: Mapping[RunKey, ApiRun],
+        same_dag: list[ApiRun],
         known_from: datetime | None,
         verdict: Verdict,
         number: int,
     ) -> int:
+        """``same_dag``: the DAG's runs from ``known``."""
+        if known_from is not None and all(self._isolated(run, same_dag, known_from) for run in new):
+            return number  # no other asset run of the DAG near any of them: nothing can pair with them
         events: dict[RunKey, ConsumedEvents] = {}
         candidates: dict[RunKey, ApiRun] = {}
         for run in new:
@@ -126,9 +134,7 @@ class Judge:
             run.partition_key is None
             and known_from is not None
             and run.run_after >= known_from
-            and not any(
-                o.dag_id == run.dag_id and o.run_after == run.run_after and o.key != run.key for o in known.values()
-            )
+            and not any(o.run_after == run.run_after and o.key != run.key for o in same_dag)
             and all(c == run.key or c[0] != run.dag_id for c in events[run.key].consumers)
             for run in candidates.values()
         )
@@ -193,6 +199,17 @@ class Judge:
             if any(by_id[r.id] in new_keys for r in finding.runs):
                 verdict.findings.append(_stable_key(finding, by_id))
         return number
+
+    @staticmethod
+    def _isolated(run: ApiRun, same_dag: list[ApiRun], known_from: datetime) -> bool:
+        """No other asset run of its DAG has a run_after within ``NEIGHBOURHOOD`` of its own (``known``
+        holds every asset run from ``known_from`` on), and it has no partition key. Such a run shares
+        no run_after with another, and the overlap race's other run (created right after it, from a
+        snapshot at most a scheduler loop older) would be its neighbour: when that run appears, the
+        pair is judged from it. So a lone run costs no request at all."""
+        if run.partition_key is not None or run.run_after - NEIGHBOURHOOD < known_from:
+            return False
+        return not any(o.key != run.key and abs(o.run_after - run.run_after) <= NEIGHBOURHOOD for o in same_dag)
 
     def _linked(self, run: ApiRun, candidates: Iterable[ApiRun]) -> bool:
         """Same run_after (asset runs), or the same partition key within the suspect window."""

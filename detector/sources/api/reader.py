@@ -166,6 +166,26 @@ class Reader:
                 return runs
         raise AirflowApiError(f"GET {path}: more than {MAX_PAGES} pages; narrow the range (--since)")
 
+    def count_asset_runs(self, *, run_after_gte: datetime) -> int:
+        """How many asset runs have ``run_after`` >= the bound: ``limit=0``, so Airflow runs only its
+        ``count(*)`` (an index range of ``idx_dag_run_run_after``) and serialises no run."""
+        query = {"run_type": ASSET_TRIGGERED, "run_after_gte": _iso(run_after_gte), "limit": 0}
+        total = self._get(_path("dags", "~", "dagRuns"), query, READ_RUNS).get("total_entries")
+        if not isinstance(total, int):
+            raise AirflowApiError("GET /api/v2/dags/~/dagRuns: no total_entries in the answer")
+        return total
+
+    def newest_asset_runs(self, *, run_after_gte: datetime, offset: int, limit: int) -> list[ApiRun]:
+        """One page of asset runs with ``run_after`` >= the bound, newest ``dag_run.id`` first."""
+        query = {
+            "run_type": ASSET_TRIGGERED,
+            "run_after_gte": _iso(run_after_gte),
+            "order_by": "-id",
+            "limit": limit,
+            "offset": offset,
+        }
+        return [_run(i) for i in self._get(_path("dags", "~", "dagRuns"), query, READ_RUNS).get("dag_runs") or []]
+
     def run(self, dag_id: str, run_id: str) -> ApiRun | None:
         """One run, or None when it does not exist (any more)."""
         try:

@@ -1,22 +1,27 @@
 """The REST API source as the daemon sees it (``core.ports.RunSource``).
 
-Each poll is **one request when nothing happened**: the asset runs whose ``run_after`` is at least
-the highest ``run_after`` seen minus ``TAIL_OVERLAP`` (``GET /dags/~/dagRuns``, served by
-``idx_dag_run_run_after``; its cost depends on the runs in that window, not on history). The cursor is
+The window is every asset run whose ``run_after`` is at least the highest ``run_after`` seen minus
+``TAIL_OVERLAP`` (``GET /dags/~/dagRuns``, served by ``idx_dag_run_run_after``). The cursor is
 Airflow's own clock (the runs' ``run_after``), never dupguard's, so a skew between the two clocks
-changes nothing; the overlap absorbs the skew between schedulers and commit lag. Runs already
-judged in that window are recognised by (dag_id, run_id) and not judged again.
+changes nothing; the overlap absorbs the skew between schedulers, commit lag and a run_after older
+than its creation (the newest queue row of a non-partitioned run).
+
+**An idle poll is one request that serialises no run**: ``limit=0`` returns only the count of the
+window; equal to the runs already read, nothing is new. Otherwise the newest runs by id are read
+until every new one is found (plus ``LATE_COMMIT_MARGIN``). The whole window is read at the first
+poll, after a deletion and every ``FULL_READ_EVERY``. A new run with no other run of its DAG within
+``judge.NEIGHBOURHOOD`` costs nothing more; only runs near another are judged (events, siblings,
+task instances).
 
 A run Airflow has not started cannot be judged yet: its consumed events are unreadable until then
-(apache/airflow#71360, ``reader``). It waits, costing no request while the tail shows it not
-started and one every ``WAITING_RETRY`` otherwise, for at most ``WAITING_HORIZON`` (then logged and
-counted like an abandoned gap). Airflow starts a new run in the scheduler loop that made it unless
-``max_active_runs`` holds it.
+(apache/airflow#71360, ``reader``). It waits and is read again every ``WAITING_RETRY`` for at most
+``WAITING_HORIZON`` (then logged and counted like an abandoned gap). Airflow starts a new run in the
+scheduler loop that made it unless ``max_active_runs`` holds it.
 
 Progress becomes permanent only in ``commit`` (after the daemon claimed the poll's findings); a
-failed poll leaves the cursor, the judged runs and the waiting runs as they were. The cursor is kept
-in the ledger (``remember``), so with the file ledger (``DUPGUARD_STATE_FILE``) a restart resumes
-where the last poll ended instead of re-reading the look-back.
+failed poll leaves the cursor, the runs read and the waiting runs as they were. The cursor is kept in
+the ledger (``remember``), so with the file ledger (``DUPGUARD_STATE_FILE``) a restart resumes where
+the last poll ended instead of re-reading the look-back.
 """
 
 from __future__ import annotations
@@ -38,7 +43,10 @@ from detector.sources.api.judge import Judge, RunKey
 from detector.sources.api.reader import ApiRun, Reader, parse_time
 
 log = logs.get("dupguard.source.api")
-TAIL_OVERLAP = timedelta(seconds=10)
+TAIL_OVERLAP = timedelta(seconds=60)
+FULL_READ_EVERY = timedelta(minutes=10)
+LATE_COMMIT_MARGIN = 2  # runs read past the new ones: an id taken before a newer run's, committed after it
+PAGE_LIMIT = 100
 WAITING_RETRY = timedelta(seconds=5)
 WAITING_HORIZON = timedelta(hours=1)
 MAX_WAITING = 10_000
@@ -55,12 +63,13 @@ class _Waiting:
 
 @dataclass
 class _Tail:
-    cursor: datetime  # highest run_after seen (Airflow's clock); the next list starts TAIL_OVERLAP below
-    seen: dict[RunKey, datetime] = field(default_factory=dict)  # judged runs in the window -> run_after
+    cursor: datetime  # highest run_after seen (Airflow's clock); the window starts TAIL_OVERLAP below
+    seen: dict[RunKey, ApiRun] = field(default_factory=dict)  # every asset run of the window read so far
     waiting: dict[RunKey, _Waiting] = field(default_factory=dict)
+    full_read_at: datetime | None = None
 
     def copy(self) -> _Tail:
-        return _Tail(self.cursor, dict(self.seen), dict(self.waiting))
+        return _Tail(self.cursor, dict(self.seen), dict(self.waiting), self.full_read_at)
 
 
 class ApiSource:
@@ -127,23 +136,26 @@ class ApiSource:
         assert self.tail is not None, "start() opens a term before the first poll"
         tail = self.tail.copy()
         low = tail.cursor - TAIL_OVERLAP
-        listed = self.reader.asset_runs(run_after_gte=low)
+        window = {k: r for k, r in tail.seen.items() if r.run_after >= low}
+        listed = self._read_window(tail, low, window, now)
         self._last_ok = time.monotonic()
-        known = {r.key: r for r in listed}
-        new = [r for r in listed if r.key not in tail.seen and r.key not in tail.waiting]
-        retry = self._due(tail, known, now)
+        known = window | {r.key: r for r in listed}
+        new = [r for r in listed if r.key not in tail.seen]
+        retry = self._due(tail, now)
         verdict = self.judge.judge([*new, *retry], now, known=known, known_from=low)
         for run in [*new, *retry]:
-            tail.seen[run.key] = run.run_after
+            tail.seen[run.key] = run
             tail.waiting.pop(run.key, None)
         for run in verdict.waiting:
             held = self.tail.waiting.get(run.key)
             tail.waiting[run.key] = _Waiting(run, held.since if held else now, now)
+        for run in verdict.gone:
+            tail.waiting.pop(run.key, None)
         self._expire(tail, now)
         if listed:
             tail.cursor = max(tail.cursor, max(r.run_after for r in listed))
-        floor = tail.cursor - 2 * TAIL_OVERLAP
-        tail.seen = {k: ra for k, ra in tail.seen.items() if ra >= floor}
+        floor = tail.cursor - TAIL_OVERLAP
+        tail.seen = {k: r for k, r in tail.seen.items() if r.run_after >= floor}
         self._next = tail
         waiting_new = [r for r in verdict.waiting if r.key not in self.tail.waiting]
         if waiting_new:
@@ -154,13 +166,43 @@ class ApiSource:
             )
         return Polled(new_runs=len(new), findings=verdict.findings)
 
-    def _due(self, tail: _Tail, known: dict[RunKey, ApiRun], now: datetime) -> list[ApiRun]:
-        """Waiting runs worth another try: started by now (the tail shows it), or not tried lately."""
+    def _read_window(self, tail: _Tail, low: datetime, window: dict[RunKey, ApiRun], now: datetime) -> list[ApiRun]:
+        """The runs of the window not read yet. Usually one ``limit=0`` request (its count equals the
+        runs already read: nothing new); else the newest runs by id until the new ones are all found.
+        The whole window is read at the first poll, when the count went down (a run was deleted) and
+        every ``FULL_READ_EVERY`` (a deletion and a creation within one poll would balance the count)."""
+        if tail.full_read_at is None or now - tail.full_read_at >= FULL_READ_EVERY:
+            tail.full_read_at = now
+            return self.reader.asset_runs(run_after_gte=low)
+        total = self.reader.count_asset_runs(run_after_gte=low)
+        if total == len(window):
+            return []
+        if total < len(window):
+            tail.full_read_at = now
+            return self.reader.asset_runs(run_after_gte=low)
+        need, found, listed, offset = total - len(window), 0, [], 0
+        limit = need + LATE_COMMIT_MARGIN
+        while True:
+            page = self.reader.newest_asset_runs(run_after_gte=low, offset=offset, limit=limit)
+            listed.extend(page)
+            found += sum(1 for r in page if r.key not in window)
+            if found >= need or len(page) < limit:
+                return listed
+            offset += limit
+            limit = min(PAGE_LIMIT, 2 * limit)
+
+    def _due(self, tail: _Tail, now: datetime) -> list[ApiRun]:
+        """Waiting runs worth another try (every ``WAITING_RETRY``), read afresh: started by now?"""
         due = []
-        for key, item in tail.waiting.items():
-            fresh = known.get(key)
-            if (fresh is not None and fresh.start_date is not None) or now - item.tried >= WAITING_RETRY:
-                due.append(fresh or item.run)
+        for key, item in list(tail.waiting.items()):
+            if now - item.tried < WAITING_RETRY:
+                continue
+            fresh = self.reader.run(*key)
+            if fresh is None:  # deleted meanwhile
+                tail.waiting.pop(key)
+                continue
+            item.tried = now
+            due.append(fresh)
         return due
 
     def _expire(self, tail: _Tail, now: datetime) -> None:
