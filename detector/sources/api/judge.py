@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from detector.airflowapi.client import Gone
 from detector.core.decisions import decisions_from_notes, decisions_from_roles
@@ -31,6 +33,10 @@ from detector.core.model import GUARD_NOTE_PREFIX, Decisions, Finding, Run, Task
 from detector.sources.api.reader import ApiRun, ConsumedEvents, Reader, progress_of
 
 MAX_HOPS = 3
+PARALLEL = 4  # requests of one judgement sent at once (events of new runs, task instances of a group)
+_GONE = object()
+T = TypeVar("T")
+R = TypeVar("R")
 NEIGHBOURHOOD = timedelta(seconds=10)  # runs of one DAG this close in run_after are read together
 SUSPECTED_PARTITION = "partitioned-suspected|"
 RunKey = tuple[str, str]
@@ -114,13 +120,11 @@ class Judge:
             return number  # no other asset run of the DAG near any of them: nothing can pair with them
         events: dict[RunKey, ConsumedEvents] = {}
         candidates: dict[RunKey, ApiRun] = {}
-        for run in new:
-            try:
-                found = self.reader.events(run)
-            except Gone:
+        for run, found in zip(new, self._parallel(self._events_or_gone, new), strict=True):
+            if found is _GONE:
                 verdict.gone.append(run)
                 continue
-            if found is None:
+            if not isinstance(found, ConsumedEvents):
                 verdict.waiting.append(run)
                 continue
             events[run.key] = found
@@ -236,15 +240,30 @@ class Judge:
         self, candidates: Mapping[RunKey, ApiRun], runs: Mapping[RunKey, Run], now: datetime
     ) -> dict[int, TaskProgress]:
         progress: dict[int, TaskProgress] = {}
-        for key, run in runs.items():
-            try:
-                tasks = self.reader.task_states(*key)
-            except Gone:
-                continue
+        for (key, run), tasks in zip(runs.items(), self._parallel(self._tasks_or_none, list(runs)), strict=True):
             if tasks:
                 guarded = (candidates[key].note or "").startswith(GUARD_NOTE_PREFIX)
                 progress[run.id] = progress_of(tasks, now, guarded=guarded)
         return progress
+
+    def _events_or_gone(self, run: ApiRun) -> ConsumedEvents | object | None:
+        try:
+            return self.reader.events(run)
+        except Gone:
+            return _GONE
+
+    def _tasks_or_none(self, key: RunKey) -> list[dict[str, Any]] | None:
+        try:
+            return self.reader.task_states(*key)
+        except Gone:
+            return None
+
+    def _parallel(self, call: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """One request per item, sent together (a group's runs): one round trip instead of several."""
+        if len(items) < 2:
+            return [call(i) for i in items]
+        with ThreadPoolExecutor(max_workers=min(PARALLEL, len(items))) as pool:
+            return list(pool.map(call, items))
 
     def _prior(self, candidates: Mapping[RunKey, ApiRun], runs: Mapping[RunKey, Run]) -> Decisions:
         notes = {run.id: note for key, run in runs.items() if (note := candidates[key].note)}

@@ -22,6 +22,7 @@ has not started.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -123,9 +124,11 @@ class Reader:
         self.http = http
         self.page = page
         self.requests = 0  # calls sent (benchmarks, tests)
+        self._count_lock = threading.Lock()
 
     def _get(self, path: str, query: Mapping[str, Any] | None, needs: str) -> dict[str, Any]:
-        self.requests += 1
+        with self._count_lock:
+            self.requests += 1
         return self.http.request("GET", path, query=query, needs=needs)
 
     def version(self) -> str:
