@@ -81,6 +81,7 @@ class AdvisoryLock:
         self.lock_kind: str | None = None  # session | transaction, chosen at the last connect
         self._conn: Connection | None = None
         self._last_ok: datetime | None = None
+        self._attempt: tuple[Connection, str | None] | None = None  # a standby's connection and its lock kind
 
     def is_leader(self, now: datetime) -> bool:
         return self._conn is not None and self._last_ok is not None and now - self._last_ok <= self.lease
@@ -98,28 +99,29 @@ class AdvisoryLock:
         return self._try_acquire(now)
 
     def _try_acquire(self, now: datetime) -> bool:
-        conn: Connection | None = None
+        """One attempt at the lock. A standby keeps its connection between attempts (it holds no lock
+        while it has not got one): a new connection every check interval cost the database a backend
+        start each second, more than the leader's whole idle cost (issue 16)."""
         try:
-            conn = self.engine.connect()
-            kind = self._lock_kind(conn)
-            conn.rollback()  # end the check's implicit transaction before choosing the lock's
+            conn, kind = self._attempt_connection()
             if kind is None:
-                _close_quietly(conn)
+                self._drop_attempt()
                 return False
             if kind == "transaction":
                 conn.begin()
                 queries.set_local_idle_in_transaction_timeout(conn, 2 * self.lease)
                 got = queries.try_advisory_xact_lock(conn, self.key)
+                idle = None if got else queries.advisory_lock_holder_idle(conn, self.key)
+                if not got:
+                    conn.rollback()  # end the attempt's transaction: nothing held, connection kept
             else:
-                conn.execution_options(isolation_level="AUTOCOMMIT")
                 got = queries.try_advisory_lock(conn, self.key)
-            idle = None if got else queries.advisory_lock_holder_idle(conn, self.key)
+                idle = None if got else queries.advisory_lock_holder_idle(conn, self.key)
         except SQLAlchemyError as exc:
             self._report(LockProblem(LOCK_UNAVAILABLE, describe_error(exc, self.engine.url)))
-            _close_quietly(conn)
+            self._drop_attempt()
             return False
         if not got:
-            _close_quietly(conn)
             stale = idle is not None and idle > 3 * self.lease.total_seconds()
             self._report(
                 LockProblem(
@@ -130,10 +132,31 @@ class AdvisoryLock:
                 else None
             )
             return False
+        self._attempt = None  # now the lock's own connection
         self._conn, self._last_ok, self.lock_kind = conn, now, kind
         self._report(None)
         log.info("leader_acquired", lock_key=self.key, lock=kind, mode=self.mode)
         return True
+
+    def _attempt_connection(self) -> tuple[Connection, str | None]:
+        """The standby's connection for lock attempts, opened and classified (``_lock_kind``) once."""
+        if self._attempt is None:
+            conn = self.engine.connect()
+            try:
+                kind = self._lock_kind(conn)
+                conn.rollback()  # end the check's implicit transaction before choosing the lock's
+                if kind == "session":
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
+            except BaseException:
+                _close_quietly(conn)
+                raise
+            self._attempt = (conn, kind)
+        return self._attempt
+
+    def _drop_attempt(self) -> None:
+        if self._attempt is not None:
+            _close_quietly(self._attempt[0])
+            self._attempt = None
 
     def _lock_kind(self, conn: Connection) -> str | None:
         """The lock to take on this connection, or None (and a problem) when ``session`` must refuse."""
@@ -169,6 +192,7 @@ class AdvisoryLock:
     def _drop(self) -> None:
         _close_quietly(self._conn)
         self._conn, self._last_ok = None, None
+        self._drop_attempt()
 
 
 def _close_quietly(conn: Any) -> None:

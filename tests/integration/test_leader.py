@@ -91,3 +91,30 @@ def test_a_stopped_daemon_never_takes_the_lock_again(pg_templates: Templates) ->
         assert standby.ensure(datetime.now(UTC)), "the lock is free for the next replica"
     finally:
         standby.release()
+
+
+@pytest.mark.parametrize("mode", ["session", "transaction"])
+def test_a_standby_keeps_one_connection_for_its_attempts(mode: str, pg_templates: Templates) -> None:
+    """A standby tries the lock every check interval on one kept connection (a new one each time cost
+    the database a backend start a second, issue 16), holds nothing while it waits, and takes over on
+    that connection once the holder lets go."""
+    from sqlalchemy import event
+
+    url = pg_templates.clone("3.1.2")
+    now = datetime.now(UTC)
+    a, b = _lock(url, mode), _lock(url, mode)
+    connects: list[object] = []
+    event.listen(b.engine, "connect", lambda *args: connects.append(args))
+    try:
+        assert a.ensure(now)
+        for _ in range(10):
+            assert b.ensure(now) is False
+            assert a.ensure(now) is True, "the standby's attempts never take or hold the lock"
+        assert len(connects) == 1, f"{len(connects)} connections for 10 attempts"
+        a.release()
+        assert b.ensure(now) is True
+        assert len(connects) == 1, "the standby leads on the connection it kept"
+        assert a.ensure(now) is False
+    finally:
+        a.release()
+        b.release()
