@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from types import FrameType
 
 from detector import __version__, config, logs
-from detector.airflowapi.client import Transient
 from detector.app.daemon import Daemon
 from detector.app.health import HealthServer
 from detector.app.wiring import Startup, api_reader, build_api_parts, build_parts, connect_with_backoff, wait_for_api
@@ -124,6 +123,8 @@ def _run(
 
 def _run_api(cfg: Config, once: bool, stop: threading.Event, startup: Startup, metrics: Metrics) -> int:
     """``--source api``: Airflow's REST API only (no database URL, no lock: one replica)."""
+    from detector.airflowapi.client import Transient  # only here: see detector.app.wiring.api_reader
+
     log = logs.get("dupguard.main")
     reader = api_reader(cfg)
     if once:

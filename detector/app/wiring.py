@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
 from detector import logs
 from detector.actions.alerts.dispatch import build_alerter
 from detector.actions.remediation.guarded import Backend, GuardedRemediator, RunStates
-from detector.airflowapi.client import Transient
-from detector.airflowapi.session import Session
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AdvisoryLock, AlwaysLeader
 from detector.app.ledger import FileLedger, MemoryLedger, open_ledger
@@ -26,9 +24,10 @@ from detector.metadb.engine import AirflowDb, make_engine, open_airflow_db, pars
 from detector.metadb.schema import AirflowTables, Family
 from detector.metadb.versions import family_of_version
 from detector.metrics import Metrics
-from detector.sources.api.reader import ApiRunStates, Reader
-from detector.sources.api.source import ApiSource
 from detector.sources.database.source import DatabaseSource
+
+if TYPE_CHECKING:  # the REST API client (apache-airflow-client) is imported only when used
+    from detector.sources.api.reader import Reader
 
 log = logs.get("dupguard.main")
 MAX_STARTUP_BACKOFF = 30.0
@@ -149,12 +148,19 @@ def build_remediator(
 # --- the REST API source (--source api): no database at all ---
 
 
+# Imported here, not at the top: apache-airflow-client takes ~1 s and ~30 MB to import, which the
+# database source (the default) would pay at every start (issue 16, the start-up window).
 def api_reader(config: Config) -> Reader:
+    from detector.airflowapi.session import Session
+    from detector.sources.api.reader import Reader
+
     return Reader(Session.from_config(config))
 
 
 def wait_for_api(reader: Reader, stop: threading.Event) -> str | None:
     """Airflow's version, retrying while the API is unreachable or refuses dupguard; None if stopped."""
+    from detector.airflowapi.client import Transient
+
     delay = 1.0
     while not stop.is_set():
         try:
@@ -169,6 +175,9 @@ def wait_for_api(reader: Reader, stop: threading.Event) -> str | None:
 def build_api_parts(config: Config, reader: Reader, version: str, metrics: Metrics) -> Parts:
     """One replica, no lock (the Deployment runs exactly one: replicas 1, strategy Recreate); the
     ledger in ``DUPGUARD_STATE_FILE`` when set, else in memory."""
+    from detector.sources.api.reader import ApiRunStates
+    from detector.sources.api.source import ApiSource
+
     if config.state_file:
         ledger: MemoryLedger = FileLedger(config.state_file)
     else:
