@@ -184,8 +184,15 @@ class AdvisoryLock:
         self.problem = problem
 
     def release(self) -> None:
-        # Closing the backend connection releases a session or transaction lock alike.
+        # Closing the connection releases a session or transaction lock alike, but only once the server
+        # has noticed; unlocking first (bounded by the call deadline) frees it for the standby's very
+        # next attempt, which may come on a connection it kept open.
         if self._conn is not None:
+            with contextlib.suppress(SQLAlchemyError):
+                if self.lock_kind == "transaction":
+                    self._conn.rollback()
+                else:
+                    queries.advisory_unlock(self._conn, self.key)
             log.info("leader_released", lock_key=self.key)
         self._drop()
 

@@ -446,6 +446,12 @@ def try_advisory_lock(conn: Connection, key: int) -> bool:
     return bool(conn.execute(select(func.pg_try_advisory_lock(key))).scalar())
 
 
+def advisory_unlock(conn: Connection, key: int) -> None:
+    """Release a session lock now (closing the connection releases it too, but only once the server
+    has noticed the socket close)."""
+    conn.execute(select(func.pg_advisory_unlock(key)))
+
+
 def try_advisory_xact_lock(conn: Connection, key: int) -> bool:
     return bool(conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar())
 
