@@ -204,6 +204,7 @@ class Cluster:
         self._db_created = False
         self.dupguard_logs: list[Path] = []  # every incarnation of every replica, in start order
         self.drained = False
+        self.drain_stuck: dict[str, Any] = {}
         self._token = ""
         self._next_trigger = 0.0
         self.partitions_triggered = 0
@@ -468,7 +469,36 @@ class Cluster:
             elif time.monotonic() - quiet_since >= 5:
                 return True
             time.sleep(1)
+        self.drain_stuck = self._stuck()
         return False
+
+    def _stuck(self) -> dict[str, Any]:
+        """What kept the drain busy (for the report when it timed out): unfinished consumer runs with
+        their task states, queue rows, the producer's unfinished tasks, the watcher file."""
+        assert self._engine is not None
+        with self._engine.connect() as conn:
+            runs = conn.execute(
+                text(
+                    "SELECT dr.dag_id, dr.run_id, dr.state, array_agg(ti.state) AS tis FROM dag_run dr"
+                    " LEFT JOIN task_instance ti ON ti.dag_id = dr.dag_id AND ti.run_id = dr.run_id"
+                    " WHERE dr.dag_id = ANY(:c) AND dr.state IN ('queued', 'running')"
+                    " GROUP BY dr.dag_id, dr.run_id, dr.state"
+                ),
+                {"c": self.spec.consumers()},
+            ).all()
+            queue = conn.execute(text("SELECT target_dag_id, asset_id FROM asset_dag_run_queue")).all()
+            producer = conn.execute(
+                text(
+                    "SELECT run_id, state FROM task_instance WHERE dag_id = :p AND state NOT IN ('success', 'failed')"
+                ),
+                {"p": self.spec.producer},
+            ).all()
+        return {
+            "runs": [[r.dag_id, r.run_id, r.state, [str(t) for t in r.tis]] for r in runs],
+            "asset_dag_run_queue": [list(q) for q in queue],
+            "producer_tasks": [list(t) for t in producer],
+            "watch_file": self.watch_file.exists(),
+        }
 
     # --- database helpers ------------------------------------------------------------------------
     def _sa_url(self) -> str:
@@ -800,6 +830,8 @@ def run(spec: RunSpec, run_dir: Path, *, keep_db: bool = False) -> dict[str, Any
     cluster.keep_db = keep_db
     cluster.stop()
     report["drained"] = cluster.drained
+    if not cluster.drained:
+        report["drain_stuck"] = cluster.drain_stuck
     report["seed"] = cluster.seed
     report["faults"] = cluster.faults
     if spec.watcher:
