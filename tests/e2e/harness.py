@@ -455,8 +455,10 @@ class Cluster:
                     if self.spec.partitioned
                     else ""
                 )
+                # The producer's tasks that can still emit an event: not 'scheduled' ones, which the
+                # scheduler never queues once the DAG is paused (they waited for ever with Celery).
                 + " + (SELECT count(*) FROM task_instance WHERE dag_id = :p"
-                "    AND state IN ('scheduled', 'queued', 'running', 'up_for_retry', 'restarting'))",
+                "    AND state IN ('queued', 'running', 'up_for_retry', 'restarting'))",
                 c=consumers,
                 p=self.spec.producer,
             )
