@@ -456,7 +456,8 @@ class Cluster:
                     else ""
                 )
                 # The producer's tasks that can still emit an event: not 'scheduled' ones, which the
-                # scheduler never queues once the DAG is paused (they waited for ever with Celery).
+                # scheduler never queues once the DAG is paused (`~DM.is_paused` in the query of
+                # executable tasks, scheduler_job_runner.py L400 in 3.1.2): the drain timed out on one.
                 + " + (SELECT count(*) FROM task_instance WHERE dag_id = :p"
                 "    AND state IN ('queued', 'running', 'up_for_retry', 'restarting'))",
                 c=consumers,
