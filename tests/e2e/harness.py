@@ -457,7 +457,7 @@ class Cluster:
                 )
                 # The producer's tasks that can still emit an event: not 'scheduled' ones, which the
                 # scheduler never queues once the DAG is paused (`~DM.is_paused` in the query of
-                # executable tasks, scheduler_job_runner.py L400 in 3.1.2): the drain timed out on one.
+                # executable tasks, scheduler_job_runner.py L400 in 3.1.2), so the drain would wait for ever.
                 + " + (SELECT count(*) FROM task_instance WHERE dag_id = :p"
                 "    AND state IN ('queued', 'running', 'up_for_retry', 'restarting'))",
                 c=consumers,
