@@ -726,8 +726,13 @@ class Cluster:
         password_file.write_text(json.loads((self.home / "passwords.json").read_text())["dupguard"])
         self.dupguard_http_port = port or free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DUPGUARD_", "AIRFLOW"))}
+        if self.spec.source == "api":
+            # The api source reads only the REST API (issue 14): no database URL at all; its cursor
+            # and decisions go to a state file, as on the chart's volume.
+            env["DUPGUARD_STATE_FILE"] = str(self.run_dir / "dupguard-state.json")
+        else:
+            env["DUPGUARD_DATABASE_URL"] = self.db_url
         return env | {
-            "DUPGUARD_DATABASE_URL": self.db_url,
             "DUPGUARD_LOG_FORMAT": "json",
             "DUPGUARD_REMEDIATION": self.spec.mode,
             "DUPGUARD_REMEDIATION_BACKEND": self.spec.backend,
@@ -747,7 +752,7 @@ class Cluster:
         ``standing_by``/``not_leader`` is not waited for: only the first replica is awaited."""
         env = self.dupguard_env(self.replica_ports.get(name, 0))
         self.replica_ports[name] = self.dupguard_http_port
-        if not self.dupguard_logs:
+        if not self.dupguard_logs and self.spec.source == "database":
             init = subprocess.run(
                 [DUPGUARD, "init-db"], env=env, capture_output=True, text=True, timeout=120, cwd=self.run_dir
             )
