@@ -166,6 +166,7 @@ def test_groups_are_runs_of_one_dag_that_consumed_one_event_more_than_once() -> 
     ]
     groups = duplicate_groups(rows)
     assert [(g["dag_id"], g["ids"], g["events"]) for g in groups] == [("a", [1, 2], [10, 11]), ("o", [5, 6], [20])]
+    assert [g["overlap"] for g in groups] == [False, True]  # the overlap race: different run_after
 
 
 def test_runs_linked_through_another_shared_event_are_one_group() -> None:

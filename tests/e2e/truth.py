@@ -155,6 +155,8 @@ def duplicate_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "ids": ids,
                 "events": sorted(set().union(*(twice[i] for i in ids))),
                 "creating_job_ids": [by_id[i].get("creating_job_id") for i in ids],
+                # more than one run_after: the overlap race (a stale read of one asset's queue row)
+                "overlap": len({by_id[i].get("run_after") for i in ids}) > 1,
             }
         )
     return sorted(groups, key=lambda g: g["ids"][0])
@@ -446,6 +448,7 @@ def judge(
         # an HA race has one creating job per run; a group made by one job is another kind of defect
         "duplicate_groups_one_creating_job": sum(len(set(g.get("creating_job_ids") or [None, 0])) == 1 for g in groups),
         "duplicate_runs": duplicates,
+        "overlap_groups": sum(bool(g.get("overlap")) for g in groups),
         "same_run_after_different_events": near_misses,
         "groups_detected": len(detected_groups),
         "recall": (len(detected_groups) / len(groups)) if groups else None,
