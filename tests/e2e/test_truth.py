@@ -242,22 +242,25 @@ def _dup(name: str, queued: float, started: float | None, category: str) -> dict
 def test_the_outage_judge_wants_every_duplicate_waiting_at_the_api_return_stopped() -> None:
     """API down at 1 s, answering again at 30 s. d1 ran before the outage (not waiting); d2 was
     created during it and stopped; d3 created during it, its task started after the return: a miss
-    of the outage promise; d4 was failed by Airflow without running; d5 came after the return."""
+    of the outage promise; d4 was failed by Airflow without running; d5 came after the return; d6's
+    task has a start_date inside the outage (the worker's first ti_run attempt, accepted only once
+    the API answered): it had not started at the return either, and ran: a miss too."""
     dups = [
         _dup("d1", 0, 500, "caught_after_start"),
         _dup("d2", 2000, None, "stopped_before_start"),
         _dup("d3", 3000, 31000, "caught_after_start"),
         _dup("d4", 4000, None, "not_started_not_stopped"),
         _dup("d5", 40000, None, "stopped_before_start"),
+        _dup("d6", 5000, 9000, "caught_after_start"),
     ]
     faults = [
         {"what": "api_down", "at": ms(1000).isoformat()},
         {"what": "api_ready", "at": ms(30000).isoformat()},
     ]
     out = judge_faults({"duplicates": dups}, faults, [])["outage"]
-    assert (out["duplicates_created_during"], out["not_started_at_return"]) == (3, 3)
+    assert (out["duplicates_created_during"], out["not_started_at_return"]) == (4, 4)
     assert (out["stopped_before_start"], out["not_run_not_stopped"]) == (1, 1)
-    assert [d["run_id"] for d in out["ran"]] == ["d3"]
+    assert [d["run_id"] for d in out["ran"]] == ["d3", "d6"]
     assert out["unavailable_s"] == 29.0
 
 

@@ -213,7 +213,9 @@ def judge_faults(report: dict[str, Any], faults: list[dict[str, Any]], log: list
     """What the faults did. Leader kills: the time from each SIGKILL to the next ``leader_acquired``
     logged by any replica (the takeover). API outage (``api_down`` .. ``api_ready``): every duplicate
     created before the API server answered again whose tasks had not started by then must be stopped
-    before they start (``outage.not_started_at_return`` vs ``outage.stopped_before_start``)."""
+    before they start (``outage.not_started_at_return`` vs ``outage.stopped_before_start``). A task
+    whose ``start_date`` falls inside the outage had not started either: ``start_date`` is the
+    worker's clock when it first tried ``ti_run``, which it retried until the API server answered."""
     out: dict[str, Any] = {}
     acquired = sorted(t for e in log if e.get("event") == "leader_acquired" and (t := _parse(e.get("timestamp"))))
     kills = [_parse(f["at"]) for f in faults if f["what"] == "leader_killed"]
@@ -228,7 +230,7 @@ def judge_faults(report: dict[str, Any], faults: list[dict[str, Any]], log: list
     ready = next((_parse(f["at"]) for f in faults if f["what"] == "api_ready"), None)
     if down is not None and ready is not None:
         created = [d for d in report["duplicates"] if d["queued_at"] is not None and d["queued_at"] <= ready]
-        waiting = [d for d in created if d["first_task_start"] is None or d["first_task_start"] >= ready]
+        waiting = [d for d in created if d["first_task_start"] is None or d["first_task_start"] >= down]
         during = [d for d in created if d["queued_at"] >= down]
         out["outage"] = {
             "down_at": down,
