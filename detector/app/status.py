@@ -45,7 +45,7 @@ class Status:
         return self.state in UP_STATES
 
 
-STARTING = Status(State.STARTING, "connecting to the metadata database")
+STARTING = Status(State.STARTING, "connecting to Airflow (the metadata database, or the REST API with --source api)")
 
 
 def evaluate(

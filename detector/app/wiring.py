@@ -48,7 +48,7 @@ class Startup:
             return self.daemon.ready()
         if self.immune:
             return True, "airflow_2: Airflow 2 cannot create these duplicates; nothing to watch"
-        return False, "starting: connecting to the metadata database"
+        return False, "starting: connecting to Airflow (the metadata database, or the REST API with --source api)"
 
 
 def connect_with_backoff(engine: Engine, stop: threading.Event) -> AirflowDb | None:
