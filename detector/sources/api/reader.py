@@ -160,12 +160,14 @@ class Reader:
             query["run_after_lte"] = _iso(run_after_lte)
         path = _path("dags", dag_id, "dagRuns")
         runs: list[ApiRun] = []
-        for page in range(MAX_PAGES):
-            answer = self._get(path, {**query, "offset": page * self.page}, READ_RUNS)
+        for _ in range(MAX_PAGES):
+            # The offset moves by what came back: a server whose maximum_page_limit is below the
+            # limit asked for answers shorter pages.
+            answer = self._get(path, {**query, "offset": len(runs)}, READ_RUNS)
             items = answer.get("dag_runs") or []
             runs.extend(_run(i) for i in items)
             total = answer.get("total_entries")
-            if not items or not isinstance(total, int) or page * self.page + len(items) >= total:
+            if not items or not isinstance(total, int) or len(runs) >= total:
                 return runs
         raise AirflowApiError(f"GET {path}: more than {MAX_PAGES} pages; narrow the range (--since)")
 
@@ -274,12 +276,12 @@ class Reader:
         """Every task instance of the run (all pages) as the API answers them."""
         path = _path("dags", dag_id, "dagRuns", run_id, "taskInstances")
         found: list[dict[str, Any]] = []
-        for page in range(MAX_PAGES):
-            answer = self._get(path, {"limit": self.page, "offset": page * self.page}, READ_TASKS)
+        for _ in range(MAX_PAGES):
+            answer = self._get(path, {"limit": self.page, "offset": len(found)}, READ_TASKS)
             items = answer.get("task_instances") or []
             found.extend(items)
             total = answer.get("total_entries")
-            if not items or not isinstance(total, int) or page * self.page + len(items) >= total:
+            if not items or not isinstance(total, int) or len(found) >= total:
                 return found
         raise AirflowApiError(f"GET {path}: more than {MAX_PAGES} pages of task instances")
 

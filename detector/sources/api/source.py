@@ -186,9 +186,9 @@ class ApiSource:
             page = self.reader.newest_asset_runs(run_after_gte=low, offset=offset, limit=limit)
             listed.extend(page)
             found += sum(1 for r in page if r.key not in window)
-            if found >= need or len(page) < limit:
+            offset += len(page)  # a server may cap the page below the limit asked for
+            if found >= need or not page or offset >= total:
                 return listed
-            offset += limit
             limit = min(PAGE_LIMIT, 2 * limit)
 
     def _due(self, tail: _Tail, now: datetime) -> list[ApiRun]:

@@ -1,0 +1,172 @@
+"""The API source's poll against an in-memory fake of the three list/read calls it makes: what an idle
+poll costs, pages followed by ``total_entries`` when the server caps ``limit``, and a clock skew
+between dupguard and Airflow. (The real API server: tests/integration/test_api_source.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+
+from detector.app.ledger import MemoryLedger
+from detector.config import Config
+from detector.metrics import Metrics
+from detector.sources.api.reader import Reader
+from detector.sources.api.source import ApiSource
+
+AIRFLOW_NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+@dataclass
+class FakeAirflow:
+    """Asset runs with ids; lists filtered by run_after, ordered by id, ``limit`` capped at ``cap``."""
+
+    cap: int = 100
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def add(self, dag_id: str, run_after: datetime, event: int) -> str:
+        run_id = f"asset_triggered__{run_after.isoformat()}_{len(self.runs)}"
+        self.runs.append(
+            {
+                "id": len(self.runs) + 1,
+                "dag_run_id": run_id,
+                "dag_id": dag_id,
+                "run_type": "asset_triggered",
+                "run_after": run_after.isoformat(),
+                "state": "running",
+                "queued_at": run_after.isoformat(),
+                "start_date": run_after.isoformat(),
+                "note": None,
+                "event": event,
+            }
+        )
+        return run_id
+
+    def request(
+        self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None, needs: str
+    ) -> dict[str, Any]:
+        q = dict(query or {})
+        self.calls.append((path, q))
+        parts = [unquote(p) for p in path.split("/")[3:]]
+        if parts == ["version"]:
+            return {"version": "3.1.2"}
+        if parts[0] == "dags" and parts[2:] == ["dagRuns"]:
+            found = [r for r in self.runs if parts[1] in ("~", r["dag_id"])]
+            if "run_after_gte" in q:
+                found = [
+                    r
+                    for r in found
+                    if datetime.fromisoformat(r["run_after"]) >= datetime.fromisoformat(q["run_after_gte"])
+                ]
+            if "run_after_lte" in q:
+                found = [
+                    r
+                    for r in found
+                    if datetime.fromisoformat(r["run_after"]) <= datetime.fromisoformat(q["run_after_lte"])
+                ]
+            found.sort(key=lambda r: r["id"], reverse=q.get("order_by") == "-id")
+            limit = min(int(q.get("limit", 50)), self.cap)
+            offset = int(q.get("offset", 0))
+            return {"dag_runs": found[offset : offset + limit], "total_entries": len(found)}
+        if parts[0] == "dags" and parts[-1] == "upstreamAssetEvents":
+            run = next(r for r in self.runs if r["dag_run_id"] == parts[3])
+            consumers = [r for r in self.runs if r["event"] == run["event"]]
+            created = [{"dag_id": r["dag_id"], "run_id": r["dag_run_id"]} for r in consumers]
+            return {"asset_events": [{"id": run["event"], "created_dagruns": created}], "total_entries": 1}
+        if parts[0] == "dags" and parts[-1] == "taskInstances":
+            return {"task_instances": [], "total_entries": 0}
+        raise AssertionError(f"unexpected call {path}")
+
+    def close(self) -> None:
+        pass
+
+
+def source(fake: FakeAirflow) -> ApiSource:
+    config = Config.of(source="api", startup_lookback=timedelta(minutes=15))
+    return ApiSource(config, Reader(fake), MemoryLedger(), Metrics(), version="3.1.2")
+
+
+def poll(src: ApiSource, now: datetime) -> list[str]:
+    found = src.poll(now)
+    src.commit()
+    return [r.run_id for f in found.findings for r in f.duplicates]
+
+
+def test_an_idle_poll_is_one_count_that_reads_no_run() -> None:
+    fake = FakeAirflow()
+    for i in range(20):
+        fake.add(f"dag_{i}", AIRFLOW_NOW - timedelta(seconds=i), event=i)
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    poll(src, AIRFLOW_NOW)
+    fake.calls.clear()
+    for _ in range(5):
+        assert poll(src, AIRFLOW_NOW + timedelta(seconds=1)) == []
+    assert len(fake.calls) == 5
+    assert all(q.get("limit") == 0 for _, q in fake.calls)
+
+
+def test_a_lone_new_run_costs_the_count_and_one_page() -> None:
+    """Nothing else of its DAG within 10 s: no events, lists or task instances are read."""
+    fake = FakeAirflow()
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    poll(src, AIRFLOW_NOW)
+    fake.calls.clear()
+    fake.add("alone", AIRFLOW_NOW + timedelta(seconds=1), event=1)
+    assert poll(src, AIRFLOW_NOW + timedelta(seconds=2)) == []
+    assert [q.get("order_by") for _, q in fake.calls] == [None, "-id"]
+
+
+def test_pages_follow_total_entries_when_the_server_caps_the_page() -> None:
+    """The server answers at most 3 runs a page (its maximum_page_limit): the first read still gets
+    all 10 runs of the window, and the duplicate among them is found."""
+    fake = FakeAirflow(cap=3)
+    for i in range(8):
+        fake.add(f"dag_{i}", AIRFLOW_NOW - timedelta(minutes=1, seconds=i), event=i)
+    first = AIRFLOW_NOW - timedelta(seconds=30)
+    fake.add("consumer", first, event=100)
+    duplicate = fake.add("consumer", first, event=100)
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    assert poll(src, AIRFLOW_NOW) == [duplicate]
+    pages = [q for path, q in fake.calls if path == "/api/v2/dags/~/dagRuns" and q.get("limit")]
+    assert len(pages) == 4  # 10 runs, 3 a page
+
+
+@pytest.mark.parametrize("skew", [timedelta(minutes=-10), timedelta(minutes=10)], ids=["behind", "ahead"])
+def test_a_clock_skew_between_dupguard_and_airflow_hides_nothing(skew: timedelta) -> None:
+    """dupguard's clock 10 min off Airflow's (less than the 15 min look-back): duplicates committed
+    after start are found; after the first runs the window follows Airflow's run_after only."""
+    fake = FakeAirflow()
+    fake.add("earlier", AIRFLOW_NOW - timedelta(minutes=1), event=1)
+    src = source(fake)
+    mine = AIRFLOW_NOW + skew
+    src.start(mine)
+    assert poll(src, mine) == []
+    found = []
+    for i in range(3):
+        at = AIRFLOW_NOW + timedelta(seconds=5 * i)
+        fake.add(f"consumer_{i}", at, event=10 + i)
+        found.append(fake.add(f"consumer_{i}", at, event=10 + i))
+        assert poll(src, mine + timedelta(seconds=5 * i + 1)) == [found[-1]]
+
+
+def test_new_runs_are_found_when_pages_are_capped_below_the_limit_asked() -> None:
+    """More new runs at once than the server's page (cap 3): the newest-first read pages on by what
+    came back and finds the duplicate among them."""
+    fake = FakeAirflow(cap=3)
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    poll(src, AIRFLOW_NOW)
+    at = AIRFLOW_NOW + timedelta(seconds=1)
+    fake.add("consumer", at, event=7)
+    duplicate = fake.add("consumer", at, event=7)
+    for i in range(6):
+        fake.add(f"other_{i}", at + timedelta(milliseconds=i + 1), event=20 + i)
+    assert poll(src, AIRFLOW_NOW + timedelta(seconds=2)) == [duplicate]
