@@ -12,6 +12,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from detector.airflowapi.client import Gone
 from detector.app.ledger import MemoryLedger
 from detector.config import Config
 from detector.metrics import Metrics
@@ -28,6 +29,7 @@ class FakeAirflow:
     cap: int = 100
     runs: list[dict[str, Any]] = field(default_factory=list)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    deleted: set[str] = field(default_factory=set)  # listed, then gone before the next read (HTTP 404)
 
     def add(self, dag_id: str, run_after: datetime, event: int) -> str:
         run_id = f"asset_triggered__{run_after.isoformat()}_{len(self.runs)}"
@@ -73,6 +75,8 @@ class FakeAirflow:
             limit = min(int(q.get("limit", 50)), self.cap)
             offset = int(q.get("offset", 0))
             return {"dag_runs": found[offset : offset + limit], "total_entries": len(found)}
+        if len(parts) > 3 and parts[3] in self.deleted:
+            raise Gone(f"GET {path}: HTTP 404")
         if parts[0] == "dags" and parts[-1] == "upstreamAssetEvents":
             run = next(r for r in self.runs if r["dag_run_id"] == parts[3])
             consumers = [r for r in self.runs if r["event"] == run["event"]]
@@ -170,3 +174,20 @@ def test_new_runs_are_found_when_pages_are_capped_below_the_limit_asked() -> Non
     for i in range(6):
         fake.add(f"other_{i}", at + timedelta(milliseconds=i + 1), event=20 + i)
     assert poll(src, AIRFLOW_NOW + timedelta(seconds=2)) == [duplicate]
+
+
+def test_a_run_deleted_between_the_list_and_the_read_is_dropped() -> None:
+    """Listed, then deleted before its events are read (404): the poll goes on and the other new
+    runs are still judged; the deleted run is never judged again."""
+    fake = FakeAirflow()
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    poll(src, AIRFLOW_NOW)
+    at = AIRFLOW_NOW + timedelta(seconds=1)
+    doomed = fake.add("doomed", at, event=1)
+    fake.add("doomed", at + timedelta(seconds=1), event=2)
+    fake.add("consumer", at, event=3)
+    duplicate = fake.add("consumer", at, event=3)
+    fake.deleted.add(doomed)
+    assert poll(src, AIRFLOW_NOW + timedelta(seconds=3)) == [duplicate]
+    assert src.tail is not None and not src.tail.waiting
