@@ -30,14 +30,6 @@ def writer(db_url: str) -> Iterator[AirflowWriter]:
     w.close()
 
 
-@pytest.fixture
-def daemons() -> Iterator[list[Running]]:
-    started: list[Running] = []
-    yield started
-    for d in started:
-        d.stop()
-
-
 def test_duplicate_committed_while_running_is_detected_once(
     db_url: str, writer: AirflowWriter, daemons: list[Running]
 ) -> None:

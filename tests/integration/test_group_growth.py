@@ -5,7 +5,6 @@ Real PostgreSQL with the real 3.1.2 schema; runs written the way Airflow's sched
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,14 +15,6 @@ from tests.pg import Templates
 from tests.writer import AirflowWriter
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[Running]]:
-    started: list[Running] = []
-    yield started
-    for d in started:
-        d.stop()
 
 
 def _named(d: Running, run_id: str) -> bool:

@@ -29,14 +29,6 @@ FANOUT = "race_asset_fanout"
 LONG_AGO = timedelta(days=3650)  # the look-back reaches the Airflow-made scenario's runs
 
 
-@pytest.fixture
-def daemons() -> Iterator[list[Running]]:
-    started: list[Running] = []
-    yield started
-    for d in started:
-        d.stop()
-
-
 def _start(daemons: list[Running], url: str, *, task_starts: str | None = None, **settings: Any) -> Running:
     """A daemon with the real remediator; ``task_starts``: that run's first task starts after the
     group was judged and right before the remediation re-reads it (the window of issue 11 §1)."""

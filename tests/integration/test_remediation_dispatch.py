@@ -57,14 +57,6 @@ class HangingServer:
             conn.close()
 
 
-@pytest.fixture
-def daemons() -> Iterator[list[Running]]:
-    started: list[Running] = []
-    yield started
-    for d in started:
-        d.stop()
-
-
 def _gauge(d: Running, name: str) -> float:
     value = d.metrics.registry.get_sample_value(name)
     return -1.0 if value is None else value
