@@ -11,6 +11,7 @@ cut never splits an escape or a ``<url|label>`` link.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -332,16 +333,7 @@ def detected_message(
 
 
 def _with_results(event: AlertEvent, results: Sequence[RemediationResult]) -> AlertEvent:
-    return AlertEvent(
-        kind=AlertKind.OUTCOME,
-        finding=event.finding,
-        detected_at=event.detected_at,
-        cluster=event.cluster,
-        mode=event.mode,
-        actions=event.actions,
-        results=tuple(results),
-        assets=event.assets,
-    )
+    return dataclasses.replace(event, kind=AlertKind.OUTCOME, results=tuple(results))
 
 
 def outcome_message(event: AlertEvent, ui_url: str | None = None, *, threaded: bool = True) -> Message:
