@@ -69,6 +69,7 @@ def test_reporters_stack_duplicates_are_detected_and_only_duplicates_stopped(tmp
     assert report["groups_detected"] == report["duplicate_groups"]
     assert report["false_positives"] == 0, f"false positives: {report['false_positive_details']} {where}"
     assert report["remediations_of_kept_runs"] == 0, f"kept runs touched: {report['kept_run_violations']} {where}"
+    assert report["done_but_started"] == [], f"mid-run stops logged as clean: {report['done_but_started']} {where}"
     assert report["leader_kills"] == 1, f"the leader was not killed: {report['faults']} {where}"
     assert report["kills_without_takeover"] == 0, f"no replica took over after the kill {where}"
     assert "outage" in report, f"the API server was not stopped: {report['faults']} {where}"

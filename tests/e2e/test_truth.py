@@ -273,3 +273,20 @@ def test_each_leader_kill_is_timed_to_the_next_leader_acquired() -> None:
     assert (out["leader_kills"], out["kills_without_takeover"]) == (3, 1)
     assert (out["takeover_ms"]["min"], out["takeover_ms"]["max"]) == (900.0, 1200.0)
     assert "outage" not in out
+
+
+def test_a_clean_stop_logged_for_a_run_whose_task_had_started_is_flagged() -> None:
+    """dupguard logged ``done`` for run 2, yet its task started at 20 ms (before the 120 ms stop):
+    a mid-run stop reported as clean; run 4's ``done`` is honest (its task never started)."""
+    note = SIDECAR_NOTE + " ..."
+    runs = [run(1, "a"), run(2, "a", state="failed", note=note, end=120), run(3, "b"), run(4, "b", note=note)]
+    tis = [ti(1, "a", "success", 10), ti(2, "a", "failed", 20, 120)]
+    tis += [ti(3, "b", "success", 10), ti(4, "b", "skipped", None)]
+
+    def outcome(dag: str, rid: int) -> dict[str, Any]:
+        done = {"run_id": f"asset_triggered__r{rid}", "result": "done", "committed_at": ms(120).isoformat()}
+        return {"event": "remediation_outcome", "dag_id": dag, "results": [done]}
+
+    log = [detected("a", 1, 2, kept=1), detected("b", 3, 4, kept=3), outcome("a", 2), outcome("b", 4)]
+    r = verdict(runs, [[1, 2], [3, 4]], tis, log)
+    assert r["done_but_started"] == ["asset_triggered__r2"]

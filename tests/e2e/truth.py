@@ -473,6 +473,9 @@ def judge(
         "missed": counts["missed"],
         "remediated_then_ran": counts["remediated_then_ran"],
         "remediated_after_start": counts["remediated_after_start"],
+        # dupguard logged result "done" (a clean stop) for a run a task of which had started: a
+        # mid-run stop reported as clean. Must be 0.
+        "done_but_started": sorted(runs[rid]["run_id"] for rid in logged_done if started(rid)),
         "not_started_not_stopped": counts["not_started_not_stopped"],
         "failed_by_airflow_before_start": counts["failed_by_airflow_before_start"],
         "catch_rate": (caught / duplicates) if duplicates else None,
