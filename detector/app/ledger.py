@@ -175,6 +175,9 @@ class FileLedger(MemoryLedger):
     def __init__(self, path: str, max_entries: int = 20_000) -> None:
         super().__init__(max_entries=max_entries)
         self.path = Path(path)
+        # Poll thread, remediation workers and alert lanes save at once: one writer at a time, each
+        # writing a snapshot taken after the previous write, so the file never goes back in time.
+        self._write_lock = threading.Lock()
         self._load()
 
     def _load(self) -> None:
@@ -194,39 +197,46 @@ class FileLedger(MemoryLedger):
         self._watermark = data.get("watermark")
 
     def _save(self) -> None:
-        with self._lock:
-            data = {
-                "version": 1,
-                "claims": [list(k) for k in self._claims],
-                "notes": [[*k, v] for k, v in self._notes.items()],
-                "watermark": self._watermark,
-            }
-        temp = self.path.with_name(self.path.name + ".tmp")
-        try:
-            with temp.open("w", encoding="utf-8") as out:
-                json.dump(data, out, separators=(",", ":"))
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp, self.path)
-        except OSError as exc:
-            raise ConfigError([f"DUPGUARD_STATE_FILE {self.path}: cannot write ({_reason(exc)})"]) from None
+        with self._write_lock:
+            with self._lock:
+                data = {
+                    "version": 1,
+                    "claims": [list(k) for k in self._claims],
+                    "notes": [[*k, v] for k, v in self._notes.items()],
+                    "watermark": self._watermark,
+                }
+            temp = self.path.with_name(self.path.name + ".tmp")
+            try:
+                with temp.open("w", encoding="utf-8") as out:
+                    json.dump(data, out, separators=(",", ":"))
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(temp, self.path)
+            except OSError as exc:
+                raise ConfigError([f"DUPGUARD_STATE_FILE {self.path}: cannot write ({_reason(exc)})"]) from None
+
+    def _claim_saved(self, rows: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Claims that hold only once written: if the write fails they are given back, so the retry
+        of the same poll can take them (a claim kept in memory only would silence that group)."""
+        won = [row for row in rows if MemoryLedger.claim(self, *row)]
+        if won:
+            try:
+                self._save()
+            except ConfigError:
+                with self._lock:
+                    for row in won:
+                        self._claims.pop(row, None)
+                raise
+        return won
 
     def claim(self, group_key: str, subject: str) -> bool:
-        won = super().claim(group_key, subject)
-        if won:
-            self._save()
-        return won
+        return bool(self._claim_saved([(group_key, subject)]))
 
     def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
-        won = {subject for subject in subjects if MemoryLedger.claim(self, group_key, subject)}
-        if won:
-            self._save()
-        return won
+        return {subject for _, subject in self._claim_saved((group_key, s) for s in subjects)}
 
     def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
-        rows = _decision_rows(kept, duplicates)
-        if [row for row in rows if MemoryLedger.claim(self, *row)]:
-            self._save()
+        self._claim_saved(_decision_rows(kept, duplicates))
 
     def remember(self, group_key: str, name: str, value: str) -> None:
         super().remember(group_key, name, value)

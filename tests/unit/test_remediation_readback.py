@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from detector.actions.remediation.guarded import judge
 from detector.actions.remediation.readback import read_back
-from detector.core.plan import Mode
+from detector.core.detect import find_duplicates
+from detector.core.model import Run
+from detector.core.plan import Action, Mode, plan
 from detector.core.ports import Result, StartedTask
 from detector.metadb.queries import RunState, TaskState
+from tests.factories import T0, run
 
 BEAT = datetime(2026, 11, 30, 4, 10, 29, tzinfo=UTC)
 
@@ -91,3 +95,28 @@ def test_a_fail_that_left_the_run_unfailed_is_a_failure() -> None:
 def test_a_run_deleted_right_after_the_write_is_still_reported_as_written() -> None:
     checked = read_back(Mode.FAIL, UNSTARTED, "run -> failed", None)
     assert checked.result is Result.DONE and "deleted right after the write" in checked.detail
+
+
+def _judge(*tasks: TaskState) -> str:
+    action = plan_one(run(id=7))
+    verdict = judge(action, _run(*tasks, state="running"), remediate_started=False)
+    assert verdict.result is Result.TOO_LATE
+    return verdict.detail
+
+
+def plan_one(duplicate: Run) -> Action:
+    [finding] = find_duplicates([run(id=6), duplicate], {6: frozenset({1}), 7: frozenset({1})}, {})
+    [action] = plan([finding], Mode.FAIL, now=T0)
+    return action
+
+
+def test_too_late_says_both_ran_only_when_a_worker_ran_a_task() -> None:
+    """A task Airflow failed while still queued (no worker pid, no heartbeat: the worker could not
+    reach the API) did not run: the too-late verdict must not claim both runs executed."""
+    ran = _judge(TaskState("extract", -1, "failed", 4242, BEAT))
+    assert "both runs executed" in ran and "extract=failed" in ran
+    never = _judge(TaskState("extract", -1, "failed"), TaskState("load", -1, None))
+    assert "both runs executed" not in never
+    assert "before any worker ran" in never and "extract=failed" in never
+    running = _judge(TaskState("extract", -1, "running", 4242, BEAT))
+    assert "both runs executed" in running

@@ -83,6 +83,12 @@ def _ti_name(ti: TaskState) -> str:
     return ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"
 
 
+def _worker_ran(ti: TaskState) -> bool:
+    """A worker's ti_run stamps pid and a first heartbeat on the task (routes/task_instances.py
+    L190-197 in 3.1.2); a task failed while still queued has neither."""
+    return ti.state not in {"failed", "up_for_retry"} or ti.pid is not None or ti.last_heartbeat_at is not None
+
+
 def judge(action: Action, current: RunState | None, *, remediate_started: bool) -> Verdict:
     """What may still be done to ``action.run`` given its states right now.
 
@@ -95,6 +101,10 @@ def judge(action: Action, current: RunState | None, *, remediate_started: bool) 
     started = [t for t in current.tasks if t.state in STARTED_TI_STATES]
     if started and not remediate_started:
         names = ", ".join(f"{_ti_name(t)}={t.state}" for t in started)
+        if not any(_worker_ran(t) for t in started):
+            # e.g. a worker that could not reach the Execution API gave up and Airflow failed the
+            # queued task: still left alone (a decision never reverses), but told as it happened
+            return Verdict(Result.TOO_LATE, f"too late: Airflow ended its tasks before any worker ran them ({names})")
         return Verdict(Result.TOO_LATE, f"too late, both runs executed: tasks already started ({names})")
     unfinished = [t for t in current.tasks if t.state not in FINISHED_TI_STATES]
     mode = action.mode

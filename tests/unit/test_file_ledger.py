@@ -1,0 +1,57 @@
+"""The state file of the api source (``FileLedger``): concurrent writers never break a poll or lose a
+claim on disk, and a claim whose write failed is not taken (the retry must be able to take it)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from detector.app.ledger import FileLedger
+from detector.errors import ConfigError
+
+
+def test_threads_claiming_at_once_all_reach_the_file(tmp_path: Path) -> None:
+    """The daemon claims from the poll thread, the remediation workers and the alert lanes at once:
+    every save succeeds and the file ends with every claim (the e2e harness once lost a poll to a
+    shared temp file renamed away by another thread)."""
+    path = tmp_path / "state.json"
+    ledger = FileLedger(str(path))
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def work(n: int) -> None:
+        start.wait()
+        try:
+            for i in range(60):
+                ledger.claim(f"group-{n}", f"subject-{i}")
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    reread = FileLedger(str(path))
+    assert all(not reread.claim(f"group-{n}", f"subject-{i}") for n in range(8) for i in range(60))
+
+
+def test_a_claim_whose_write_failed_is_not_taken(tmp_path: Path) -> None:
+    """The volume goes away: the claim raises, and once it is back the same claim is won (before, the
+    claim stayed taken in memory, so the retried poll thought the group already alerted)."""
+    folder = tmp_path / "volume"
+    folder.mkdir()
+    ledger = FileLedger(str(folder / "state.json"))
+    shutil.rmtree(folder)
+    with pytest.raises(ConfigError, match="cannot write"):
+        ledger.claim_all("group", ["detected", "action:run-2"])
+    with pytest.raises(ConfigError, match="cannot write"):
+        ledger.claim("group", "alert:slack")
+    folder.mkdir()
+    assert ledger.claim_all("group", ["detected", "action:run-2"]) == {"detected", "action:run-2"}
+    assert ledger.claim("group", "alert:slack")
+    assert not FileLedger(str(folder / "state.json")).claim("group", "detected")
