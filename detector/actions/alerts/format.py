@@ -167,7 +167,7 @@ _RESULT_LABELS = {
     Result.DONE: "stopped",
     Result.DRY_RUN: "would be stopped (dry-run)",
     Result.ALREADY: "already stopped",
-    Result.TOO_LATE: "too late: its tasks had started, both runs executed",
+    Result.TOO_LATE: "too late: its tasks had started (or Airflow ended them); left alone",
     Result.CAUGHT_AFTER_START: "stopped mid-run: a task had started before the stop landed",
     Result.GONE: "deleted before it could be stopped",
     Result.FAILED: "remediation FAILED",

@@ -181,7 +181,9 @@ class DbRunStates:
 
 
 _PASSIVE_RESULTS = {
-    Outcome.TOO_LATE: (Result.TOO_LATE, "too late, both runs executed (tasks had started when planned)"),
+    # planned from task states alone: a task Airflow failed while queued looks started here too, so
+    # this says what was seen, not that both runs executed (the re-read's verdict can tell, judge())
+    Outcome.TOO_LATE: (Result.TOO_LATE, "too late: its tasks had left queued when planned; left alone"),
     Outcome.PREVENTED: (Result.ALREADY, "the in-scheduler guard created it with every task skipped"),
     Outcome.NOT_CONFIRMED: (Result.SKIPPED, "group not confirmed: never remediated"),
     Outcome.DISABLED: (Result.SKIPPED, "remediation is off"),
