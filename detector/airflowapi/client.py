@@ -22,11 +22,21 @@ from detector.config import Config
 class Transient(Exception):
     """A 5xx or 429 answer, or a transport error: worth another attempt.
 
-    ``retry_after``: the seconds the server asked to wait (429/503 ``Retry-After``), else None."""
+    ``retry_after``: the seconds the server asked to wait (429/503 ``Retry-After``), else None.
+    ``refused``: nothing reached the server (connection refused or unreachable), so retrying soon
+    costs it nothing; a timeout or a 5xx may be an overloaded server and is not ``refused``."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, *, refused: bool = False) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.refused = refused
+
+
+def refused(exc: urllib3.exceptions.HTTPError) -> bool:
+    """The connection was never made (refused, no route, DNS): the request did not reach Airflow."""
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        return isinstance(exc.reason, urllib3.exceptions.NewConnectionError)
+    return isinstance(exc, urllib3.exceptions.NewConnectionError)
 
 
 def retry_after(value: str | None, now: float) -> float | None:
@@ -85,7 +95,7 @@ def detail(data: bytes | None, secrets: tuple[str | None, ...] = ()) -> str:
 
 def transport(exc: urllib3.exceptions.HTTPError) -> str:
     """A transport failure in a few words (never the request, which holds the Authorization header)."""
-    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+    if refused(exc):
         return "connection refused or unreachable (is the API server up?)"
     if isinstance(exc, urllib3.exceptions.TimeoutError):
         return "timed out"

@@ -32,6 +32,7 @@ from detector.airflowapi.client import (
     detail,
     json_body,
     make_client,
+    refused,
     retry_after,
     transport,
 )
@@ -149,6 +150,6 @@ class Session:
             wait = retry_after(response.headers.get("Retry-After"), time.time())
             return int(response.status), bytes(data or b""), wait
         except urllib3.exceptions.HTTPError as exc:
-            raise Transient(f"{what}: {transport(exc)}") from None
+            raise Transient(f"{what}: {transport(exc)}", refused=refused(exc)) from None
         except ApiException as exc:
             raise AirflowApiError(f"{what}: {api_exception(exc)}") from None

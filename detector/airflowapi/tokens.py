@@ -36,7 +36,7 @@ from airflow_client.client import ApiClient
 from airflow_client.client.exceptions import ApiException
 
 from detector import redact
-from detector.airflowapi.client import Transient, api_exception, detail, json_body, transport
+from detector.airflowapi.client import Transient, api_exception, detail, json_body, refused, transport
 from detector.errors import AirflowApiError, AirflowAuthError
 
 
@@ -141,7 +141,7 @@ class TokenSource:
             )
             response.read()
         except urllib3.exceptions.HTTPError as exc:
-            raise Transient(f"POST {self._shown}: {transport(exc)}") from None
+            raise Transient(f"POST {self._shown}: {transport(exc)}", refused=refused(exc)) from None
         except ApiException as exc:
             raise AirflowApiError(f"POST {self._shown}: {api_exception(exc)}") from None
         self.requests_sent += 1

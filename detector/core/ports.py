@@ -119,6 +119,9 @@ class RemediationResult:
     committed_at: datetime | None = None
     started_tasks: tuple[StartedTask, ...] = ()  # CAUGHT_AFTER_START: the tasks that ran and were stopped
     retryable: bool = False  # a FAILED result worth another attempt later (remediation_dispatch)
+    # retryable, and nothing reached the target (API connection refused): retry at the shortest
+    # back-off, so a duplicate is stopped as soon as the API is back (its worker retries too)
+    retry_soon: bool = False
 
 
 class Remediator(Protocol):

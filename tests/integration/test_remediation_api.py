@@ -434,7 +434,18 @@ def test_api_down_is_a_clear_failure_after_bounded_retries(h: Harness) -> None:
     assert time.monotonic() - started < 5
     assert result.result is Result.FAILED
     assert down in result.detail and "connection refused" in result.detail and "3 times" in result.detail
+    assert result.retryable and result.retry_soon  # nothing reached Airflow: retry at the first back-off
     assert db_state(h.url) == before
+
+
+def test_a_server_answering_5xx_is_not_retried_soon(h: Harness) -> None:
+    """The request reached a struggling server: the dispatcher's doubling back-off applies."""
+    action = h.actions(Mode.FAIL)[0]
+    with CountingProxy(h.server.port) as proxy:
+        proxy.outage = 503
+        result = h.remediator(Mode.FAIL, api_url=proxy.url, attempts=2, backoff=0.05).execute(action)
+    assert result.result is Result.FAILED and "HTTP 503" in result.detail
+    assert result.retryable and not result.retry_soon
 
 
 def test_5xx_is_retried_with_a_recheck_and_then_done(h: Harness) -> None:

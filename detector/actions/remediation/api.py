@@ -153,6 +153,7 @@ class ApiBackend:
     def apply(self, action: Action, work: Work, recheck: Recheck) -> Applied:
         budget = Budget()
         last = ""
+        refused = False
         for attempt in range(1, self.attempts + 1):
             try:
                 self._apply_once(action, work, budget)
@@ -163,7 +164,7 @@ class ApiBackend:
             except AirflowAuthError as exc:
                 return Applied(Result.FAILED, str(exc))
             except Transient as exc:
-                last = str(exc)
+                last, refused = str(exc), exc.refused
             if attempt == self.attempts:
                 break
             self.sleep(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
@@ -195,7 +196,9 @@ class ApiBackend:
                 started_tasks=landed.started_tasks,
             )
         shown = self.session.shown_url
-        return Applied(Result.FAILED, f"Airflow API at {shown} failed {self.attempts} times: {last}")
+        return Applied(
+            Result.FAILED, f"Airflow API at {shown} failed {self.attempts} times: {last}", retry_soon=refused
+        )
 
     def _landed(self, action: Action, work: Work) -> Applied | None:
         """After a failed attempt: if the run carries this action's note, Airflow applied the PATCH

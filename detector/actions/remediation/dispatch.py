@@ -192,7 +192,9 @@ class RemediationDispatcher:
         if not self.retry or self._stopping.is_set():
             self._final(job, replace(result, retryable=False))
             return
-        delay = self._delay(job.attempts)
+        # Refused connections cost the API nothing: keep the first back-off so the duplicate is stopped
+        # as soon as the API is back, before its worker's own retry starts the task (docs/e2e.md).
+        delay = self.retry_backoff if result.retry_soon else self._delay(job.attempts)
         log.warning(
             "remediation_retry_scheduled",
             dag_id=job.action.dag_id,

@@ -137,6 +137,7 @@ class Applied:
     committed_at: datetime | None = None
     started_tasks: tuple[StartedTask, ...] = ()  # read back after the write (detector.actions.remediation.readback)
     retryable: bool = False  # FAILED for a reason that may pass (API down, timeout, database error)
+    retry_soon: bool = False  # ... and nothing reached the target (connection refused): retry soon
 
 
 class Backend(Protocol):
@@ -263,6 +264,7 @@ class GuardedRemediator:
             committed_at=applied.committed_at,
             started_tasks=applied.started_tasks,
             retryable=applied.retryable and applied.result is Result.FAILED,
+            retry_soon=applied.retry_soon and applied.result is Result.FAILED,
         )
 
     def _execute(self, action: Action) -> Applied:
