@@ -196,6 +196,29 @@ def test_run_once_fails_each_duplicate_and_a_restart_repeats_nothing(af: Airflow
     assert db_state(url) == stopped
 
 
+def test_a_viewer_watches_and_a_remediation_it_may_not_make_names_the_permission(
+    af: AirflowServer, tmp_path: Path
+) -> None:
+    """The minimum permissions of docs/airflow-api-auth.md: the viewer role is enough to watch (the
+    same groups as admin), and `run --once` with remediation fail as a viewer changes nothing and says
+    in one line which Airflow permission the PATCH lacks."""
+    url = af.reset(FANOUT)
+    before = db_state(url)
+    viewer = {"DUPGUARD_AIRFLOW_USERNAME": "viewer", "DUPGUARD_AIRFLOW_PASSWORD": "viewer"}
+    done = subprocess.run(
+        [DUPGUARD, "scan", "--format", "json"], env=_env(af.url, None, **viewer), capture_output=True, text=True
+    )
+    assert done.returncode == 1, done.stderr
+    assert _groups(json.loads(done.stdout)) == _truth(FANOUT)
+    code, out = _once(_env(af.url, tmp_path / "state.json", DUPGUARD_REMEDIATION="fail", **viewer))
+    assert code == 0  # a pass that ran: failed remediations are told in alerts and logs (README exit codes)
+    assert len(_events(out, "duplicate_detected")) == 3, out
+    refused = [e for e in _events(out) if "HTTP 403" in json.dumps(e)]
+    assert refused and all("can edit" in json.dumps(e) for e in refused), refused
+    assert "Traceback" not in out
+    assert db_state(url) == before
+
+
 def test_restart_in_the_middle_of_a_storm(af: AirflowServer, tmp_path: Path) -> None:
     """SIGKILL while the second of three remediations is on the wire, then a restart with the same
     state file: every group alerted once over both lives, every duplicate failed, the kept runs and
