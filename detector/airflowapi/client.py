@@ -26,10 +26,15 @@ class Transient(Exception):
     ``refused``: nothing reached the server (connection refused or unreachable), so retrying soon
     costs it nothing; a timeout or a 5xx may be an overloaded server and is not ``refused``."""
 
-    def __init__(self, message: str, retry_after: float | None = None, *, refused: bool = False) -> None:
+    def __init__(
+        self, message: str, retry_after: float | None = None, *, refused: bool = False, conflict: bool = False
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.refused = refused
+        # 409: another writer changed the object at the same moment (two replicas writing the same run
+        # note: "Unique constraint violation"); our write did not apply, a re-check tells the state
+        self.conflict = conflict
 
 
 def refused(exc: urllib3.exceptions.HTTPError) -> bool:

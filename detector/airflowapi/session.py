@@ -109,6 +109,8 @@ class Session:
                 raise AirflowAuthError(f"{what}: HTTP 403 {shown}: the Airflow user needs {needs}")
             if status == 404:
                 raise Gone(f"{what}: {detail(data, self.tokens.secrets())}")
+            if status == 409:
+                raise Transient(f"{what}: HTTP 409 {detail(data, self.tokens.secrets())}", conflict=True)
             if status >= 500 or status == 429:
                 raise Transient(f"{what}: HTTP {status} {detail(data, self.tokens.secrets())}", wait)
             if not 200 <= status < 300:

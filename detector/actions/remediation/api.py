@@ -153,7 +153,7 @@ class ApiBackend:
     def apply(self, action: Action, work: Work, recheck: Recheck) -> Applied:
         budget = Budget()
         last = ""
-        refused = False
+        refused = conflict = False
         for attempt in range(1, self.attempts + 1):
             try:
                 self._apply_once(action, work, budget)
@@ -164,7 +164,7 @@ class ApiBackend:
             except AirflowAuthError as exc:
                 return Applied(Result.FAILED, str(exc))
             except Transient as exc:
-                last, refused = str(exc), exc.refused
+                last, refused, conflict = str(exc), exc.refused, exc.conflict
             if attempt == self.attempts:
                 break
             self.sleep(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
@@ -179,6 +179,9 @@ class ApiBackend:
             verdict = recheck()  # the run may have started, finished or vanished meanwhile
             if verdict.work is None:
                 assert verdict.result is not None
+                if verdict.result is Result.ALREADY and conflict:
+                    # 409: another writer (a second replica) stopped it; ours did not apply
+                    return Applied(Result.ALREADY, f"{verdict.detail} (our write conflicted: {last})")
                 if verdict.result is Result.ALREADY:
                     # An attempt that timed out on our side may well have been applied.
                     return Applied(
