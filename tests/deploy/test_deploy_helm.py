@@ -253,15 +253,7 @@ def test_rendered_output_passes_yamllint(tmp_path: Path) -> None:
                 out = tmp_path / f"{n}-{Path(path).name}"
                 out.write_text(text.lstrip("\n"))
                 files.append(str(out))
-    import subprocess
-
-    result = subprocess.run(
-        [require_executable("yamllint"), "--strict", "-c", str(REPO / "deploy" / "yamllint.yaml"), *files],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _yamllint(files)
 
 
 def test_standalone_lock_mode_reaches_the_configmap() -> None:
@@ -435,15 +427,7 @@ def test_api_source_lints_and_passes_yamllint(tmp_path: Path) -> None:
             out = tmp_path / Path(path).name
             out.write_text(text.lstrip("\n"))
             files.append(str(out))
-    import subprocess
-
-    result = subprocess.run(
-        [require_executable("yamllint"), "--strict", "-c", str(REPO / "deploy" / "yamllint.yaml"), *files],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _yamllint(files)
 
 
 @pytest.mark.parametrize("auth", sorted(set(API_AUTH) - {"existing-secret"}))
@@ -482,3 +466,16 @@ def _validate_unseen(docs: list[dict[str, Any]], seen: set[str], label: str) -> 
             fresh.append(doc)
     if fresh:
         validate_objects(fresh, label)
+
+
+def _yamllint(files: list[str]) -> None:
+    """yamllint --strict with the repository's rules on rendered manifests."""
+    import subprocess
+
+    result = subprocess.run(
+        [require_executable("yamllint"), "--strict", "-c", str(REPO / "deploy" / "yamllint.yaml"), *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
