@@ -21,7 +21,7 @@ from contextlib import redirect_stdout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pytest
 
@@ -169,6 +169,54 @@ def _assert_stopped_exactly(url: str, scenario: str, before: dict[str, Any]) -> 
             assert row.note is not None and duplicates[run_id] in row.note
         else:
             assert row == before[run_id], f"{run_id} must be untouched"
+
+
+@pytest.mark.parametrize("scenario", STARTED)
+def test_the_daemon_reads_events_only_of_runs_the_list_cannot_clear(
+    af: AirflowServer, tmp_path: Path, scenario: str
+) -> None:
+    """`run --once` (the daemon's poll, not scan): it finds what Airflow recorded -- the exact pairs,
+    the overlap race (another run_after, found only because that run is out of id order) and nothing
+    in the successive look-alike -- and asks for the consumed events of the runs of those groups only."""
+    af.reset(scenario)
+    with CountingProxy(af.port) as proxy:
+        code, out = _once(_env(proxy.url, tmp_path / "state.json"))
+        assert code == 0, out
+        read = {unquote(path.split("/")[-2]) for _, path in proxy.requests if path.endswith("/upstreamAssetEvents")}
+    truth = _duplicates(scenario)
+    found = {r: e["kept_run"] for e in _events(out, "duplicate_detected") for r in e["duplicate_runs"]}
+    assert found == truth
+    assert read == set(truth) | set(truth.values())
+
+
+def test_a_race_on_old_queue_rows_is_found_by_the_late_sweep(af: AirflowServer, tmp_path: Path) -> None:
+    """Runs whose run_after lies far below the window (the schedulers caught up on old queue rows) are
+    never listed by the tail. With a 1-minute look-back, the race's runs (hours old) are queued when
+    dupguard starts; Airflow's own code then starts them, and the next late sweep finds each pair."""
+    from sqlalchemy import create_engine, make_url, text
+
+    url = af.reset(FANOUT)
+    engine = create_engine(make_url(url).set(drivername="postgresql+psycopg2"))
+    with engine.begin() as conn:  # as the scheduler that created them left them
+        conn.execute(text("UPDATE dag_run SET state = 'queued', start_date = NULL WHERE run_type = 'asset_triggered'"))
+    engine.dispose()
+    log = tmp_path / "run.log"
+    env = _env(af.url, tmp_path / "state.json", DUPGUARD_STARTUP_LOOKBACK="1m")
+    with log.open("wb") as out:
+        daemon = subprocess.Popen([DUPGUARD, "run"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: _events(log.read_text(), "watching"), timeout=60, what="watching")
+        time.sleep(1)
+        assert _events(log.read_text(), "duplicate_detected") == []
+        start_queued_runs(VERSION, url)
+        wait_for(lambda: len(_events(log.read_text(), "duplicate_detected")) >= 3, timeout=60, what="3 groups")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=15)
+    text_ = log.read_text()
+    found = {r: e["kept_run"] for e in _events(text_, "duplicate_detected") for r in e["duplicate_runs"]}
+    assert found == _duplicates(FANOUT)
+    assert _events(text_, "late_runs")
 
 
 def test_run_once_fails_each_duplicate_and_a_restart_repeats_nothing(af: AirflowServer, tmp_path: Path) -> None:
@@ -416,3 +464,30 @@ def test_scan_through_the_api_on_partitioned_runs(af322: AirflowServer, creds: N
     by_db = json.loads(out.getvalue())
     fields = ("key", "kind", "confidence", "kept_run_id", "duplicate_run_ids", "partition_key", "shared_event_ids")
     assert [{f: g[f] for f in fields} for g in doc["groups"]] == [{f: g[f] for f in fields} for g in by_db["groups"]]
+
+
+@pytest.fixture(scope="module")
+def af306(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+    with airflow_api_server("3.0.6", list(STARTED), pg_templates, tmp_path_factory.mktemp("af306-api")) as server:
+        for scenario in STARTED:
+            start_queued_runs("3.0.6", database_url(server.sources[scenario]))
+        yield server
+
+
+@pytest.mark.parametrize("scenario", STARTED)
+def test_airflow_3_0_through_the_api(af306: AirflowServer, creds: None, tmp_path: Path, scenario: str) -> None:
+    """Airflow 3.0.6 (the oldest API v2 dupguard supports): `scan` and the daemon's poll find what 3.0.6's
+    own scheduler recorded, with the run it committed first kept."""
+    af306.reset(scenario)
+    truth = {
+        r: g["first_run_id"]
+        for g in ground_truth("3.0.6", scenario)["expected_groups"]
+        for r in g["run_ids"]
+        if r != g["first_run_id"]
+    }
+    code, doc = scan_api(af306.url)
+    assert {r: g["kept_run_id"] for g in doc["groups"] for r in g["duplicate_run_ids"]} == truth
+    assert doc["airflow_version"] == "3.0.6"
+    code, out = _once(_env(af306.url, tmp_path / "state.json"))
+    assert code == 0, out
+    assert {r: e["kept_run"] for e in _events(out, "duplicate_detected") for r in e["duplicate_runs"]} == truth

@@ -31,7 +31,7 @@ class FakeAirflow:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     deleted: set[str] = field(default_factory=set)  # listed, then gone before the next read (HTTP 404)
 
-    def add(self, dag_id: str, run_after: datetime, event: int) -> str:
+    def add(self, dag_id: str, run_after: datetime, event: int | tuple[int, ...], *, started: bool = True) -> str:
         run_id = f"asset_triggered__{run_after.isoformat()}_{len(self.runs)}"
         self.runs.append(
             {
@@ -40,14 +40,21 @@ class FakeAirflow:
                 "dag_id": dag_id,
                 "run_type": "asset_triggered",
                 "run_after": run_after.isoformat(),
-                "state": "running",
+                "state": "running" if started else "queued",
                 "queued_at": run_after.isoformat(),
-                "start_date": run_after.isoformat(),
+                "start_date": run_after.isoformat() if started else None,
                 "note": None,
-                "event": event,
+                "events": (event,) if isinstance(event, int) else event,
             }
         )
         return run_id
+
+    def start(self, run_id: str, at: datetime | None = None) -> None:
+        run = next(r for r in self.runs if r["dag_run_id"] == run_id)
+        run["state"], run["start_date"] = "running", (at.isoformat() if at else run["run_after"])
+
+    def reads(self, kind: str) -> int:
+        return sum(1 for path, _ in self.calls if path.endswith("/" + kind))
 
     def request(
         self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None, needs: str
@@ -71,17 +78,32 @@ class FakeAirflow:
                     for r in found
                     if datetime.fromisoformat(r["run_after"]) <= datetime.fromisoformat(q["run_after_lte"])
                 ]
+            if "state" in q:
+                found = [r for r in found if r["state"] == q["state"]]
+            if "start_date_gte" in q:
+                found = [
+                    r
+                    for r in found
+                    if r["start_date"] is not None
+                    and datetime.fromisoformat(r["start_date"]) >= datetime.fromisoformat(q["start_date_gte"])
+                ]
             found.sort(key=lambda r: r["id"], reverse=q.get("order_by") == "-id")
             limit = min(int(q.get("limit", 50)), self.cap)
             offset = int(q.get("offset", 0))
             return {"dag_runs": found[offset : offset + limit], "total_entries": len(found)}
         if len(parts) > 3 and parts[3] in self.deleted:
             raise Gone(f"GET {path}: HTTP 404")
+        if parts[0] == "dags" and len(parts) == 4 and parts[2] == "dagRuns":
+            return next(r for r in self.runs if r["dag_run_id"] == parts[3])
         if parts[0] == "dags" and parts[-1] == "upstreamAssetEvents":
             run = next(r for r in self.runs if r["dag_run_id"] == parts[3])
-            consumers = [r for r in self.runs if r["event"] == run["event"]]
-            created = [{"dag_id": r["dag_id"], "run_id": r["dag_run_id"]} for r in consumers]
-            return {"asset_events": [{"id": run["event"], "created_dagruns": created}], "total_entries": 1}
+            assert run["start_date"] is not None, "Airflow answers 500 here (apache/airflow#71360)"
+            events = []
+            for event in run["events"]:
+                consumers = [r for r in self.runs if event in r["events"]]
+                created = [{"dag_id": r["dag_id"], "run_id": r["dag_run_id"]} for r in consumers]
+                events.append({"id": event, "created_dagruns": created})
+            return {"asset_events": events, "total_entries": len(events)}
         if parts[0] == "dags" and parts[-1] == "taskInstances":
             return {"task_instances": [], "total_entries": 0}
         raise AssertionError(f"unexpected call {path}")
@@ -139,7 +161,7 @@ def test_pages_follow_total_entries_when_the_server_caps_the_page() -> None:
     src = source(fake)
     src.start(AIRFLOW_NOW)
     assert poll(src, AIRFLOW_NOW) == [duplicate]
-    pages = [q for path, q in fake.calls if path == "/api/v2/dags/~/dagRuns" and q.get("limit")]
+    pages = [q for path, q in fake.calls if path == "/api/v2/dags/~/dagRuns" and q.get("limit") and "state" not in q]
     assert len(pages) == 4  # 10 runs, 3 a page
 
 
@@ -191,3 +213,96 @@ def test_a_run_deleted_between_the_list_and_the_read_is_dropped() -> None:
     fake.deleted.add(doomed)
     assert poll(src, AIRFLOW_NOW + timedelta(seconds=3)) == [duplicate]
     assert src.tail is not None and not src.tail.waiting
+
+
+def test_a_steady_stream_of_runs_costs_one_request_a_poll_and_no_judgement() -> None:
+    """Ten runs a second over three DAGs (each DAG a run every 300 ms, each run its own event): the
+    list clears every one (distinct run_after, in id order), so no events, lists or task instances
+    are read; after the first busy poll each poll is one page request (no count)."""
+    fake = FakeAirflow()
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    poll(src, AIRFLOW_NOW)
+    fake.calls.clear()
+    at = AIRFLOW_NOW
+    for _tick in range(40):
+        for _ in range(3):
+            at += timedelta(milliseconds=100)
+            fake.add(f"consumer_{len(fake.runs) % 3}", at, event=len(fake.runs) + 1000)
+        assert poll(src, at) == []
+    assert {path for path, _ in fake.calls} == {"/api/v2/dags/~/dagRuns"}
+    assert len(fake.calls) == 41  # one count (the first poll after an idle one), then one page a poll
+
+
+def test_the_overlap_race_is_read_because_its_run_is_out_of_order() -> None:
+    """The overlap race (facts §2.3, core.detect): the run committed second has an earlier run_after
+    and consumed an event of the first again. Found whether the two arrive in one poll or two; the
+    runs around them, in order, are never read."""
+    for together in (True, False):
+        fake = FakeAirflow()
+        src = source(fake)
+        src.start(AIRFLOW_NOW)
+        poll(src, AIRFLOW_NOW)
+        fake.add("two_assets", AIRFLOW_NOW + timedelta(seconds=1), event=1)
+        fake.add("two_assets", AIRFLOW_NOW + timedelta(seconds=3), event=(2, 3))  # A: both rows, committed first
+        found = [] if together else poll(src, AIRFLOW_NOW + timedelta(seconds=3))
+        stale = fake.add("two_assets", AIRFLOW_NOW + timedelta(seconds=2), event=2)  # B: its stale snapshot
+        fake.add("two_assets", AIRFLOW_NOW + timedelta(seconds=4), event=4)
+        found += poll(src, AIRFLOW_NOW + timedelta(seconds=5))
+        assert found == [stale]
+        assert fake.reads("upstreamAssetEvents") == 2  # the stale run, and A (named by the shared event)
+
+
+def test_a_run_out_of_order_without_a_race_is_read_and_judged_no_duplicate() -> None:
+    """A producer that committed its queue row late gives a run an earlier run_after than the one
+    before it, with an event no other run has: read (the list cannot clear it), and not a group."""
+    fake = FakeAirflow()
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    poll(src, AIRFLOW_NOW)
+    fake.add("consumer", AIRFLOW_NOW + timedelta(seconds=2), event=1)
+    fake.add("consumer", AIRFLOW_NOW + timedelta(seconds=1), event=2)
+    assert poll(src, AIRFLOW_NOW + timedelta(seconds=3)) == []
+    assert fake.reads("upstreamAssetEvents") == 1
+
+
+def test_a_pair_airflow_has_not_started_is_judged_at_the_first_poll_after_its_start() -> None:
+    """Its events are unreadable until Airflow starts it (apache/airflow#71360): read again at every
+    poll at first (not every 5 s), so it is judged at the poll after its start."""
+    fake = FakeAirflow()
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    poll(src, AIRFLOW_NOW)
+    at = AIRFLOW_NOW + timedelta(seconds=1)
+    kept = fake.add("consumer", at, event=1, started=False)
+    duplicate = fake.add("consumer", at, event=1, started=False)
+    assert poll(src, at + timedelta(milliseconds=250)) == []
+    assert fake.reads("upstreamAssetEvents") == 0  # not asked: it would only fail
+    fake.start(kept)
+    fake.start(duplicate)
+    assert poll(src, at + timedelta(milliseconds=500)) == [duplicate]
+
+
+def test_a_pair_committed_with_an_old_run_after_is_found_by_the_late_sweep() -> None:
+    """The schedulers catch up on queue rows 10 minutes old (an outage, an unpause) and race: both runs
+    get that old run_after, below the window. The late sweep (one request every 30 s, for running
+    runs started since the last sweep) finds the pair once it started; the poll costs nothing more."""
+    fake = FakeAirflow()
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    fake.add("busy", AIRFLOW_NOW, event=1)
+    poll(src, AIRFLOW_NOW)
+    old = AIRFLOW_NOW - timedelta(minutes=10)
+    kept = fake.add("caught_up", old, event=2, started=False)
+    duplicate = fake.add("caught_up", old, event=2, started=False)
+    fake.calls.clear()
+    later = AIRFLOW_NOW + timedelta(seconds=20)
+    assert poll(src, later) == []  # below the window: the tail does not list them
+    fake.start(kept, at=later)
+    fake.start(duplicate, at=later)
+    assert poll(src, AIRFLOW_NOW + timedelta(seconds=29)) == []  # the next sweep is not due yet
+    sweeps = [q for _, q in fake.calls if q.get("state") == "running"]
+    assert sweeps == []
+    assert poll(src, AIRFLOW_NOW + timedelta(seconds=31)) == [duplicate]
+    assert poll(src, AIRFLOW_NOW + timedelta(seconds=62)) == []  # swept once, judged once
+    assert len([q for _, q in fake.calls if q.get("state") == "running"]) == 2

@@ -12,6 +12,16 @@ the DAG over the candidates' run_after span), a shared consumed event (each even
 that consumed it, whatever their run_after: the overlap race), and for a partitioned run the same
 key within the suspect window. Followed for at most ``MAX_HOPS`` rounds: real groups are 2 or 3 runs.
 
+Which new runs the daemon's poll reads further (``suspect``): reading a run's events costs Airflow a
+request, so a run the tail's list already clears costs none. A non-partitioned duplicate either
+shares its ``run_after`` with another run of its DAG (the exact pair), or has an *earlier*
+``run_after`` than a run of its DAG committed before it (the overlap race: the creators of one DAG's
+runs are serialised by its DagModel row lock, so a run created from a stale snapshot after another
+run committed is the one out of order; facts §2.3, ``core.detect``). Runs of one DAG made in the
+normal way come in ``run_after`` order with distinct values, so neither holds and nothing is read.
+A run out of order without a race (a producer that committed its queue row late) is read and
+judged like any other suspect: the filter only saves requests, the core still decides.
+
 Not available through the API, so not used: ``asset_partition_dag_run`` rows (a suspected
 partitioned group is never refined into a confirmed split or dropped as a re-processing, and split
 partition keys are not reported), ``creating_job_id`` and the creator's hostname.
@@ -20,11 +30,12 @@ partition keys are not reported), ``creating_job_id`` and the creator's hostname
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from detector.airflowapi.client import Gone
 from detector.core.decisions import decisions_from_notes, decisions_from_roles
@@ -33,11 +44,10 @@ from detector.core.model import GUARD_NOTE_PREFIX, Decisions, Finding, Run, Task
 from detector.sources.api.reader import ApiRun, ConsumedEvents, Reader, progress_of
 
 MAX_HOPS = 3
-PARALLEL = 4  # requests of one judgement sent at once (events of new runs, task instances of a group)
+PARALLEL = 8  # requests of one judgement sent at once: one round trip for events, list and task instances
 _GONE = object()
 T = TypeVar("T")
 R = TypeVar("R")
-NEIGHBOURHOOD = timedelta(seconds=10)  # runs of one DAG this close in run_after are read together
 SUSPECTED_PARTITION = "partitioned-suspected|"
 RunKey = tuple[str, str]
 # Earlier roles (kept / duplicate) by (dag_id, run_id), from the ledger (``Ledger.decisions``).
@@ -88,10 +98,12 @@ class Judge:
         *,
         known: Mapping[RunKey, ApiRun] | None = None,
         known_from: datetime | None = None,
+        order: Mapping[RunKey, int] | None = None,
     ) -> Verdict:
         """The groups ``new`` runs belong to. ``known``: every asset run with run_after >=
-        ``known_from`` (the tail's last answer), so a run in that range needs no list of its own
-        when nothing links it to another run."""
+        ``known_from`` (the tail's last answer); ``order``: the id order (rank, lowest first) of the
+        runs the tail listed in this poll. With both, only ``suspect`` runs are read further; without
+        them (scan, a re-judgement) every run is."""
         verdict = Verdict()
         by_dag: dict[str, list[ApiRun]] = {}
         for run in new:
@@ -103,7 +115,12 @@ class Judge:
                 neighbours.setdefault(other.dag_id, []).append(other)
         number = 0
         for dag_id in sorted(by_dag):
-            number = self._judge_dag(by_dag[dag_id], now, neighbours.get(dag_id, []), known_from, verdict, number)
+            same_dag = neighbours.get(dag_id, [])
+            runs = by_dag[dag_id]
+            if known_from is not None and order is not None:
+                runs = [r for r in runs if suspect(r, same_dag, known_from, order)]
+            if runs:
+                number = self._judge_dag(runs, now, same_dag, known_from, verdict, number)
         return verdict
 
     def _judge_dag(
@@ -115,12 +132,20 @@ class Judge:
         verdict: Verdict,
         number: int,
     ) -> int:
-        """``same_dag``: the DAG's runs from ``known``."""
-        if known_from is not None and all(self._isolated(run, same_dag, known_from) for run in new):
-            return number  # no other asset run of the DAG near any of them: nothing can pair with them
+        """``same_dag``: the DAG's runs from ``known``. One round trip first: the new runs' events,
+        the DAG's id-ordered list over their span and, for a run whose exact twin (same run_after)
+        is already listed, the task instances of both (that pair is nearly always a group)."""
+        twins = [r.key for r in new if any(o.key != r.key and o.run_after == r.run_after for o in same_dag)]
+        twins += [o.key for o in same_dag if o.key not in twins and any(o.run_after == r.run_after for r in new)]
+        jobs: list[Callable[[], object]] = [functools.partial(self._events_or_gone, r) for r in new]
+        jobs.append(functools.partial(self._list_or_gone, new))
+        jobs += [functools.partial(self._tasks_or_none, k) for k in twins]
+        answers = self._parallel(_call, jobs)
+        first_list = answers[len(new)]
+        tasks = {k: cast(list[dict[str, Any]] | None, a) for k, a in zip(twins, answers[len(new) + 1 :], strict=True)}
         events: dict[RunKey, ConsumedEvents] = {}
         candidates: dict[RunKey, ApiRun] = {}
-        for run, found in zip(new, self._parallel(self._events_or_gone, new), strict=True):
+        for run, found in zip(new, answers[: len(new)], strict=True):
             if found is _GONE:
                 verdict.gone.append(run)
                 continue
@@ -145,12 +170,13 @@ class Judge:
         if alone:
             return number
         listed: list[ApiRun] = []
-        for _ in range(MAX_HOPS + 1):
-            try:
-                listed = self._list_span(candidates.values())
-            except Gone:  # the DAG itself is gone (deleted, or no longer parsed): nothing left to act on
+        for hop in range(MAX_HOPS + 1):
+            # The first hop's candidates are new runs, whose span the list read with their events covers.
+            fresh = first_list if hop == 0 else self._list_or_gone(list(candidates.values()))
+            if fresh is _GONE:  # the DAG itself is gone (deleted, or no longer parsed): nothing left to act on
                 verdict.gone.extend(r for r in new if r.key in events)
                 return number
+            listed = cast(list[ApiRun], fresh)
             by_key = {r.key: r for r in listed}
             grown = False
             for run in listed:
@@ -188,7 +214,7 @@ class Judge:
             return number
         by_id = {run.id: key for key, run in runs.items()}
         run_events = {runs[k].id: events[k].event_ids for k in runs if k in events}
-        progress = self._progress(candidates, runs, now)
+        progress = self._progress(candidates, runs, now, tasks)
         prior = self._prior(candidates, runs)
         findings = find_duplicates(
             runs.values(),
@@ -203,17 +229,6 @@ class Judge:
             if any(by_id[r.id] in new_keys for r in finding.runs):
                 verdict.findings.append(_stable_key(finding, by_id))
         return number
-
-    @staticmethod
-    def _isolated(run: ApiRun, same_dag: list[ApiRun], known_from: datetime) -> bool:
-        """No other asset run of its DAG has a run_after within ``NEIGHBOURHOOD`` of its own (``known``
-        holds every asset run from ``known_from`` on), and it has no partition key. Such a run shares
-        no run_after with another, and the overlap race's other run (created right after it, from a
-        snapshot at most a scheduler loop older) would be its neighbour: when that run appears, the
-        pair is judged from it. So a lone run costs no request at all."""
-        if run.partition_key is not None or run.run_after - NEIGHBOURHOOD < known_from:
-            return False
-        return not any(o.key != run.key and abs(o.run_after - run.run_after) <= NEIGHBOURHOOD for o in same_dag)
 
     def _linked(self, run: ApiRun, candidates: Iterable[ApiRun]) -> bool:
         """Same run_after (asset runs), or the same partition key within the suspect window."""
@@ -237,10 +252,18 @@ class Judge:
         return self.reader.asset_runs(dag_id=runs[0].dag_id, run_after_gte=low, run_after_lte=high)
 
     def _progress(
-        self, candidates: Mapping[RunKey, ApiRun], runs: Mapping[RunKey, Run], now: datetime
+        self,
+        candidates: Mapping[RunKey, ApiRun],
+        runs: Mapping[RunKey, Run],
+        now: datetime,
+        read: Mapping[RunKey, list[dict[str, Any]] | None],
     ) -> dict[int, TaskProgress]:
+        """``read``: task instances already read in the judgement's first round trip."""
+        missing = [k for k in runs if k not in read]
+        fetched = dict(read) | dict(zip(missing, self._parallel(self._tasks_or_none, missing), strict=True))
         progress: dict[int, TaskProgress] = {}
-        for (key, run), tasks in zip(runs.items(), self._parallel(self._tasks_or_none, list(runs)), strict=True):
+        for key, run in runs.items():
+            tasks = fetched[key]
             if tasks:
                 guarded = (candidates[key].note or "").startswith(GUARD_NOTE_PREFIX)
                 progress[run.id] = progress_of(tasks, now, guarded=guarded)
@@ -249,6 +272,12 @@ class Judge:
     def _events_or_gone(self, run: ApiRun) -> ConsumedEvents | object | None:
         try:
             return self.reader.events(run)
+        except Gone:
+            return _GONE
+
+    def _list_or_gone(self, candidates: list[ApiRun]) -> list[ApiRun] | object:
+        try:
+            return self._list_span(candidates)
         except Gone:
             return _GONE
 
@@ -271,6 +300,30 @@ class Judge:
         if self.roles is None:
             return prior
         return prior | decisions_from_roles(runs.values(), self.roles(list(runs)))
+
+
+def suspect(run: ApiRun, same_dag: Iterable[ApiRun], known_from: datetime, order: Mapping[RunKey, int]) -> bool:
+    """Whether the tail's answer leaves ``run`` possibly part of a group (module docstring): it has
+    a partition key (its siblings may lie outside the window), it is not a run the tail listed in this
+    poll (a waiting run read again), it lies before the window, or another run of its DAG has its
+    ``run_after``, or a later ``run_after`` and a lower id. A run listed in an earlier poll has no
+    rank here and counts as the lower id (commits of one DAG come in id order), which errs towards
+    reading."""
+    if run.partition_key is not None or run.key not in order or run.run_after < known_from:
+        return True
+    rank = order[run.key]
+    for other in same_dag:
+        if other.key == run.key:
+            continue
+        if other.run_after == run.run_after:
+            return True
+        if other.run_after > run.run_after and order.get(other.key, -1) < rank:
+            return True
+    return False
+
+
+def _call(job: Callable[[], T]) -> T:
+    return job()
 
 
 def _stable_key(finding: Finding, by_id: Mapping[int, RunKey]) -> Finding:

@@ -158,7 +158,9 @@ class Reader:
             query["run_after_gte"] = _iso(run_after_gte)
         if run_after_lte is not None:
             query["run_after_lte"] = _iso(run_after_lte)
-        path = _path("dags", dag_id, "dagRuns")
+        return self._pages(_path("dags", dag_id, "dagRuns"), query)
+
+    def _pages(self, path: str, query: Mapping[str, Any]) -> list[ApiRun]:
         runs: list[ApiRun] = []
         for _ in range(MAX_PAGES):
             # The offset moves by what came back: a server whose maximum_page_limit is below the
@@ -171,6 +173,20 @@ class Reader:
                 return runs
         raise AirflowApiError(f"GET {path}: more than {MAX_PAGES} pages; narrow the range (--since)")
 
+    def late_runs(self, *, run_after_lte: datetime, started_gte: datetime) -> list[ApiRun]:
+        """Running asset runs started from ``started_gte`` whose ``run_after`` is at most
+        ``run_after_lte``, in id order (every page). ``state=running`` lets Airflow's database use its
+        partial index on running runs; ``start_date`` has no index of its own."""
+        query: dict[str, Any] = {
+            "run_type": ASSET_TRIGGERED,
+            "state": "running",
+            "run_after_lte": _iso(run_after_lte),
+            "start_date_gte": _iso(started_gte),
+            "order_by": "id",
+            "limit": self.page,
+        }
+        return self._pages(_path("dags", "~", "dagRuns"), query)
+
     def count_asset_runs(self, *, run_after_gte: datetime) -> int:
         """How many asset runs have ``run_after`` >= the bound: ``limit=0``, so Airflow runs only its
         ``count(*)`` (an index range of ``idx_dag_run_run_after``) and serialises no run."""
@@ -180,8 +196,9 @@ class Reader:
             raise AirflowApiError("GET /api/v2/dags/~/dagRuns: no total_entries in the answer")
         return total
 
-    def newest_asset_runs(self, *, run_after_gte: datetime, offset: int, limit: int) -> list[ApiRun]:
-        """One page of asset runs with ``run_after`` >= the bound, newest ``dag_run.id`` first."""
+    def newest_asset_runs(self, *, run_after_gte: datetime, offset: int, limit: int) -> tuple[list[ApiRun], int]:
+        """One page of asset runs with ``run_after`` >= the bound, newest ``dag_run.id`` first, and
+        how many runs the bound holds in all."""
         query = {
             "run_type": ASSET_TRIGGERED,
             "run_after_gte": _iso(run_after_gte),
@@ -189,7 +206,11 @@ class Reader:
             "limit": limit,
             "offset": offset,
         }
-        return [_run(i) for i in self._get(_path("dags", "~", "dagRuns"), query, READ_RUNS).get("dag_runs") or []]
+        answer = self._get(_path("dags", "~", "dagRuns"), query, READ_RUNS)
+        total = answer.get("total_entries")
+        if not isinstance(total, int):
+            raise AirflowApiError("GET /api/v2/dags/~/dagRuns: no total_entries in the answer")
+        return [_run(i) for i in answer.get("dag_runs") or []], total
 
     def run(self, dag_id: str, run_id: str) -> ApiRun | None:
         """One run, or None when it does not exist (any more)."""

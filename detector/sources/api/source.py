@@ -8,15 +8,26 @@ than its creation (the newest queue row of a non-partitioned run).
 
 **An idle poll is one request that serialises no run**: ``limit=0`` returns only the count of the
 window; equal to the runs already read, nothing is new. Otherwise the newest runs by id are read
-until every new one is found (plus ``LATE_COMMIT_MARGIN``). The whole window is read at the first
-poll, after a deletion and every ``FULL_READ_EVERY``. A new run with no other run of its DAG within
-``judge.NEIGHBOURHOOD`` costs nothing more; only runs near another are judged (events, siblings,
-task instances).
+until every new one is found. After a poll that found new runs the next one skips the count and
+reads the newest page at once (its ``total_entries`` is the count): under a steady stream of runs
+that is one request a poll instead of two. The whole window is read at the first poll, after a
+deletion and every ``FULL_READ_EVERY``. A new run the list clears (``judge.suspect``: no other run of
+its DAG with its run_after, none out of order with it) costs nothing more; only suspects are judged
+(events, siblings, task instances, in one round trip).
+
+A run committed with a ``run_after`` already below the window (the schedulers catching up on old
+queue rows after an outage or an unpause: both may race on them) is found by the **late sweep**:
+every ``LATE_SWEEP_EVERY`` one request for the asset runs that are running, started since the last
+sweep and have a ``run_after`` below the window (``state=running`` is served by Airflow's partial
+index on running runs, so its cost follows the running runs, not the history). Such runs are always
+judged. A late run is judged once it has started, which is also when its events become readable.
 
 A run Airflow has not started cannot be judged yet: its consumed events are unreadable until then
-(apache/airflow#71360, ``reader``). It waits and is read again every ``WAITING_RETRY`` for at most
-``WAITING_HORIZON`` (then logged and counted like an abandoned gap). Airflow starts a new run in the
-scheduler loop that made it unless ``max_active_runs`` holds it.
+(apache/airflow#71360, ``reader``). It waits and is read again at every poll for its first
+``WAITING_FAST``, then every ``WAITING_RETRY``, for at most ``WAITING_HORIZON`` (then logged and
+counted like an abandoned gap). Airflow starts a new run in the scheduler loop that made it unless
+``max_active_runs`` holds it, and schedules its tasks only after that, so the first poll after the
+start still comes before them more often than not.
 
 Progress becomes permanent only in ``commit`` (after the daemon claimed the poll's findings); a
 failed poll leaves the cursor, the runs read and the waiting runs as they were. The cursor is kept in
@@ -26,6 +37,7 @@ the last poll ended instead of re-reading the look-back.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -45,9 +57,10 @@ from detector.sources.api.reader import ApiRun, Reader, parse_time
 log = logs.get("dupguard.source.api")
 TAIL_OVERLAP = timedelta(seconds=60)
 FULL_READ_EVERY = timedelta(minutes=10)
-LATE_COMMIT_MARGIN = 2  # runs read past the new ones: an id taken before a newer run's, committed after it
 PAGE_LIMIT = 100
-WAITING_RETRY = timedelta(seconds=5)
+LATE_SWEEP_EVERY = timedelta(seconds=30)
+WAITING_FAST = timedelta(seconds=10)  # a waiting run is read again at every poll this long
+WAITING_RETRY = timedelta(seconds=5)  # then this often
 WAITING_HORIZON = timedelta(hours=1)
 MAX_WAITING = 10_000
 CURSOR_KEY, CURSOR_NAME = "dupguard|api-source", "cursor"
@@ -67,9 +80,18 @@ class _Tail:
     seen: dict[RunKey, ApiRun] = field(default_factory=dict)  # every asset run of the window read so far
     waiting: dict[RunKey, _Waiting] = field(default_factory=dict)
     full_read_at: datetime | None = None
+    late_at: datetime | None = None  # dupguard's clock: when the late sweep last ran
+    late_from: datetime | None = None  # Airflow's clock: the next sweep looks at runs started from here
+    late_seen: dict[RunKey, datetime] = field(default_factory=dict)  # swept runs -> their start_date
 
     def copy(self) -> _Tail:
-        return _Tail(self.cursor, dict(self.seen), dict(self.waiting), self.full_read_at)
+        return dataclasses.replace(
+            self, seen=dict(self.seen), waiting=dict(self.waiting), late_seen=dict(self.late_seen)
+        )
+
+
+def _full_read_due(tail: _Tail, now: datetime) -> bool:
+    return tail.full_read_at is None or now - tail.full_read_at >= FULL_READ_EVERY
 
 
 class ApiSource:
@@ -90,6 +112,7 @@ class ApiSource:
         )
         self.tail: _Tail | None = None
         self._next: _Tail | None = None
+        self._busy = 0  # new runs found by the last poll: the next one reads a page that size at once
         self._last_ok = 0.0
         self.abandoned = 0
 
@@ -137,12 +160,15 @@ class ApiSource:
         tail = self.tail.copy()
         low = tail.cursor - TAIL_OVERLAP
         window = {k: r for k, r in tail.seen.items() if r.run_after >= low}
+        read_all = _full_read_due(tail, now)
         listed = self._read_window(tail, low, window, now)
         self._last_ok = time.monotonic()
         known = window | {r.key: r for r in listed}
         new = [r for r in listed if r.key not in tail.seen]
-        retry = self._due(tail, now)
-        verdict = self.judge.judge([*new, *retry], now, known=known, known_from=low)
+        self._busy = 0 if read_all else len(new)  # the look-back's runs say nothing of the next poll
+        retry = self._due(tail, now) + self._sweep(tail, low, now)
+        order = {r.key: i for i, r in enumerate(listed)}
+        verdict = self.judge.judge([*new, *retry], now, known=known, known_from=low, order=order)
         for run in [*new, *retry]:
             tail.seen[run.key] = run
             tail.waiting.pop(run.key, None)
@@ -167,35 +193,47 @@ class ApiSource:
         return Polled(new_runs=len(new), findings=verdict.findings)
 
     def _read_window(self, tail: _Tail, low: datetime, window: dict[RunKey, ApiRun], now: datetime) -> list[ApiRun]:
-        """The runs of the window not read yet. Usually one ``limit=0`` request (its count equals the
-        runs already read: nothing new); else the newest runs by id until the new ones are all found.
-        The whole window is read at the first poll, when the count went down (a run was deleted) and
-        every ``FULL_READ_EVERY`` (a deletion and a creation within one poll would balance the count)."""
-        if tail.full_read_at is None or now - tail.full_read_at >= FULL_READ_EVERY:
+        """The runs of the window not read yet, in id order (lowest first). Usually one ``limit=0``
+        request (its count equals the runs already read: nothing new); else the newest runs by id
+        until the new ones are all found. Right after a poll that found some, the count is skipped:
+        the first page's ``total_entries`` gives it. The whole window is read at the first poll, when
+        the count went down (a run was deleted) and every ``FULL_READ_EVERY`` (a deletion and a
+        creation within one poll would balance the count)."""
+        if _full_read_due(tail, now):
             tail.full_read_at = now
             return self.reader.asset_runs(run_after_gte=low)
-        total = self.reader.count_asset_runs(run_after_gte=low)
-        if total == len(window):
-            return []
-        if total < len(window):
-            tail.full_read_at = now
-            return self.reader.asset_runs(run_after_gte=low)
-        need, found, listed, offset = total - len(window), 0, [], 0
-        limit = need + LATE_COMMIT_MARGIN
+        if self._busy:
+            limit = min(PAGE_LIMIT, self._busy)
+        else:
+            total = self.reader.count_asset_runs(run_after_gte=low)
+            if total == len(window):
+                return []
+            if total < len(window):
+                tail.full_read_at = now
+                return self.reader.asset_runs(run_after_gte=low)
+            limit = min(PAGE_LIMIT, total - len(window))
+        listed: list[ApiRun] = []
+        offset = 0
         while True:
-            page = self.reader.newest_asset_runs(run_after_gte=low, offset=offset, limit=limit)
-            listed.extend(page)
-            found += sum(1 for r in page if r.key not in window)
-            offset += len(page)  # a server may cap the page below the limit asked for
-            if found >= need or not page or offset >= total:
-                return listed
-            limit = min(PAGE_LIMIT, 2 * limit)
+            page, total = self.reader.newest_asset_runs(run_after_gte=low, offset=offset, limit=limit)
+            if total < len(window):
+                tail.full_read_at = now
+                return self.reader.asset_runs(run_after_gte=low)
+            offset += len(page)  # the offset moves by what came back: a server may cap the page
+            # A run committed between two pages pushes the older ones down: one may come twice.
+            listed.extend(r for r in page if r.key not in {x.key for x in listed})
+            found = sum(1 for r in listed if r.key not in window)
+            if found >= total - len(window) or not page or offset >= total:
+                return listed[::-1]
+            # A run found later than a newer one took its id earlier and committed later: read on.
+            limit = min(PAGE_LIMIT, max(2 * limit, total - len(window) - found))
 
     def _due(self, tail: _Tail, now: datetime) -> list[ApiRun]:
-        """Waiting runs worth another try (every ``WAITING_RETRY``), read afresh: started by now?"""
+        """Waiting runs worth another try (every poll at first, then every ``WAITING_RETRY``), read
+        afresh: started by now?"""
         due = []
         for key, item in list(tail.waiting.items()):
-            if now - item.tried < WAITING_RETRY:
+            if now - item.since >= WAITING_FAST and now - item.tried < WAITING_RETRY:
                 continue
             fresh = self.reader.run(*key)
             if fresh is None:  # deleted meanwhile
@@ -204,6 +242,27 @@ class ApiSource:
             item.tried = now
             due.append(fresh)
         return due
+
+    def _sweep(self, tail: _Tail, low: datetime, now: datetime) -> list[ApiRun]:
+        """Running asset runs started since the last sweep whose run_after lies below the window
+        (one request every ``LATE_SWEEP_EVERY``). A run started after the last sweep has a start_date
+        past Airflow's clock then, which the window's lower bound then did not exceed."""
+        if tail.late_at is not None and now - tail.late_at < LATE_SWEEP_EVERY:
+            return []
+        started_from = low if tail.late_from is None else tail.late_from
+        runs = self.reader.late_runs(run_after_lte=low, started_gte=started_from)
+        tail.late_at, tail.late_from = now, low
+        tail.late_seen = {k: at for k, at in tail.late_seen.items() if at >= started_from}
+        fresh = [r for r in runs if r.key not in tail.late_seen and r.key not in tail.seen]
+        for run in runs:
+            tail.late_seen[run.key] = run.start_date or started_from
+        if fresh:
+            log.info(
+                "late_runs",
+                runs=[f"{r.dag_id}/{r.run_id}" for r in fresh[:20]],
+                detail="committed with a run_after below the window (old queue rows): judged now",
+            )
+        return fresh
 
     def _expire(self, tail: _Tail, now: datetime) -> None:
         old = [k for k, w in tail.waiting.items() if now - w.since > WAITING_HORIZON]
