@@ -13,6 +13,9 @@ its worker), over the same wall-clock window with and without dupguard.
 
     .venv/bin/python -m benchmarks.api_source [--intervals 250ms,1s] [--pairs 40] [--window 30]
 
+Last, the API server's CPU per request (a count, a page of 10 runs) with no dupguard running, and the
+floor those set for seeing 10 new runs a second at a 250 ms poll.
+
 Results: benchmarks/results/api_source.json (and a copy with a timestamp tag).
 """
 
@@ -187,6 +190,43 @@ def measure(server: AirflowServer, interval: str, pairs: int, window: float, wor
         "latencies_ms": [round(x, 1) for x in lat],
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
+    out |= unit_costs(server, StartedWriter(server.db_url, seed=8))
+    return out
+
+
+def unit_costs(server: AirflowServer, writer: AirflowWriter, repeats: int = 60) -> dict[str, Any]:
+    """What one request costs Airflow's API server, with no dupguard running: a count (``limit=0``,
+    the idle poll) and a page of 10 runs; the difference is the cost of serialising a run. These set
+    the floor of any client that must see every new run once through the public list."""
+    from detector.airflowapi.session import Session
+    from detector.config import Config
+    from detector.sources.api.reader import Reader
+
+    for i in range(12):  # runs to serialise
+        writer.ordinary(DAGS[i % len(DAGS)])
+    user = {"airflow_username": "admin", "airflow_password": "admin"}  # the test server's user
+    config = Config.of(source="api", airflow_api_url=server.url, **user)
+    reader = Reader(Session.from_config(config))
+    since = datetime.now(UTC) - timedelta(minutes=5)
+    reader.count_asset_runs(run_after_gte=since)  # token
+    out: dict[str, Any] = {}
+    pgid = server.process.pid
+    for name, call in (
+        ("count", lambda: reader.count_asset_runs(run_after_gte=since)),
+        ("page_of_10", lambda: reader.newest_asset_runs(run_after_gte=since, offset=0, limit=10)),
+    ):
+        cpu0 = group_cpu_seconds(pgid)
+        for _ in range(repeats):
+            call()
+        out[f"api_cpu_ms_per_{name}"] = round(1000 * (group_cpu_seconds(pgid) - cpu0) / repeats, 2)
+    reader.http.close()
+    out["api_cpu_ms_per_run_serialised"] = round(
+        (out["api_cpu_ms_per_page_of_10"] - out["api_cpu_ms_per_count"]) / 10, 2
+    )
+    # Seeing 10 new runs a second at all: 10 runs serialised, plus the requests of 4 polls a second.
+    out["floor_pct_at_10_runs_per_s_250ms"] = round(
+        (10 * out["api_cpu_ms_per_run_serialised"] + 4 * out["api_cpu_ms_per_count"]) / 10, 2
+    )
     return out
 
 

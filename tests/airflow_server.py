@@ -336,14 +336,8 @@ class CountingProxy:
                         self.end_headers()
                         self.wfile.write(payload)
                         return
-                conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=30)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in {"host", "connection"}}
-                try:
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    answer = conn.getresponse()
-                    data = answer.read()
-                finally:
-                    conn.close()
+                answer, data = self._forward(body, headers)
                 self.send_response(answer.status)
                 for k, v in answer.getheaders():
                     if k.lower() not in {"transfer-encoding", "connection", "content-length"}:
@@ -351,6 +345,45 @@ class CountingProxy:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            upstream: http.client.HTTPConnection | None = None
+
+            def _forward(self, body: bytes | None, headers: dict[str, str]) -> tuple[Any, bytes]:
+                """Over one upstream connection per client connection, kept alive as the client keeps
+                its own: a new connection per request would add the server's connection set-up to
+                every request the benchmarks count. A kept connection the server closed meanwhile
+                is opened again once (the request never reached it)."""
+                reused = self.upstream is not None
+                try:
+                    return self._send(body, headers)
+                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                    self._drop()
+                    if not reused:
+                        raise
+                except BaseException:
+                    self._drop()
+                    raise
+                try:
+                    return self._send(body, headers)
+                except BaseException:
+                    self._drop()
+                    raise
+
+            def _send(self, body: bytes | None, headers: dict[str, str]) -> tuple[Any, bytes]:
+                if self.upstream is None:
+                    self.upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=30)
+                self.upstream.request(self.command, self.path, body=body, headers=headers)
+                answer = self.upstream.getresponse()
+                return answer, answer.read()
+
+            def _drop(self) -> None:
+                if self.upstream is not None:
+                    self.upstream.close()
+                    self.upstream = None
+
+            def finish(self) -> None:
+                super().finish()
+                self._drop()
 
             do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
 

@@ -216,22 +216,25 @@ def test_a_run_deleted_between_the_list_and_the_read_is_dropped() -> None:
 
 
 def test_a_steady_stream_of_runs_costs_one_request_a_poll_and_no_judgement() -> None:
-    """Ten runs a second over three DAGs (each DAG a run every 300 ms, each run its own event): the
-    list clears every one (distinct run_after, in id order), so no events, lists or task instances
-    are read; after the first busy poll each poll is one page request (no count)."""
+    """Ten runs a second over three DAGs (each DAG a run every 300 ms, each run its own event), for two
+    minutes: the list clears every one (distinct run_after, in id order), so no events, lists or task
+    instances are read; after the first busy poll each poll is one page request (no count), and the
+    late sweep every 30 s takes none of the runs the tail listed."""
     fake = FakeAirflow()
     src = source(fake)
     src.start(AIRFLOW_NOW)
     poll(src, AIRFLOW_NOW)
     fake.calls.clear()
     at = AIRFLOW_NOW
-    for _tick in range(40):
+    for _tick in range(400):
         for _ in range(3):
             at += timedelta(milliseconds=100)
             fake.add(f"consumer_{len(fake.runs) % 3}", at, event=len(fake.runs) + 1000)
         assert poll(src, at) == []
     assert {path for path, _ in fake.calls} == {"/api/v2/dags/~/dagRuns"}
-    assert len(fake.calls) == 41  # one count (the first poll after an idle one), then one page a poll
+    sweeps = [q for _, q in fake.calls if q.get("state") == "running"]
+    assert len(sweeps) == 4  # every 30 s of the 120
+    assert len(fake.calls) - len(sweeps) == 401  # one count (the first poll after an idle one), then a page a poll
 
 
 def test_the_overlap_race_is_read_because_its_run_is_out_of_order() -> None:
@@ -277,7 +280,10 @@ def test_a_pair_airflow_has_not_started_is_judged_at_the_first_poll_after_its_st
     kept = fake.add("consumer", at, event=1, started=False)
     duplicate = fake.add("consumer", at, event=1, started=False)
     assert poll(src, at + timedelta(milliseconds=250)) == []
+    assert poll(src, at + timedelta(milliseconds=375)) == []
     assert fake.reads("upstreamAssetEvents") == 0  # not asked: it would only fail
+    assert fake.reads("taskInstances") == 0  # nor its tasks, nor its DAG's list: the pair waits
+    assert ("/api/v2/dags/consumer/dagRuns", True) not in {(p, "order_by" in q) for p, q in fake.calls}
     fake.start(kept)
     fake.start(duplicate)
     assert poll(src, at + timedelta(milliseconds=500)) == [duplicate]

@@ -135,14 +135,21 @@ class Judge:
         """``same_dag``: the DAG's runs from ``known``. One round trip first: the new runs' events,
         the DAG's id-ordered list over their span and, for a run whose exact twin (same run_after)
         is already listed, the task instances of both (that pair is nearly always a group)."""
-        twins = [r.key for r in new if any(o.key != r.key and o.run_after == r.run_after for o in same_dag)]
-        twins += [o.key for o in same_dag if o.key not in twins and any(o.run_after == r.run_after for r in new)]
+        if all(r.start_date is None for r in new):  # no event readable yet (apache/airflow#71360)
+            verdict.waiting.extend(new)
+            return number
+        twins = [r for r in new if any(o.key != r.key and o.run_after == r.run_after for o in same_dag)]
+        twins += [o for o in same_dag if o not in twins and any(o.run_after == r.run_after for r in new)]
+        if any(r.start_date is None for r in twins):  # the group waits for it: read its tasks then
+            twins = []
         jobs: list[Callable[[], object]] = [functools.partial(self._events_or_gone, r) for r in new]
         jobs.append(functools.partial(self._list_or_gone, new))
-        jobs += [functools.partial(self._tasks_or_none, k) for k in twins]
+        jobs += [functools.partial(self._tasks_or_none, r.key) for r in twins]
         answers = self._parallel(_call, jobs)
         first_list = answers[len(new)]
-        tasks = {k: cast(list[dict[str, Any]] | None, a) for k, a in zip(twins, answers[len(new) + 1 :], strict=True)}
+        tasks = {
+            r.key: cast(list[dict[str, Any]] | None, a) for r, a in zip(twins, answers[len(new) + 1 :], strict=True)
+        }
         events: dict[RunKey, ConsumedEvents] = {}
         candidates: dict[RunKey, ApiRun] = {}
         for run, found in zip(new, answers[: len(new)], strict=True):

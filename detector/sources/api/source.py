@@ -59,6 +59,8 @@ TAIL_OVERLAP = timedelta(seconds=60)
 FULL_READ_EVERY = timedelta(minutes=10)
 PAGE_LIMIT = 100
 LATE_SWEEP_EVERY = timedelta(seconds=30)
+LATE_SKEW = timedelta(seconds=10)  # schedulers' clocks may be this far apart
+SEEN_KEEP = timedelta(minutes=10)  # runs the tail listed are remembered this long (by run_after)
 WAITING_FAST = timedelta(seconds=10)  # a waiting run is read again at every poll this long
 WAITING_RETRY = timedelta(seconds=5)  # then this often
 WAITING_HORIZON = timedelta(hours=1)
@@ -77,7 +79,7 @@ class _Waiting:
 @dataclass
 class _Tail:
     cursor: datetime  # highest run_after seen (Airflow's clock); the window starts TAIL_OVERLAP below
-    seen: dict[RunKey, ApiRun] = field(default_factory=dict)  # every asset run of the window read so far
+    seen: dict[RunKey, ApiRun] = field(default_factory=dict)  # every asset run listed, for SEEN_KEEP
     waiting: dict[RunKey, _Waiting] = field(default_factory=dict)
     full_read_at: datetime | None = None
     late_at: datetime | None = None  # dupguard's clock: when the late sweep last ran
@@ -180,7 +182,8 @@ class ApiSource:
         self._expire(tail, now)
         if listed:
             tail.cursor = max(tail.cursor, max(r.run_after for r in listed))
-        floor = tail.cursor - TAIL_OVERLAP
+        # Kept past the window: the late sweep must not take a run the tail listed for a late one.
+        floor = tail.cursor - SEEN_KEEP
         tail.seen = {k: r for k, r in tail.seen.items() if r.run_after >= floor}
         self._next = tail
         waiting_new = [r for r in verdict.waiting if r.key not in self.tail.waiting]
@@ -245,13 +248,16 @@ class ApiSource:
 
     def _sweep(self, tail: _Tail, low: datetime, now: datetime) -> list[ApiRun]:
         """Running asset runs started since the last sweep whose run_after lies below the window
-        (one request every ``LATE_SWEEP_EVERY``). A run started after the last sweep has a start_date
-        past Airflow's clock then, which the window's lower bound then did not exceed."""
+        (one request every ``LATE_SWEEP_EVERY``), minus the runs the tail listed (a run that waited
+        in the queue for ``max_active_runs`` starts long after its run_after)."""
         if tail.late_at is not None and now - tail.late_at < LATE_SWEEP_EVERY:
             return []
         started_from = low if tail.late_from is None else tail.late_from
         runs = self.reader.late_runs(run_after_lte=low, started_gte=started_from)
-        tail.late_at, tail.late_from = now, low
+        # A run started after this sweep has a start_date past Airflow's clock now, which the newest
+        # run_after seen does not exceed (give or take the schedulers' clock skew): the next sweep
+        # starts there, so it returns few runs the tail already listed.
+        tail.late_at, tail.late_from = now, tail.cursor - LATE_SKEW
         tail.late_seen = {k: at for k, at in tail.late_seen.items() if at >= started_from}
         fresh = [r for r in runs if r.key not in tail.late_seen and r.key not in tail.seen]
         for run in runs:
