@@ -31,7 +31,15 @@ class FakeAirflow:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     deleted: set[str] = field(default_factory=set)  # listed, then gone before the next read (HTTP 404)
 
-    def add(self, dag_id: str, run_after: datetime, event: int | tuple[int, ...], *, started: bool = True) -> str:
+    def add(
+        self,
+        dag_id: str,
+        run_after: datetime,
+        event: int | tuple[int, ...],
+        *,
+        started: bool = True,
+        partition_key: str | None = None,
+    ) -> str:
         run_id = f"asset_triggered__{run_after.isoformat()}_{len(self.runs)}"
         self.runs.append(
             {
@@ -45,6 +53,7 @@ class FakeAirflow:
                 "start_date": run_after.isoformat() if started else None,
                 "note": None,
                 "events": (event,) if isinstance(event, int) else event,
+                "partition_key": partition_key,
             }
         )
         return run_id
@@ -312,3 +321,23 @@ def test_a_pair_committed_with_an_old_run_after_is_found_by_the_late_sweep() -> 
     assert poll(src, AIRFLOW_NOW + timedelta(seconds=31)) == [duplicate]
     assert poll(src, AIRFLOW_NOW + timedelta(seconds=62)) == []  # swept once, judged once
     assert len([q for _, q in fake.calls if q.get("state") == "running"]) == 2
+
+
+def test_partitioned_runs_are_read_only_when_their_key_repeats() -> None:
+    """Airflow 3.2 partitioned runs: a stream of runs, each its own partition key, costs no read; the
+    race's pair (one key twice, run_after a few ms apart, the same event) is read and found."""
+    fake = FakeAirflow()
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    poll(src, AIRFLOW_NOW)
+    at = AIRFLOW_NOW
+    for i in range(30):
+        at += timedelta(milliseconds=100)
+        fake.add("partitioned", at, event=100 + i, partition_key=f"p{i:03}")
+        if i % 3 == 2:
+            assert poll(src, at) == []
+    assert fake.reads("upstreamAssetEvents") == 0
+    fake.add("partitioned", at + timedelta(milliseconds=50), event=7, partition_key="p999")
+    duplicate = fake.add("partitioned", at + timedelta(milliseconds=53), event=7, partition_key="p999")
+    assert poll(src, at + timedelta(milliseconds=100)) == [duplicate]
+    assert fake.reads("upstreamAssetEvents") == 2

@@ -19,6 +19,7 @@ shares its ``run_after`` with another run of its DAG (the exact pair), or has an
 runs are serialised by its DagModel row lock, so a run created from a stale snapshot after another
 run committed is the one out of order; facts §2.3, ``core.detect``). Runs of one DAG made in the
 normal way come in ``run_after`` order with distinct values, so neither holds and nothing is read.
+A partitioned run is read only when its key repeats within the suspect window.
 A run out of order without a race (a producer that committed its queue row late) is read and
 judged like any other suspect: the filter only saves requests, the core still decides.
 
@@ -118,7 +119,7 @@ class Judge:
             same_dag = neighbours.get(dag_id, [])
             runs = by_dag[dag_id]
             if known_from is not None and order is not None:
-                runs = [r for r in runs if suspect(r, same_dag, known_from, order)]
+                runs = [r for r in runs if suspect(r, same_dag, known_from, order, self.suspect_window)]
             if runs:
                 number = self._judge_dag(runs, now, same_dag, known_from, verdict, number)
         return verdict
@@ -309,19 +310,31 @@ class Judge:
         return prior | decisions_from_roles(runs.values(), self.roles(list(runs)))
 
 
-def suspect(run: ApiRun, same_dag: Iterable[ApiRun], known_from: datetime, order: Mapping[RunKey, int]) -> bool:
-    """Whether the tail's answer leaves ``run`` possibly part of a group (module docstring): it has
-    a partition key (its siblings may lie outside the window), it is not a run the tail listed in this
-    poll (a waiting run read again), it lies before the window, or another run of its DAG has its
-    ``run_after``, or a later ``run_after`` and a lower id. A run listed in an earlier poll has no
-    rank here and counts as the lower id (commits of one DAG come in id order), which errs towards
-    reading."""
-    if run.partition_key is not None or run.key not in order or run.run_after < known_from:
+def suspect(
+    run: ApiRun,
+    same_dag: Iterable[ApiRun],
+    known_from: datetime,
+    order: Mapping[RunKey, int],
+    suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW,
+) -> bool:
+    """Whether the tail's answer leaves ``run`` possibly part of a group (module docstring): it is
+    not a run the tail listed in this poll (a waiting or late run), it lies before the window, or
+    another run of its DAG has its ``run_after``, or a later ``run_after`` and a lower id. A run
+    listed in an earlier poll has no rank here and counts as the lower id (commits of one DAG come
+    in id order), which errs towards reading. A partitioned run (3.2+) is grouped only with runs of
+    its partition key within the suspect window (``core.detect``): it is read when such a run is
+    listed, or when the window does not reach back that far."""
+    if run.key not in order or run.run_after < known_from:
         return True
+    others = [o for o in same_dag if o.key != run.key]
+    if run.partition_key is not None:
+        if run.run_after - suspect_window < known_from:
+            return True
+        return any(
+            o.partition_key == run.partition_key and abs(o.run_after - run.run_after) <= suspect_window for o in others
+        )
     rank = order[run.key]
-    for other in same_dag:
-        if other.key == run.key:
-            continue
+    for other in others:
         if other.run_after == run.run_after:
             return True
         if other.run_after > run.run_after and order.get(other.key, -1) < rank:
