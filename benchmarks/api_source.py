@@ -13,8 +13,9 @@ its worker), over the same wall-clock window with and without dupguard.
 
     .venv/bin/python -m benchmarks.api_source [--intervals 250ms,1s] [--pairs 40] [--window 30]
 
-Last, the API server's CPU per request (a count, a page of 10 runs) with no dupguard running, and the
-floor those set for seeing 10 new runs a second at a 250 ms poll.
+Last, with no dupguard running: the API server's CPU per request (a count, a page of 10 runs), the
+floor those set for seeing 10 new runs a second at a 250 ms poll, and the CPU of a bare client that
+only reads the newest page every interval while 10 runs/s are written (the least any poller costs).
 
 Results: benchmarks/results/api_source.json (and a copy with a timestamp tag).
 """
@@ -37,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from detector.durations import parse_duration
 from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server
 from tests.pg import Templates
 from tests.writer import AirflowWriter
@@ -191,6 +193,8 @@ def measure(server: AirflowServer, interval: str, pairs: int, window: float, wor
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
     out |= unit_costs(server, StartedWriter(server.db_url, seed=8))
+    seconds = parse_duration(interval).total_seconds()
+    out["bare_client_cpu_pct_at_10_runs_per_s"] = bare_client(server, StartedWriter(server.db_url, seed=9), seconds)
     return out
 
 
@@ -228,6 +232,32 @@ def unit_costs(server: AirflowServer, writer: AirflowWriter, repeats: int = 60) 
         (10 * out["api_cpu_ms_per_run_serialised"] + 4 * out["api_cpu_ms_per_count"]) / 10, 2
     )
     return out
+
+
+def bare_client(server: AirflowServer, writer: AirflowWriter, interval: float, seconds: float = 20.0) -> float:
+    """The API server's added CPU (% of a core) for the least any poller can do while 10 runs/s are
+    written: every ``interval`` one request for the newest runs written since the last one (a page of
+    ``10 * interval`` runs, no count, no judging). What dupguard adds above this is its own."""
+    from detector.airflowapi.session import Session
+    from detector.config import Config
+    from detector.sources.api.reader import Reader
+
+    user = {"airflow_username": "admin", "airflow_password": "admin"}  # the test server's user
+    reader = Reader(Session.from_config(Config.of(source="api", airflow_api_url=server.url, **user)))
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    reader.count_asset_runs(run_after_gte=since)  # token
+    page = max(1, round(10 * interval))
+    stop = threading.Event()
+    writing = threading.Thread(target=load, args=(writer, 10.0, seconds, stop))
+    pgid = server.process.pid
+    cpu0, t0 = group_cpu_seconds(pgid), time.monotonic()
+    writing.start()
+    while writing.is_alive():
+        reader.newest_asset_runs(run_after_gte=since, offset=0, limit=page)
+        time.sleep(interval)
+    used = (group_cpu_seconds(pgid) - cpu0) / (time.monotonic() - t0)
+    reader.http.close()
+    return round(100 * used, 2)
 
 
 def _by_kind(proxy: CountingProxy) -> dict[str, int]:

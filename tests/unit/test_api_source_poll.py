@@ -341,3 +341,20 @@ def test_partitioned_runs_are_read_only_when_their_key_repeats() -> None:
     duplicate = fake.add("partitioned", at + timedelta(milliseconds=53), event=7, partition_key="p999")
     assert poll(src, at + timedelta(milliseconds=100)) == [duplicate]
     assert fake.reads("upstreamAssetEvents") == 2
+
+
+def test_more_new_runs_than_the_last_poll_cost_one_page_of_what_is_missing() -> None:
+    """Runs streaming in: the poll after one that found 10 asks for 10 at once; 12 arrived, so its
+    second page asks for the 2 missing (plus one), not for a doubled page of runs already read."""
+    fake = FakeAirflow()
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    poll(src, AIRFLOW_NOW)
+    at = AIRFLOW_NOW
+    for n in (10, 12):
+        for _ in range(n):
+            at += timedelta(milliseconds=10)
+            fake.add(f"consumer_{len(fake.runs)}", at, event=len(fake.runs))
+        fake.calls.clear()
+        poll(src, at)
+    assert [(q.get("limit"), q.get("offset")) for _, q in fake.calls] == [(10, 0), (3, 10)]

@@ -228,8 +228,10 @@ class ApiSource:
             found = sum(1 for r in listed if r.key not in window)
             if found >= total - len(window) or not page or offset >= total:
                 return listed[::-1]
-            # A run found later than a newer one took its id earlier and committed later: read on.
-            limit = min(PAGE_LIMIT, max(2 * limit, total - len(window) - found))
+            # More new runs than the page held: the next page asks for what is missing (plus one).
+            # Missing still after that, a run took its id before older ones committed: read on, doubling.
+            short = total - len(window) - found
+            limit = min(PAGE_LIMIT, short + 1 if offset == len(page) else max(2 * limit, short))
 
     def _due(self, tail: _Tail, now: datetime) -> list[ApiRun]:
         """Waiting runs worth another try (every poll at first, then every ``WAITING_RETRY``), read
