@@ -7,9 +7,9 @@ run_after from its stale read. Because the lock serialises the two creators, A's
 and visible when B creates its task instances, and Airflow calls ``task_instance_mutation_hook``
 for each of them inside B's transaction (``DagRun.verify_integrity`` -> ``_get_task_creator``,
 airflow/models/dagrun.py). This hook recognises such a run and creates its task instances SKIPPED
-and the run itself finished (``success``, so the scheduler never starts it and sends no DAG
-callback for it); nothing of the duplicate runs, the run gets a note naming the run that was kept,
-and the dupguard sidecar reports it as "prevented" (it recognises the note).
+and the run itself finished (``success``, started and ended at once, so the scheduler never starts
+it and sends no DAG callback for it); nothing of the duplicate runs, the run gets a note naming the
+run that was kept, and the dupguard sidecar reports it as "prevented" (it recognises the note).
 
 What it acts on (everything else returns at once, untouched):
 
@@ -550,17 +550,23 @@ class _DupguardGuard:
         session.add(note)
 
     def finish_run(self, run: Any) -> None:
-        """End the duplicate at birth: state ``success`` (its end_date set by Airflow's own setter).
+        """End the duplicate at birth: state ``success`` (its end_date set by Airflow's own setter),
+        started at that same moment.
 
         A run whose tasks are all skipped would otherwise be queued, started and finished by the
         scheduler, and ``DagRun.update_state`` would send the DAG's ``on_success_callback`` for work
         that never happened. A run created finished is never picked up (the scheduler only starts
-        queued runs and only updates running ones), so no DAG callback fires for it. Written by the
-        scheduler's own flush, like the task instances.
+        queued runs and only updates running ones), so no DAG callback fires for it. Its start_date is
+        set too: Airflow's REST API (3.0.6-3.3.2) fails with HTTP 500 on every asset event that a run
+        without one consumed (apache/airflow#71360), which would hide the kept run's events from the
+        UI and from dupguard's REST source. Written by the scheduler's own flush, like the task
+        instances.
         """
         from airflow.utils.state import DagRunState
 
         run.set_state(DagRunState.SUCCESS)
+        if run.start_date is None:
+            run.start_date = run.end_date
 
     def _log_timeout(self, lock_key: tuple[str, ...]) -> None:
         now = time.monotonic()

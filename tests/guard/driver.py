@@ -188,6 +188,21 @@ def break_guard(guard: Any, how: str) -> None:
         guard._dupguard_guard.partitioned_statement = division_by_zero
 
 
+def _api_serialisable(dr: Any) -> bool | None:
+    """Whether Airflow's REST API can show this run among an asset event's ``created_dagruns``: its
+    ``DagRunAssetReference`` model requires a start_date (3.0.6-3.3.2, apache/airflow#71360), and
+    one run that fails it makes every event it consumed unreadable. None where the model is absent."""
+    try:
+        from airflow.api_fastapi.core_api.datamodels.assets import DagRunAssetReference
+    except ImportError:
+        return None
+    try:
+        DagRunAssetReference.model_validate(dr, from_attributes=True)
+    except Exception:  # noqa: BLE001 - pydantic's ValidationError: the API would answer 500
+        return False
+    return True
+
+
 def run_rows(dag_id: str | None = None) -> list[dict[str, Any]]:
     """Every run (optionally of one DAG) with its task instances and note, read through Airflow's ORM."""
     from airflow.models.dagrun import DagRun
@@ -211,6 +226,9 @@ def run_rows(dag_id: str | None = None) -> list[dict[str, Any]]:
                     "partition_key": getattr(dr, "partition_key", None),
                     "creating_job_id": dr.creating_job_id,
                     "state": str(getattr(dr.state, "value", dr.state)),
+                    "start_date": None if dr.start_date is None else dr.start_date.isoformat(),
+                    "end_date": None if dr.end_date is None else dr.end_date.isoformat(),
+                    "api_serialisable": _api_serialisable(dr),
                     "note": dr.note,
                     "event_ids": sorted(e.id for e in dr.consumed_asset_events),
                     "tis": sorted(
