@@ -8,7 +8,9 @@ install, never a skip: a deployment check that silently does not run is worse th
 from __future__ import annotations
 
 import importlib
+import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -71,6 +73,30 @@ def validate_objects(objects: list[dict[str, Any]], where: str) -> None:
                 pytest.fail(f"{label}: {'.'.join(map(str, exc.absolute_path))}: {exc.message}")
             except (kv.SchemaNotFoundError, kv.InvalidSchemaError) as exc:
                 pytest.fail(f"{label}: {exc.message}")
+
+
+def validate_unseen(docs: list[dict[str, Any]], seen: set[str], where: str) -> None:
+    """``validate_objects`` on the documents not in ``seen`` (validation is slow: an object rendered
+    again by a later combination is validated once); adds them to ``seen``."""
+    fresh = []
+    for doc in docs:
+        key = json.dumps(doc, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            fresh.append(doc)
+    if fresh:
+        validate_objects(fresh, where)
+
+
+def yamllint_strict(files: list[str]) -> None:
+    """yamllint --strict with the repository's rules (deploy/yamllint.yaml)."""
+    result = subprocess.run(
+        [require_executable("yamllint"), "--strict", "-c", str(REPO / "deploy" / "yamllint.yaml"), *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def assert_hardened_container(container: dict[str, Any], where: str) -> None:

@@ -36,7 +36,7 @@ from tests.deploy.support import (
     load_documents,
     locate_airflow_chart,
     require_module,
-    validate_objects,
+    validate_unseen,
 )
 
 SIDECAR_OVERLAY = DEPLOY / "helm" / "values-airflow-sidecar.yaml"
@@ -166,14 +166,7 @@ _VALIDATED: set[str] = set()
 
 def validate_once(docs: list[dict[str, Any]], where: str) -> None:
     """kubernetes-validate every object, skipping objects already validated in an earlier render."""
-    fresh = []
-    for doc in docs:
-        key = json.dumps(doc, sort_keys=True)
-        if key not in _VALIDATED:
-            _VALIDATED.add(key)
-            fresh.append(doc)
-    if fresh:
-        validate_objects(fresh, where)
+    validate_unseen(docs, _VALIDATED, where)
 
 
 @pytest.mark.parametrize("combo", COMBINATIONS, ids=combo_id)

@@ -16,12 +16,13 @@ import pytest
 
 from tests.deploy.support import (
     CHART,
-    REPO,
     assert_hardened_container,
     load_documents,
     require_executable,
     require_module,
     validate_objects,
+    validate_unseen,
+    yamllint_strict,
 )
 
 SECRET_VARIANTS: dict[str, dict[str, Any]] = {
@@ -127,7 +128,7 @@ def test_every_toggle_combination_renders_valid_objects() -> None:
             expected.add("NetworkPolicy")
         assert set(kinds) == expected, f"{label}: rendered {sorted(kinds)}"
         assert kinds["ConfigMap"]["data"]["DUPGUARD_REMEDIATION"] == values["remediation"]["mode"]
-        _validate_unseen(docs, seen, label)
+        validate_unseen(docs, seen, label)
 
 
 def test_enabled_false_renders_nothing_whatever_else_is_set() -> None:
@@ -253,7 +254,7 @@ def test_rendered_output_passes_yamllint(tmp_path: Path) -> None:
                 out = tmp_path / f"{n}-{Path(path).name}"
                 out.write_text(text.lstrip("\n"))
                 files.append(str(out))
-    _yamllint(files)
+    yamllint_strict(files)
 
 
 def test_standalone_lock_mode_reaches_the_configmap() -> None:
@@ -371,7 +372,7 @@ def test_api_source_is_one_recreated_pod_without_a_database_secret(auth: str) ->
             assert mounts["airflow-token"] == "/var/run/airflow-token"
         elif auth == "existing-secret":
             assert {"secretRef": {"name": "dupguard-api"}} in container["envFrom"]
-        _validate_unseen(docs, seen, label)
+        validate_unseen(docs, seen, label)
 
 
 def test_database_source_is_unchanged_by_the_api_switch() -> None:
@@ -427,7 +428,7 @@ def test_api_source_lints_and_passes_yamllint(tmp_path: Path) -> None:
             out = tmp_path / Path(path).name
             out.write_text(text.lstrip("\n"))
             files.append(str(out))
-    _yamllint(files)
+    yamllint_strict(files)
 
 
 @pytest.mark.parametrize("auth", sorted(set(API_AUTH) - {"existing-secret"}))
@@ -454,28 +455,3 @@ def test_api_source_settings_are_accepted_by_dupguard(auth: str) -> None:
     assert "/var/lib/dupguard/state.json" in lines["state_file"]
     assert "10ms" not in lines["poll_interval"]
     assert "# default" in lines["database_url"]
-
-
-def _validate_unseen(docs: list[dict[str, Any]], seen: set[str], label: str) -> None:
-    """kubernetes-validate --strict on the documents no earlier combination rendered (it is slow)."""
-    fresh = []
-    for doc in docs:
-        key = json.dumps(doc, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            fresh.append(doc)
-    if fresh:
-        validate_objects(fresh, label)
-
-
-def _yamllint(files: list[str]) -> None:
-    """yamllint --strict with the repository's rules on rendered manifests."""
-    import subprocess
-
-    result = subprocess.run(
-        [require_executable("yamllint"), "--strict", "-c", str(REPO / "deploy" / "yamllint.yaml"), *files],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr

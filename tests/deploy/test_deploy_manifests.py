@@ -13,13 +13,13 @@ import yaml
 
 from tests.deploy.support import (
     DEPLOY,
-    REPO,
     assert_hardened_container,
     load_documents,
     require_executable,
     require_module,
     throwaway_pod,
     validate_objects,
+    yamllint_strict,
 )
 
 SIDECAR_OVERLAY = DEPLOY / "helm" / "values-airflow-sidecar.yaml"
@@ -100,10 +100,4 @@ def test_yamllint_on_all_deploy_yaml() -> None:
     require_module("yamllint")
     files = [str(p) for p in sorted(DEPLOY.rglob("*.yaml")) if "templates" not in p.relative_to(DEPLOY).parts]
     assert len(files) >= 8
-    result = subprocess.run(
-        [require_executable("yamllint"), "--strict", "-c", str(REPO / "deploy" / "yamllint.yaml"), *files],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    yamllint_strict(files)
