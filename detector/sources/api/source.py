@@ -60,7 +60,7 @@ FULL_READ_EVERY = timedelta(minutes=10)
 PAGE_LIMIT = 100
 LATE_SWEEP_EVERY = timedelta(seconds=30)
 LATE_SKEW = timedelta(seconds=10)  # schedulers' clocks may be this far apart
-SEEN_KEEP = timedelta(minutes=10)  # runs the tail listed are remembered this long (by run_after)
+SEEN_KEEP = timedelta(minutes=10)  # runs that left the window are remembered this long (by run_after)
 WAITING_FAST = timedelta(seconds=10)  # a waiting run is read again at every poll this long
 WAITING_RETRY = timedelta(seconds=5)  # then this often
 WAITING_HORIZON = timedelta(hours=1)
@@ -79,7 +79,7 @@ class _Waiting:
 @dataclass
 class _Tail:
     cursor: datetime  # highest run_after seen (Airflow's clock); the window starts TAIL_OVERLAP below
-    seen: dict[RunKey, ApiRun] = field(default_factory=dict)  # every asset run listed, for SEEN_KEEP
+    seen: dict[RunKey, ApiRun] = field(default_factory=dict)  # every asset run of the window read so far
     waiting: dict[RunKey, _Waiting] = field(default_factory=dict)
     full_read_at: datetime | None = None
     late_at: datetime | None = None  # dupguard's clock: when the late sweep last ran
@@ -115,6 +115,10 @@ class ApiSource:
         self.tail: _Tail | None = None
         self._next: _Tail | None = None
         self._busy = 0  # new runs found by the last poll: the next one reads a page that size at once
+        # Runs that left the window (key -> run_after), kept for SEEN_KEEP outside the copied tail so a
+        # poll does not copy them: the late sweep must not take a run the tail listed for a late one.
+        self._retired: dict[RunKey, datetime] = {}
+        self._retiring: dict[RunKey, datetime] = {}
         self._last_ok = 0.0
         self.abandoned = 0
 
@@ -182,8 +186,8 @@ class ApiSource:
         self._expire(tail, now)
         if listed:
             tail.cursor = max(tail.cursor, max(r.run_after for r in listed))
-        # Kept past the window: the late sweep must not take a run the tail listed for a late one.
-        floor = tail.cursor - SEEN_KEEP
+        floor = tail.cursor - TAIL_OVERLAP
+        self._retiring = {k: r.run_after for k, r in tail.seen.items() if r.run_after < floor}
         tail.seen = {k: r for k, r in tail.seen.items() if r.run_after >= floor}
         self._next = tail
         waiting_new = [r for r in verdict.waiting if r.key not in self.tail.waiting]
@@ -216,6 +220,7 @@ class ApiSource:
                 return self.reader.asset_runs(run_after_gte=low)
             limit = min(PAGE_LIMIT, total - len(window))
         listed: list[ApiRun] = []
+        keys: set[RunKey] = set()
         offset = 0
         while True:
             page, total = self.reader.newest_asset_runs(run_after_gte=low, offset=offset, limit=limit)
@@ -224,7 +229,9 @@ class ApiSource:
                 return self.reader.asset_runs(run_after_gte=low)
             offset += len(page)  # the offset moves by what came back: a server may cap the page
             # A run committed between two pages pushes the older ones down: one may come twice.
-            listed.extend(r for r in page if r.key not in {x.key for x in listed})
+            fresh = [r for r in page if r.key not in keys]
+            keys.update(r.key for r in fresh)
+            listed.extend(fresh)
             found = sum(1 for r in listed if r.key not in window)
             if found >= total - len(window) or not page or offset >= total:
                 return listed[::-1]
@@ -261,7 +268,11 @@ class ApiSource:
         # starts there, so it returns few runs the tail already listed.
         tail.late_at, tail.late_from = now, tail.cursor - LATE_SKEW
         tail.late_seen = {k: at for k, at in tail.late_seen.items() if at >= started_from}
-        fresh = [r for r in runs if r.key not in tail.late_seen and r.key not in tail.seen]
+        keep_from = tail.cursor - SEEN_KEEP
+        self._retired = {k: at for k, at in self._retired.items() if at >= keep_from}
+        fresh = [
+            r for r in runs if r.key not in tail.late_seen and r.key not in tail.seen and r.key not in self._retired
+        ]
         for run in runs:
             tail.late_seen[run.key] = run.start_date or started_from
         if fresh:
@@ -294,11 +305,14 @@ class ApiSource:
             return
         moved = self.tail is None or self._next.cursor != self.tail.cursor
         self.tail, self._next = self._next, None
+        self._retired.update(self._retiring)
+        self._retiring = {}
         if moved and self.ledger.durable:
             self.ledger.remember(CURSOR_KEY, CURSOR_NAME, self.tail.cursor.isoformat())
 
     def failed(self, exc: BaseException) -> str:
         self._next = None
+        self._retiring = {}
         return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
     def rejudge(self, dag_id: str, run_id: str, now: datetime) -> list[Finding] | None:
