@@ -10,7 +10,7 @@ import json
 import os
 import subprocess
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,14 @@ def database_url(dbname: str) -> str:
 
 @dataclass
 class Templates:
-    """Creates each schema's template database once per test session."""
+    """Creates each schema's template database once per test session, and drops every database it made.
+
+    The clones are dropped too: a suite makes hundreds of them, and a shared server that keeps them
+    fills its disk within a few runs (7,700 leaked clones, 74 GB, stopped PostgreSQL mid-suite).
+    """
 
     made: dict[str, str]
+    clones: list[str] = field(default_factory=list)
 
     def template_for(self, version: str) -> str:
         if version not in self.made:
@@ -69,13 +74,17 @@ class Templates:
         """A fresh database with ``version``'s schema (and a scenario's data); returns its URL."""
         name = f"t_{uuid.uuid4().hex[:12]}"
         execute_admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template_for(version)}"')
+        self.clones.append(name)
         if scenario is not None:
             execute_admin(fixture_sql(FIXTURES / "scenarios" / version / f"{scenario}.sql"), dbname=name)
         return database_url(name)
 
     def drop_all(self) -> None:
-        for name in self.made.values():
+        """Drops the clones before their templates (a template with a clone being copied cannot go)."""
+        for name in [*self.clones, *self.made.values()]:
             execute_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.clones.clear()
+        self.made.clear()
 
 
 def schema_sql(version: str) -> str:

@@ -1,0 +1,37 @@
+"""The suite's own PostgreSQL hygiene: every database a test session makes is dropped at its end.
+
+A shared server that kept them ran out of disk after a few dozen suites and stopped mid-run (CI failed
+with 'Connection refused' from half the integration tests)."""
+
+from __future__ import annotations
+
+import psycopg2
+import pytest
+
+from tests.pg import Templates, admin_url
+
+pytestmark = pytest.mark.integration
+
+
+def _databases() -> set[str]:
+    conn = psycopg2.connect(admin_url())
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT datname FROM pg_database")
+            return {str(r[0]) for r in cur.fetchall()}
+    finally:
+        conn.close()
+
+
+def test_drop_all_drops_the_clones_and_their_templates() -> None:
+    before = _databases()
+    templates = Templates(made={})
+    templates.clone("3.1.2")
+    templates.clone("3.1.2", "race_asset")
+    templates.clone("3.2.2")
+    made = _databases() - before
+    assert len(made) == 5  # two templates and three clones
+
+    templates.drop_all()
+
+    assert not made & _databases()
