@@ -20,6 +20,9 @@ measured. ``--cells`` picks explicit cells instead of the product:
 runs the cells on another Airflow with the partitioned producer/consumer pair. ``--watcher on`` adds
 the triggerer and the AssetWatcher consumers; ``--replicas 2 --kills N --outage 20`` the failover and
 API-outage faults. ``--seed`` makes the random moments of the faults repeatable.
+
+``--report TAG,TAG`` runs nothing: it prints the table of runs already stored under those tags, runs
+of one cell pooled across tags (how docs/e2e.md's tables are made).
 """
 
 from __future__ import annotations
@@ -220,6 +223,12 @@ def table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def stored(tag: str) -> list[dict[str, Any]]:
+    """The reports of a finished (or interrupted) matrix."""
+    runs: list[dict[str, Any]] = json.loads((RESULTS / f"e2e_{tag}.json").read_text())["runs"]
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--executor", type=_list(str), default=["local"], help="local,celery")
@@ -245,7 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--producer-sleep", type=float, default=2.0)
     p.add_argument("--tag", default=datetime.now(UTC).strftime("%Y%m%dT%H%M%S"))
     p.add_argument("--workdir", type=Path, help="where run directories (logs) go (default: a temp dir)")
+    p.add_argument("--report", type=_list(str), help="print the pooled table of these stored tags; run nothing")
     args = p.parse_args(argv)
+    if args.report:
+        print(table([run for tag in args.report for run in stored(tag)]), end="")
+        return 0
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="dupguard-e2e-"))
     RESULTS.mkdir(exist_ok=True)
