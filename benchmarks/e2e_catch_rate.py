@@ -194,9 +194,10 @@ def table(reports: list[dict[str, Any]]) -> str:
         for runs in cells_of[executor].values():
             s, p = runs[0]["spec"], pool(runs)
             faults = []
-            if s.get("replicas", 1) > 1:
+            if s.get("replicas", 1) > 1 or s.get("leader_kills"):
                 kills = f", {p['leader_kills']} kills (takeover ≤ {_fmt(p['takeover_max_ms'])} ms)"
-                faults.append(f"{s['replicas']} replicas{kills if s.get('leader_kills') else ''}")
+                replicas = f"{s.get('replicas', 1)} replica" + ("s" if s.get("replicas", 1) > 1 else "")
+                faults.append(replicas + (kills if s.get("leader_kills") else ""))
             if s.get("api_outage"):
                 faults.append(f"API down {s['api_outage']:g} s")
             if s.get("watcher"):

@@ -275,6 +275,20 @@ def test_each_leader_kill_is_timed_to_the_next_leader_acquired() -> None:
     assert "outage" not in out
 
 
+def test_a_killed_api_source_replica_takes_over_when_its_restart_watches_again() -> None:
+    """The REST API source has no leader lock: its one replica is back when it logs ``watching``
+    again (2.5 s after the kill). The database source's ``watching`` is not a takeover (its standby
+    logs ``leader_acquired`` first): the second kill had none."""
+    log = [
+        {"event": "watching", "source": "api", "timestamp": ms(2500).isoformat()},
+        {"event": "watching", "timestamp": ms(11000).isoformat()},
+    ]
+    faults = [{"what": "leader_killed", "at": ms(t).isoformat()} for t in (0, 10000)]
+    out = judge_faults({"duplicates": []}, faults, log)
+    assert (out["leader_kills"], out["kills_without_takeover"]) == (2, 1)
+    assert out["takeover_ms"]["max"] == 2500.0
+
+
 def test_a_clean_stop_logged_for_a_run_whose_task_had_started_is_flagged() -> None:
     """dupguard logged ``done`` for run 2, yet its task started at 20 ms (before the 120 ms stop):
     a mid-run stop reported as clean; run 4's ``done`` is honest (its task never started)."""

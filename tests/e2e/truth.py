@@ -209,15 +209,22 @@ def analyse(
     return report
 
 
+def _takes_over(event: dict[str, Any]) -> bool:
+    return event.get("event") == "leader_acquired" or (
+        event.get("event") == "watching" and event.get("source") == "api"
+    )
+
+
 def judge_faults(report: dict[str, Any], faults: list[dict[str, Any]], log: list[dict[str, Any]]) -> dict[str, Any]:
     """What the faults did. Leader kills: the time from each SIGKILL to the next ``leader_acquired``
-    logged by any replica (the takeover). API outage (``api_down`` .. ``api_ready``): every duplicate
+    logged by any replica (the takeover); the REST API source takes no lock, so its one replica's
+    takeover is its restart's ``watching``. API outage (``api_down`` .. ``api_ready``): every duplicate
     created before the API server answered again whose tasks had not started by then must be stopped
     before they start (``outage.not_started_at_return`` vs ``outage.stopped_before_start``). A task
     whose ``start_date`` falls inside the outage had not started either: ``start_date`` is the
     worker's clock when it first tried ``ti_run``, which it retried until the API server answered."""
     out: dict[str, Any] = {}
-    acquired = sorted(t for e in log if e.get("event") == "leader_acquired" and (t := _parse(e.get("timestamp"))))
+    acquired = sorted(t for e in log if _takes_over(e) and (t := _parse(e.get("timestamp"))))
     kills = [_parse(f["at"]) for f in faults if f["what"] == "leader_killed"]
     takeovers = []
     for k in kills:
