@@ -358,3 +358,50 @@ def test_more_new_runs_than_the_last_poll_cost_one_page_of_what_is_missing() -> 
         fake.calls.clear()
         poll(src, at)
     assert [(q.get("limit"), q.get("offset")) for _, q in fake.calls] == [(10, 0), (3, 10)]
+
+
+@dataclass
+class StreamingAirflow(FakeAirflow):
+    """The scheduler commits a run while each newest-first page is being served (10 runs/s and a page
+    that takes ~100 ms): every page sees one run more than the page before it."""
+
+    streaming: bool = False
+    at: datetime = AIRFLOW_NOW
+
+    def request(
+        self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None, needs: str
+    ) -> dict[str, Any]:
+        if self.streaming and (query or {}).get("order_by") == "-id":
+            self.at += timedelta(milliseconds=100)
+            self.add(f"consumer_{len(self.runs) % 3}", self.at, event=len(self.runs) + 1000)
+        return super().request(method, path, query=query, body=body, needs=needs)
+
+
+def test_runs_committed_while_a_poll_pages_leave_for_the_next_poll_not_a_read_of_the_window() -> None:
+    """Under a stream, a poll that needs a second page sees a new run arrive with each page. It looks
+    for the runs its first page counted; those that arrived later are the next poll's. (It used to
+    chase the count down to the bottom of the window: every run of it, in 7 pages.)"""
+    fake = StreamingAirflow()
+    src = source(fake)
+    src.start(AIRFLOW_NOW)
+    for _ in range(200):  # the window's older runs
+        fake.at += timedelta(milliseconds=100)
+        fake.add(f"consumer_{len(fake.runs) % 3}", fake.at, event=len(fake.runs) + 1000)
+    poll(src, fake.at)
+    for n in (10, 12):  # the second poll finds more new runs than the first: a second page
+        for _ in range(n):
+            fake.at += timedelta(milliseconds=100)
+            fake.add(f"consumer_{len(fake.runs) % 3}", fake.at, event=len(fake.runs) + 1000)
+        fake.calls.clear()
+        fake.streaming = n == 12
+        poll(src, fake.at)
+    pages = [(q.get("limit"), q.get("offset")) for _, q in fake.calls if q.get("order_by") == "-id"]
+    # 13 counted by the first page (12 and the one committed as it was served): 10, then the 3 missing
+    # plus one for the run committed before the second page, which pushed them down
+    assert pages == [(10, 0), (4, 10)]
+
+    fake.streaming = False
+    fake.calls.clear()
+    poll(src, fake.at)  # the runs that arrived during the paging: found now, nothing lost
+    assert src.tail is not None
+    assert {r["dag_run_id"] for r in fake.runs[-60:]} <= set(k[1] for k in src.tail.seen)

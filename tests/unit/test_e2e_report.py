@@ -12,7 +12,13 @@ from benchmarks import e2e_catch_rate
 
 
 def _run(name: str, *, backend: str, duplicates: int, stopped: int, seed: int) -> dict[str, Any]:
-    spec: dict[str, Any] = {"name": name, "executor": "celery", "backend": backend, "source": "database", "mode": "fail"}
+    spec: dict[str, Any] = {
+        "name": name,
+        "executor": "celery",
+        "backend": backend,
+        "source": "database",
+        "mode": "fail",
+    }
     spec |= {"pickup_delay": 0.0, "guard": False, "fault_max_ms": 0.0, "watcher": True, "seed": seed}
     return {
         "spec": spec,

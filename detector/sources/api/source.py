@@ -222,22 +222,26 @@ class ApiSource:
         listed: list[ApiRun] = []
         keys: set[RunKey] = set()
         offset = 0
+        goal: int | None = None
         while True:
             page, total = self.reader.newest_asset_runs(run_after_gte=low, offset=offset, limit=limit)
             if total < len(window):
                 tail.full_read_at = now
                 return self.reader.asset_runs(run_after_gte=low)
+            # The poll looks for the new runs its first page counted. Runs committed while it pages
+            # are the next poll's: chasing them down the pages read the whole window under a stream.
+            goal = total - len(window) if goal is None else goal
             offset += len(page)  # the offset moves by what came back: a server may cap the page
             # A run committed between two pages pushes the older ones down: one may come twice.
             fresh = [r for r in page if r.key not in keys]
             keys.update(r.key for r in fresh)
             listed.extend(fresh)
             found = sum(1 for r in listed if r.key not in window)
-            if found >= total - len(window) or not page or offset >= total:
+            if found >= goal or not page or offset >= total:
                 return listed[::-1]
             # More new runs than the page held: the next page asks for what is missing (plus one).
             # Missing still after that, a run took its id before older ones committed: read on, doubling.
-            short = total - len(window) - found
+            short = goal - found
             limit = min(PAGE_LIMIT, short + 1 if offset == len(page) else max(2 * limit, short))
 
     def _due(self, tail: _Tail, now: datetime) -> list[ApiRun]:
