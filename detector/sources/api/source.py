@@ -221,7 +221,7 @@ class ApiSource:
             limit = min(PAGE_LIMIT, total - len(window))
         listed: list[ApiRun] = []
         keys: set[RunKey] = set()
-        offset = 0
+        offset = found = 0
         goal: int | None = None
         while True:
             page, total = self.reader.newest_asset_runs(run_after_gte=low, offset=offset, limit=limit)
@@ -236,7 +236,7 @@ class ApiSource:
             fresh = [r for r in page if r.key not in keys]
             keys.update(r.key for r in fresh)
             listed.extend(fresh)
-            found = sum(1 for r in listed if r.key not in window)
+            found += sum(1 for r in fresh if r.key not in window)
             if found >= goal or not page or offset >= total:
                 return listed[::-1]
             # More new runs than the page held: the next page asks for what is missing (plus one).
