@@ -82,37 +82,79 @@ def test_late_commit_with_lower_id_is_not_missed(db_url: str, writer: AirflowWri
     assert d.alerter.detected()[0].finding.kept.run_id == first.run_id
 
 
+def lock_holders(url: str, key: int) -> list[int]:
+    """Backend pids holding the advisory lock ``key`` (granted) in this database, as PostgreSQL sees it."""
+    conn = psycopg2.connect(url)
+    try:
+        with conn.cursor() as cur:
+            # A bigint key is stored as classid (high 32 bits) and objid (low 32 bits), objsubid 1.
+            cur.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "AND (classid::bigint << 32 | objid::bigint) = %s",
+                (key,),
+            )
+            return sorted(row[0] for row in cur.fetchall())
+    finally:
+        conn.close()
+
+
+def polls(d: Running) -> float:
+    """Poll passes this replica ran (only a replica that believes it leads polls)."""
+    return d.metrics.registry.get_sample_value("dupguard_poll_duration_seconds_count") or 0.0
+
+
+def own_state(d: Running) -> str:
+    """The state this replica reports about itself (``dupguard_state``, what /readyz names)."""
+    return d.daemon.status.current.state.value
+
+
 def test_two_replicas_one_acts_and_standby_takes_over(
     db_url: str, writer: AirflowWriter, daemons: list[Running]
 ) -> None:
-    """Two daemons on one DB: one leads; duplicates are handled once; killing the leader's lock
-    connection hands leadership to the standby, which handles the next duplicate, once."""
+    """Two daemons on one DB: exactly one leads, seen three ways that two leaders would fail: the
+    database shows one holder of the lock; each replica's own state says leading / standby; and the
+    standby never polls (its poll counter, which no shared ledger deduplicates, stays at 0) nor
+    alerts nor remediates. Killing the leader's lock session hands leadership to the standby: again
+    one holder, the old leader reports itself no longer leading and stops polling, and only the new
+    leader handles the next duplicate."""
     a = start_daemon(db_url)
     daemons.append(a)
     wait_for(a.is_leader, what="first leader")
     b = start_daemon(db_url)
     daemons.append(b)
-    time.sleep(0.6)
-    assert a.is_leader() and not b.is_leader()
-    writer.duplicate_pair("consumer")
+    key = a.daemon.config.lock_key
+    wait_for(lambda: own_state(b) == "standby", what="the second replica to report standby")
+    first_dup = writer.duplicate_pair("consumer")[1]
     wait_for(lambda: len(a.alerter.detected()) == 1, what="leader alert")
-    assert b.alerter.events == []
+    wait_for(lambda: len(a.alerter.outcomes()) == 1, what="leader outcome")
+    # a polled many times meanwhile; a second leader would have polled as often
+    assert polls(a) > 0 and polls(b) == 0
+    assert (own_state(a), own_state(b)) == ("leading", "standby")
+    assert a.is_leader() and not b.is_leader()
+    (old_holder,) = lock_holders(db_url, key)
+    assert b.alerter.events == [] and b.remediator.actions == []
+    assert [x.run.run_id for x in a.remediator.actions] == [first_dup.run_id]
 
     admin = psycopg2.connect(db_url)
     admin.autocommit = True
     with admin.cursor() as cur:  # the leader's lock session dies, as with a SIGKILLed pod
-        cur.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        )
+        cur.execute("SELECT pg_terminate_backend(%s)", (old_holder,))
     admin.close()
     took = wait_for(b.is_leader, timeout=20, what="standby takeover")
-    wait_for(lambda: not a.is_leader() or a.daemon.parts.leadership.is_leader(datetime.now(UTC)), what="old leader")
     print(f"standby took over after {took:.2f}s")
-    writer.duplicate_pair("consumer")
-    wait_for(lambda: len(b.alerter.detected()) == 1 or len(a.alerter.detected()) == 2, what="second alert")
-    time.sleep(0.3)
-    assert len(a.alerter.detected()) + len(b.alerter.detected()) == 2
+    wait_for(lambda: own_state(a) == "standby" and not a.is_leader(), timeout=20, what="old leader to step down")
+    a_polls = polls(a)  # a poll already running when it stepped down may still finish: at most one
+    (new_holder,) = lock_holders(db_url, key)
+    assert new_holder != old_holder
+    second_dup = writer.duplicate_pair("consumer")[1]
+    wait_for(lambda: len(b.alerter.detected()) == 1, what="the new leader's alert")
+    wait_for(lambda: len(b.alerter.outcomes()) == 1, what="the new leader's outcome")
+    assert polls(b) > 0 and polls(a) <= a_polls + 1
+    assert (own_state(a), own_state(b)) == ("standby", "leading")
+    assert lock_holders(db_url, key) == [new_holder]
+    assert len(a.alerter.detected()) == 1 and [x.run.run_id for x in a.remediator.actions] == [first_dup.run_id]
+    assert [x.run.run_id for x in b.remediator.actions] == [second_dup.run_id]
 
 
 def test_restart_with_durable_ledger_does_not_realert(db_url: str, writer: AirflowWriter) -> None:
