@@ -1,0 +1,104 @@
+"""A real streaming replica (hot standby) of the test PostgreSQL, started by the test, stopped after.
+
+``pg_basebackup -R`` copies the running test server (scripts/postgres.sh) and writes
+``standby.signal`` and ``primary_conninfo``; the copy is started on a free port and streams the
+primary's WAL, so a database created on the primary appears on the standby and ``pg_is_in_recovery()``
+is true there. The test server's defaults allow it (``wal_level = replica``, ``max_wal_senders = 10``
+and initdb's ``host replication all 127.0.0.1/32 trust``). PostgreSQL refuses to run as root: as root
+(CI) the replica runs as the ``postgres`` OS user, like the primary.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg2
+from sqlalchemy.engine import make_url
+
+from tests.pg import admin_url
+from tests.pgbouncer import _free_port
+
+
+def _bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if not found:
+        raise RuntimeError(f"{name} not found: run scripts/postgres.sh start (it installs postgresql-15)")
+    return found[-1]
+
+
+def _as_postgres(command: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+
+
+@dataclass(frozen=True)
+class Replica:
+    port: int
+    primary_url: str
+
+    def url(self, primary_database_url: str) -> str:
+        """The URL of the same database on the standby."""
+        return make_url(primary_database_url).set(port=self.port).render_as_string(hide_password=False)
+
+    def wait_caught_up(self, timeout: float = 120.0) -> None:
+        """Until the standby has replayed everything the primary had written when this was called."""
+        with _connect(self.primary_url) as primary:
+            target = _scalar(primary, "SELECT pg_current_wal_lsn()")
+        standby_url = make_url(self.primary_url).set(port=self.port).render_as_string(hide_password=False)
+        deadline = time.monotonic() + timeout
+        with _connect(standby_url) as standby:
+            while time.monotonic() < deadline:
+                if _scalar(standby, f"SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"):
+                    return
+                time.sleep(0.05)
+        raise RuntimeError(f"the standby did not replay up to {target} within {timeout:g} s")
+
+
+@contextmanager
+def _connect(url: str) -> Iterator[psycopg2.extensions.connection]:
+    conn = psycopg2.connect(url, connect_timeout=10)
+    conn.autocommit = True
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _scalar(conn: psycopg2.extensions.connection, sql: str) -> object:
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        row = cur.fetchone()
+    return None if row is None else row[0]
+
+
+@contextmanager
+def streaming_replica() -> Iterator[Replica]:
+    """Start a hot standby of the test server on a free port; stop it and delete its data afterwards."""
+    primary = make_url(admin_url())
+    port = _free_port()
+    data = Path(tempfile.mkdtemp(prefix="dupguard-replica-"))
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres")
+    data.chmod(0o700)
+    backup = [_bin("pg_basebackup"), "-h", str(primary.host), "-p", str(primary.port), "-U", str(primary.username)]
+    subprocess.run(_as_postgres([*backup, "-D", str(data), "-R", "-X", "stream", "--no-sync"]), check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    # The copy carries the primary's port and socket folder: its own, given on the command line, win.
+    options = f"-c port={port} -c unix_socket_directories={data} -c hot_standby=on"
+    start = [_bin("pg_ctl"), "-D", str(data), "-l", str(data / "server.log"), "-o", options, "-w", "-t", "120"]
+    try:
+        subprocess.run(_as_postgres([*start, "start"]), check=True, capture_output=True, timeout=180)
+        replica = Replica(port=port, primary_url=primary.render_as_string(hide_password=False))
+        replica.wait_caught_up()
+        yield replica
+    finally:
+        subprocess.run(_as_postgres([_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]), capture_output=True)
+        shutil.rmtree(data, ignore_errors=True)
