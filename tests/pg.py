@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
+import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,3 +105,27 @@ def ground_truth(version: str, scenario: str) -> dict[str, Any]:
 def scenarios(version: str) -> list[str]:
     folder = FIXTURES / "scenarios" / version
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+@contextmanager
+def private_server(version: str = "3.1.2") -> Iterator[tuple[str, Path]]:
+    """A PostgreSQL of the caller's own with ``version``'s schema in database ``postgres``: its backends
+    may be stopped and its pg_hba.conf changed without touching the shared server. Yields the
+    superuser URL and the data directory."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        pg_port = int(s.getsockname()[1])
+    pg_dir = Path(tempfile.mkdtemp(prefix="dupguard-pg-"))
+    pg_dir.chmod(0o711)
+    env = os.environ | {"DUPGUARD_TEST_PG_PORT": str(pg_port), "DUPGUARD_TEST_PG_DATA": str(pg_dir / "data")}
+    pg = [str(ROOT / "scripts" / "postgres.sh")]
+    admin = subprocess.run([*pg, "start"], env=env, check=True, capture_output=True, text=True).stdout.strip()
+    try:
+        conn = psycopg2.connect(admin)
+        conn.autocommit = True
+        conn.cursor().execute(schema_sql(version))
+        conn.close()
+        yield admin, pg_dir / "data"
+    finally:
+        subprocess.run([*pg, "stop"], env=env, check=False)
+        shutil.rmtree(pg_dir, ignore_errors=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import ipaddress
+import secrets
 import select
 import socket
 import sqlite3
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import psycopg2
 import psycopg2.extensions
@@ -33,13 +33,15 @@ _FAMILY_TABLES = ("dag_run", "asset_partition_dag_run")
 def parse_url(raw: str) -> URL:
     """A SQLAlchemy URL for Airflow's metadata DB; ``postgres://`` and driverless URLs use psycopg2.
 
-    A raw ``@`` in the password is split at the last ``@`` (as ``urllib.parse`` and libpq do):
-    SQLAlchemy splits at the first, which would send the password's tail to DNS as a host name.
+    PostgreSQL URLs are split the way libpq splits them (``_split_postgres``), not by SQLAlchemy's
+    ``make_url``, whose pattern looks for the userinfo's ``@`` past the host: in
+    ``postgresql://u@db:5432/a?password=x@y`` it took ``y`` for the host and ``5432/a?password=x`` for
+    the password, which then showed in every redacted message.
     """
     text = raw.strip()
+    scheme, sep, rest = text.partition("://")
     try:
-        text = _escape_userinfo(text)
-        url = make_url(text)
+        url = _split_postgres(scheme, rest) if sep and scheme in _POSTGRES_SCHEMES else make_url(text)
         _ = url.port  # a non-numeric port raises here or in make_url
     except (ArgumentError, ValueError):
         raise ConfigError([_why_not_a_url(text)]) from None
@@ -50,18 +52,41 @@ def parse_url(raw: str) -> URL:
     raise ConfigError([f"database URL scheme {url.drivername!r} is not supported (postgresql:// or sqlite:///)"])
 
 
-def _escape_userinfo(text: str) -> str:
-    scheme, sep, rest = text.partition("://")
-    if not sep or scheme.startswith("sqlite"):
-        return text
-    netloc_end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-    netloc = rest[:netloc_end]
-    if netloc.count("@") < 2:
-        return text
-    userinfo, _, hostport = netloc.rpartition("@")
+def _split_postgres(scheme: str, rest: str) -> URL:
+    """libpq's reading of ``user:password@host:port/dbname?key=value`` (``conninfo_uri_parse_options``).
+
+    The authority ends at the first ``/`` (so ``:``, ``?`` and ``#`` may stay raw in the userinfo's
+    password, and anything in the query is the query's), or at the first ``?`` when there is no path.
+    In the authority the userinfo ends at the last ``@`` (libpq takes the first and then fails to
+    resolve a host holding the password's tail); the password starts after the first ``:``. Every
+    part is percent-decoded and ``+`` stays ``+``, as in libpq (``parse_qsl`` would make it a space).
+    """
+    slash = rest.find("/")
+    end = slash if slash >= 0 else (rest.find("?") if "?" in rest else len(rest))
+    authority, tail = rest[:end], rest[end:]
+    userinfo, at, hostport = authority.rpartition("@")
     user, colon, password = userinfo.partition(":")
-    escaped = quote(user, safe="%") + colon + quote(password, safe="%")
-    return f"{scheme}://{escaped}@{hostport}{rest[netloc_end:]}"
+    if hostport.startswith("["):  # [IPv6]:port
+        host, bracket, port = hostport[1:].partition("]")
+        if not bracket or (port and not port.startswith(":")):
+            raise ValueError("bad IPv6 host")
+        port = port[1:]
+    else:
+        host, _, port = hostport.partition(":")
+    path, _, query = tail.partition("?")
+    params: dict[str, list[str]] = {}
+    for item in filter(None, query.split("&")):
+        key, _, value = item.partition("=")
+        params.setdefault(unquote(key), []).append(unquote(value))
+    return URL.create(
+        scheme,
+        username=unquote(user) if at else None,
+        password=unquote(password) if colon else None,
+        host=unquote(host) or None,
+        port=int(port) if port else None,
+        database=unquote(path[1:]) or None,
+        query={k: v[0] if len(v) == 1 else tuple(v) for k, v in params.items()},
+    )
 
 
 def _why_not_a_url(text: str) -> str:
@@ -216,29 +241,78 @@ def open_airflow_db(engine: Engine) -> AirflowDb:
     return AirflowDb(engine=engine, info=info, tables=airflow_tables(info.family))
 
 
-def is_direct(conn: Connection) -> bool | None:
-    """True if the server's view of its client is this very socket; None for a Unix socket.
+PIN_ROUNDS = 3  # round trips of the pinning proof: each one another chance for a pooler to show itself
 
-    Any proxy or pooler (PgBouncer in any pool mode, Pgpool, a cloud SQL proxy) connects to the server
-    from its own socket, so it never passes for direct (``detector.app.leader``, ``detector.metadb.prepared``).
+
+def is_pinned(conn: Connection) -> bool:
+    """True when ``conn``'s transactions are proven to reach one server session (direct, a plain TCP
+    proxy, PgBouncer's session pooling); False behind transaction or statement pooling.
+
+    Proof, not inference from addresses (issue 22 §3: on one host a pooler's ephemeral port can equal
+    the client's): a session variable (``queries.mark_session``) is set with a fresh nonce in one
+    transaction; then, ``PIN_ROUNDS`` times, a second client of the same URL runs a transaction, and
+    ``conn`` runs another. Pinned only if ``conn`` always finds its backend pid and nonce and the other
+    client never does. A pooler that hands server sessions out per transaction gives the session ``conn``
+    just released to the next client (PgBouncer reuses the most recent one; with a pool of one there is
+    no other), so the other client lands on it and the proof fails; round-robin hands ``conn`` another
+    session and it fails on ``conn``'s side. A second client that cannot connect proves nothing: False.
+    The variable (``dupguard.pin_check``) is inert; behind transaction pooling it stays on a server
+    session Airflow may use, where nothing reads it. Commits ``conn``'s current transaction.
     """
-    addr, port = queries.client_endpoint(conn)
-    fd = conn.connection.dbapi_connection.fileno()  # type: ignore[union-attr]
-    with socket.socket(fileno=socket.dup(fd)) as own:
-        local = own.getsockname()
-    if addr is None or port is None or not isinstance(local, tuple):
-        return None
-    return _same_ip(str(addr), str(local[0])) and int(port) == int(local[1])
-
-
-def _same_ip(a: str, b: str) -> bool:
-    def norm(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-        ip = ipaddress.ip_address(text.split("%", 1)[0].split("/", 1)[0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped
-        return ip
-
+    nonce = secrets.token_hex(8)
+    pid = queries.mark_session(conn, nonce)
+    conn.commit()
     try:
-        return norm(a) == norm(b)
-    except ValueError:
+        other = conn.engine.connect()
+    except SQLAlchemyError:
         return False
+    with other:
+        for _ in range(PIN_ROUNDS):
+            try:
+                seen = queries.session_mark(other)
+                other.commit()
+            except SQLAlchemyError:
+                return False
+            if seen[0] == pid or seen[1] == nonce:
+                return False  # our server session served another client
+            again = queries.session_mark(conn)
+            conn.commit()
+            if again != (pid, nonce):
+                return False  # our next transaction ran in another server session
+    return True
+
+
+@dataclass(frozen=True)
+class ServerRole:
+    """What a connection reached: a primary, or a standby replaying WAL (a hot standby, a reader endpoint)."""
+
+    standby: bool
+    replay_lag_seconds: float | None = None  # a standby's; None when unknown (nothing replayed yet)
+
+    def describe(self) -> str:
+        if not self.standby:
+            return "primary"
+        lag = "unknown" if self.replay_lag_seconds is None else f"{self.replay_lag_seconds:.1f} s"
+        return f"standby (in recovery, replay lag {lag})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"role": "standby" if self.standby else "primary", "replay_lag_seconds": self.replay_lag_seconds}
+
+
+def server_role(conn: Connection) -> ServerRole | None:
+    """The server ``conn`` reached (``queries.recovery_status``); None for SQLite, which has no standby."""
+    if conn.dialect.name != "postgresql":
+        return None
+    standby, lag = queries.recovery_status(conn)
+    return ServerRole(standby=standby, replay_lag_seconds=None if lag is None else round(lag, 3))
+
+
+def refuse_standby(conn: Connection, setting: str, use: str) -> None:
+    """Raise ``DatabaseError`` when ``conn`` reached a server in recovery: ``use`` (what dupguard was about
+    to do) must never rely on a copy that may lag the primary. The message names ``setting``."""
+    if conn.dialect.name == "postgresql" and queries.in_recovery(conn):
+        raise DatabaseError(
+            f"database {redact(conn.engine.url)} is a hot standby (in recovery, it may lag the primary): "
+            f"dupguard never {use} there; set {setting} to the primary (a writer endpoint, not a reader "
+            "endpoint; a multi-host URL needs target_session_attrs=read-write)"
+        )

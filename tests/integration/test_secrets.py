@@ -156,6 +156,7 @@ def test_no_marker_secret_in_any_output(pg_templates: Templates, tmp_path: Path)
             f"postgresql://airflow:{M['db_userinfo']}@{dead}/airflow",
             f"postgresql://airflow@{dead}/airflow?password={M['db_query']}&sslmode=disable",
             f"postgresql://airflow:{M['db_at_head']}@{M['db_at_tail']}@{dead}/airflow",
+            f"postgresql://airflow@{dead}/airflow?password={M['db_at_head']}@{M['db_at_tail']}",
         ):
             for argv in (["scan", "--database-url", form], ["run", "--once", "--database-url", form]):
                 done = subprocess.run([DUPGUARD, *argv], env=_clean_env(), capture_output=True, text=True, timeout=60)

@@ -8,10 +8,7 @@ Each fault must show, within seconds, as /readyz 503 with the state in its body,
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -24,7 +21,7 @@ from sqlalchemy.engine import make_url
 from detector.app.cli import main
 from tests.daemon_harness import wait_for
 from tests.integration.test_run_process import events, free_port, metric, spawn, status
-from tests.pg import ROOT, Templates, execute_admin, schema_sql
+from tests.pg import Templates, execute_admin, private_server
 from tests.pgbouncer import pgbouncer
 from tests.writer import AirflowWriter
 
@@ -169,21 +166,8 @@ def test_run_committed_after_gap_grace_is_found_and_reported(
 @pytest.fixture
 def private_pg() -> Iterator[str]:
     """A PostgreSQL of this test's own, with the 3.1.2 schema: its backends may be stopped."""
-    pg_port = free_port()
-    pg_dir = Path(tempfile.mkdtemp(prefix="dupguard-pg-"))
-    pg_dir.chmod(0o711)
-    env = os.environ | {"DUPGUARD_TEST_PG_PORT": str(pg_port), "DUPGUARD_TEST_PG_DATA": str(pg_dir / "data")}
-    pg = [str(ROOT / "scripts" / "postgres.sh")]
-    admin = subprocess.run([*pg, "start"], env=env, check=True, capture_output=True, text=True).stdout.strip()
-    try:
-        conn = psycopg2.connect(admin)
-        conn.autocommit = True
-        conn.cursor().execute(schema_sql("3.1.2"))
-        conn.close()
+    with private_server("3.1.2") as (admin, _):
         yield admin
-    finally:
-        subprocess.run([*pg, "stop"], env=env, check=False)
-        shutil.rmtree(pg_dir, ignore_errors=True)
 
 
 def _dupguard_backends(admin: str) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from psycopg2.extensions import parse_dsn
 from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy.exc import OperationalError
 
@@ -80,3 +81,32 @@ def test_api_error_bodies_that_echo_the_request() -> None:
     nested = {"detail": {"request": {"username": "admin", "password": "Mk9-secret-pw", "access_token": "Mk10"}}}
     shown = _detail(json.dumps(nested).encode())
     assert "Mk9" not in shown and "Mk10" not in shown and "admin" in shown
+
+
+# Each form as libpq itself reads it (psycopg2's parse_dsn is libpq's PQconninfoParse): the authority
+# ends at the first "/", so "@", "/", ":", "?" and "#" in a ``?password=`` value, and ":", "?", "#" in
+# the userinfo password, are the password's; "%XX" is decoded everywhere and "+" stays "+".
+LIBPQ_FORMS = [
+    "postgresql://airflow@db:5432/airflow?password=Mk9a@tail9",
+    "postgresql://airflow@db/airflow?password=Mk9a@tail9&sslmode=disable",
+    "postgresql://[::1]:5432/airflow?password=Mk9a@tail9",
+    "postgresql://airflow@db/airflow?password=Mk9a+/:?#@tail9",
+    "postgresql://airflow:Mk9a:?#tail9@db:5432/airflow",
+    "postgresql://airflow:Mk9a%40%2F%3A%3F%23tail9@db/airflow",
+    "postgresql://airflow:Mk9a+tail9@db/air%40flow",
+]
+
+
+@pytest.mark.parametrize("raw", LIBPQ_FORMS)
+def test_database_url_is_split_where_libpq_splits_it(raw: str) -> None:
+    """User, password, host, port and database are what libpq makes of the same text (so the URL
+    connects), and no part of the password shows in the redacted URL, the configuration or an error."""
+    url = parse_url(raw)
+    password = url.query.get("password", url.password)
+    ours = {"user": url.username, "password": password, "host": url.host, "port": url.port, "dbname": url.database}
+    libpq = parse_dsn(raw)
+    libpq["port"] = int(libpq["port"]) if "port" in libpq else None
+    assert ours == {key: libpq.get(key) for key in ours}
+    error = describe_error(OperationalError("SELECT 1", {}, Exception("connection refused")), url)
+    for shown in (redact.db_url(url), str(Config.of(database_url=raw).redacted()), error):
+        assert "Mk9a" not in shown and "tail9" not in shown, shown
