@@ -75,6 +75,11 @@ _DUPGUARD_LOG = logging.getLogger("dupguard.guard")
 # How long a creator waits for another scheduler creating the same (dag, key) to commit (seconds).
 _DUPGUARD_LOCK_WAIT_ENV = "DUPGUARD_GUARD_LOCK_WAIT_SECONDS"
 _DUPGUARD_LOCK_WAIT_DEFAULT = 5.0
+# The wait happens inside the scheduler's critical section: its DagModel row locks (3.0/3.1) and its
+# loop are held meanwhile, and its job heartbeat waits too. Other schedulers call a scheduler dead
+# after [scheduler] scheduler_health_check_threshold (30 s by default) and reset its tasks; a third
+# of that leaves the rest of the scheduling loop its time.
+_DUPGUARD_LOCK_WAIT_MAX = 10.0
 # Airflow's lower bound of an asset run's event window (date.min), as an aware datetime. timezone.utc
 # rather than datetime.UTC: Airflow 3.0 still runs on Python 3.9 and 3.10.
 _DUPGUARD_UTC = _dupguard_datetime.timezone.utc  # noqa: UP017
@@ -606,11 +611,27 @@ def _dupguard_lock_id(lock_key: tuple[str, ...]) -> int:
 
 
 def _dupguard_lock_wait() -> float:
-    """Seconds a creator waits for the lock (``DUPGUARD_GUARD_LOCK_WAIT_SECONDS``, default 5)."""
-    try:
-        return max(0.0, float(os.environ.get(_DUPGUARD_LOCK_WAIT_ENV, _DUPGUARD_LOCK_WAIT_DEFAULT)))
-    except ValueError:
+    """Seconds a creator waits for the lock (``DUPGUARD_GUARD_LOCK_WAIT_SECONDS``, default 5, at most
+    10). Anything else (not a number, inf, nan, negative, above 10) is refused with one warning and
+    the default is used: a bad value must neither stall the scheduler nor switch the lock off."""
+    raw = os.environ.get(_DUPGUARD_LOCK_WAIT_ENV)
+    if raw is None or not raw.strip():
         return _DUPGUARD_LOCK_WAIT_DEFAULT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if 0.0 <= value <= _DUPGUARD_LOCK_WAIT_MAX:  # False for nan and inf
+        return value
+    _DUPGUARD_LOG.warning(
+        "dupguard guard: %s=%r refused (a number of seconds from 0 to %g: the wait holds the "
+        "scheduler's locks); using %g",
+        _DUPGUARD_LOCK_WAIT_ENV,
+        raw[:40],
+        _DUPGUARD_LOCK_WAIT_MAX,
+        _DUPGUARD_LOCK_WAIT_DEFAULT,
+    )
+    return _DUPGUARD_LOCK_WAIT_DEFAULT
 
 
 def _dupguard_enable_on_creation() -> None:
