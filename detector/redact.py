@@ -115,6 +115,28 @@ def withhold(text: str, secrets: Iterable[str | None], what: str = "detail") -> 
     return f"({what} withheld: it contains a secret)" if contains_secret(text, secrets) else text
 
 
+# Secret-looking parts of a text whose secrets dupguard does not know (a token command's stderr): a
+# secret-named field with a value ("password=…", '"client_secret": "…"', "Authorization: …"; not a
+# plural such as gcloud's "auth tokens: Reauthentication failed"), a flag of that name with its
+# argument ("--secret-access-key …"), a bearer token, a JWT, or a long word of letters and digits.
+_SECRET_LOOKING = re.compile(
+    rf"(?i)(?:(?:{'|'.join(_SECRET_WORDS)})(?:[_-]\w+)*[\"']?\s*[:=]\s*[\"']?[^\s\"',}}]"
+    rf"|--?[\w-]*(?:{'|'.join(_SECRET_WORDS)})[\w-]*\s+[^\s-]"
+    r"|bearer\s+\S|eyJ[\w-]{5,}\.[\w-]{5,})"
+    r"|(?=[\w=-]*[0-9])(?=[\w=-]*[A-Za-z])[\w=-]{20,}"
+)
+
+
+def looks_secret(text: str) -> bool:
+    """True if ``text`` holds something shaped like a secret (for texts whose secrets are unknown)."""
+    return _SECRET_LOOKING.search(text) is not None
+
+
+def cap(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` characters, marked with "…" where it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def url_secrets(url: URL) -> list[str]:
     """The secret values inside a database URL: its password and secret-named query values."""
     found = [str(url.password)] if url.password else []

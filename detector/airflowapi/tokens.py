@@ -10,7 +10,7 @@ Three ways to get one:
   for platforms that mint short-lived tokens (``gcloud auth print-access-token``, a script around
   ``aws mwaa create-web-login-token``, a mounted file that a sidecar rotates: ``cat /path``). It
   runs with a timeout in its own process group (killed whole when it overruns); its stdout is never
-  logged; its exit code and the last line of its stderr are.
+  logged; its exit code and the last line of its stderr are, unless that line looks secret.
 
 A minted token's ``exp`` is read (not verified) to renew it before it expires; without ``exp`` (an
 opaque token) it is kept until a 401. A 401 invalidates it. Failures raise ``AirflowAuthError`` at
@@ -212,7 +212,7 @@ class TokenSource:
         token = out.decode("utf-8", "replace").strip()
         if proc.returncode != 0:
             lines = [line.strip() for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
-            last = redact.withhold(lines[-1][:200], (*self.secrets(), token), "stderr") if lines else ""
+            last = _stderr_line(lines[-1], (*self.secrets(), token)) if lines else ""
             raise self._command_failed(f"exit code {proc.returncode}" + (f": {last}" if last else ""))
         if not token:
             raise self._command_failed("printed nothing on stdout")
@@ -226,3 +226,12 @@ class TokenSource:
         delay = min(self._max_backoff, self._backoff * 2 ** (self._failures - 1))
         self._blocked_until = self._clock() + delay
         return AirflowAuthError(f"DUPGUARD_AIRFLOW_TOKEN_COMMAND failed ({why}); next attempt in {delay:.0f} s")
+
+
+def _stderr_line(line: str, known: tuple[str | None, ...]) -> str:
+    """The command's last stderr line, or why it is not shown: the command is the user's own code and
+    may print a secret dupguard never saw (``password=…``), so a line that holds a known secret or
+    looks like one is withheld whole (patching it could leave part of the secret) and capped."""
+    if redact.contains_secret(line, known) or redact.looks_secret(line):
+        return "stderr withheld: it may hold a secret; run the command by hand to read it"
+    return redact.cap(line, 200)
