@@ -453,6 +453,9 @@ def _read_file(path: Path, problems: list[str]) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         problems.append(f"config file {path}: not valid YAML ({exc.__class__.__name__})")
         return {}
+    except RecursionError:  # PyYAML recurses once per level: a few hundred nested [ or { exhaust the stack
+        problems.append(f"config file {path}: nested too deeply (expected a mapping of setting: value)")
+        return {}
     if not isinstance(data, dict):
         problems.append(f"config file {path}: must be a mapping of setting: value")
         return {}

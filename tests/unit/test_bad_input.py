@@ -133,8 +133,17 @@ def test_every_setting_malformed_everywhere(
 
 @pytest.mark.parametrize(
     "content",
-    [b"\xff\xfe\x00garbage", b"1: 2\nfoo: 3\n", b"[1, 2]\n", b"? [a, b]\n: c\n", b"a: [unclosed\n", b"- - -\n"],
-    ids=["not-utf8", "mixed-keys", "a-list", "complex-key", "bad-yaml", "nested-lists"],
+    [
+        b"\xff\xfe\x00garbage",
+        b"1: 2\nfoo: 3\n",
+        b"[1, 2]\n",
+        b"? [a, b]\n: c\n",
+        b"a: [unclosed\n",
+        b"- - -\n",
+        b"[" * 600 + b"]" * 600,  # PyYAML recurses per level: a RecursionError traceback and exit 1 before
+        b"cluster_name: " + b"{a: " * 600 + b"1" + b"}" * 600,
+    ],
+    ids=["not-utf8", "mixed-keys", "a-list", "complex-key", "bad-yaml", "nested-lists", "600-deep", "600-deep-value"],
 )
 def test_malformed_config_files(content: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A config file that is not UTF-8, not a mapping, or has non-string keys is exit 2, one problem each."""
