@@ -43,9 +43,10 @@ def ensure_installed() -> str:
 
 
 @contextmanager
-def pgbouncer(upstream_url: str, pool_mode: str) -> Iterator[str]:
+def pgbouncer(upstream_url: str, pool_mode: str, *, pool_size: int = 20) -> Iterator[str]:
     """Start PgBouncer in ``pool_mode`` in front of ``upstream_url``'s server; yield a URL for the same
-    database through it (and a client of our own application name); stop it afterwards."""
+    database through it (and a client of our own application name); stop it afterwards. ``pool_size``:
+    server connections per database and user."""
     binary = ensure_installed()
     upstream = make_url(upstream_url)
     port = _free_port()
@@ -62,7 +63,7 @@ def pgbouncer(upstream_url: str, pool_mode: str) -> Iterator[str]:
         "auth_type = any\n"
         f"pool_mode = {pool_mode}\n"
         "max_client_conn = 500\n"
-        "default_pool_size = 20\n"
+        f"default_pool_size = {pool_size}\n"
         "server_login_retry = 1\n"
         f"logfile = {workdir / 'pgbouncer.log'}\n"
         f"pidfile = {workdir / 'pgbouncer.pid'}\n"

@@ -8,14 +8,20 @@ pins to one server connection. A session lock through transaction pooling is tak
 server connection the statement landed on and is then shared with other clients: two replicas both
 "hold" it (facts §6, the official chart's ``pgbouncer.enabled``).
 
-Pooler detection, at every (re)connect of the lock connection: the connection is *direct* when the
-backend's client address and port (``inet_client_addr()``, ``inet_client_port()``) are this socket's
-own. Any proxy or pooler — PgBouncer in any pool mode, Pgpool, a cloud SQL proxy — connects to the
-server from its own socket, so it can never pass for direct. ``auto`` (the default) takes the session
-lock only on a verified direct connection and the transaction lock otherwise (safe in session and
-transaction pooling alike); ``session`` refuses to lead through anything not verified direct, with a
-one-line reason naming the setting. (A Unix-socket connection cannot be verified: ``auto`` uses the
-transaction lock there, ``session`` trusts it.)
+Pooler detection, at every (re)connect of the lock connection: the session is *pinned* when it is
+proven to stay on one server session across transactions while another client of the same URL runs
+its own (``detector.metadb.engine.is_pinned``: a backend pid and a session variable read back). Direct
+connections, a plain TCP proxy and PgBouncer's session pooling are pinned; transaction and statement
+pooling never are, whatever the addresses say (issue 22 §3: comparing the server's view of the
+client's address and port with the local socket was fooled when a pooler on the same host used the
+same ephemeral port). ``auto`` (the default) takes the session lock only on a pinned session and the
+transaction lock otherwise; ``session`` refuses to lead on a session not pinned, with a one-line
+reason naming the setting.
+
+Standbys (issue 22 §2): advisory locks work on a hot standby, where they exclude only the replicas on
+that standby. At every (re)connect, and at every heartbeat (a primary behind a stable URL can be
+replaced by a standby), the lock connection asks ``pg_is_in_recovery()``; on a standby no lock is
+taken or kept (``LOCK_ON_STANDBY``, with a reason naming DUPGUARD_LOCK_DATABASE_URL).
 
 Prefer no leader over two: the leader acts only while its last successful heartbeat is younger than
 ``lease``; each heartbeat has a client-side deadline (``detector.metadb.engine``), so a stalled lock backend
@@ -40,7 +46,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
 from detector.metadb import queries
-from detector.metadb.engine import describe_error, is_direct
+from detector.metadb.engine import describe_error, is_pinned
 
 log = logs.get("dupguard.leader")
 
@@ -48,6 +54,7 @@ log = logs.get("dupguard.leader")
 LOCK_UNAVAILABLE = "lock_unavailable"
 LOCK_REFUSED = "lock_refused"
 LEADER_UNRESPONSIVE = "leader_unresponsive"
+LOCK_ON_STANDBY = "lock_on_standby"
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,19 @@ class LockProblem:
 
     code: str
     reason: str
+
+
+STANDBY_PROBLEM = LockProblem(
+    LOCK_ON_STANDBY,
+    "the leader-lock connection reached a hot standby (pg_is_in_recovery() is true), where an advisory lock "
+    "excludes only the replicas on that standby: no lock is taken there. Point DUPGUARD_LOCK_DATABASE_URL "
+    "(or DUPGUARD_DATABASE_URL, its default) at the primary: a writer endpoint, not a reader endpoint; a "
+    "multi-host URL needs target_session_attrs=read-write",
+)
+
+
+class InRecovery(SQLAlchemyError):
+    """The lock's server is (now) a standby: the heartbeat fails like a lost connection."""
 
 
 class AlwaysLeader:
@@ -90,7 +110,7 @@ class AdvisoryLock:
         """Heartbeat the held lock, or try to take it. Returns leadership after the attempt."""
         if self._conn is not None:
             try:
-                queries.ping(self._conn)
+                self._heartbeat(self._conn)
                 self._last_ok = now
             except SQLAlchemyError as exc:
                 log.warning("leader_lost", reason=describe_error(exc, self.engine.url))
@@ -159,23 +179,33 @@ class AdvisoryLock:
             self._attempt = None
 
     def _lock_kind(self, conn: Connection) -> str | None:
-        """The lock to take on this connection, or None (and a problem) when ``session`` must refuse."""
+        """The lock to take on this connection, or None (and a problem) on a standby or when ``session``
+        must refuse."""
+        if queries.in_recovery(conn):
+            self._report(STANDBY_PROBLEM)
+            return None
         if self.mode == "transaction":
             return "transaction"
-        direct = is_direct(conn)
+        pinned = is_pinned(conn)
         if self.mode == "auto":
-            return "session" if direct else "transaction"
-        if direct is False:
+            return "session" if pinned else "transaction"
+        if not pinned:
             self._report(
                 LockProblem(
                     LOCK_REFUSED,
-                    "the leader-lock connection goes through a proxy or pooler (PgBouncer?), where a session "
-                    "lock can be shared by two replicas: set DUPGUARD_LOCK_MODE=auto (or transaction), or "
-                    "DUPGUARD_LOCK_DATABASE_URL to a direct URL",
+                    "the leader-lock connection is not pinned to one server session (a pooler in transaction "
+                    "or statement pooling, e.g. PgBouncer), where a session lock can be shared by two replicas: "
+                    "set DUPGUARD_LOCK_MODE=auto (or transaction), or DUPGUARD_LOCK_DATABASE_URL to a direct URL",
                 )
             )
             return None
         return "session"
+
+    def _heartbeat(self, conn: Connection) -> None:
+        """The leader's round trip, which also asks whether the server is in recovery now."""
+        if queries.in_recovery(conn):
+            self._report(STANDBY_PROBLEM)
+            raise InRecovery(STANDBY_PROBLEM.reason)
 
     def _report(self, problem: LockProblem | None) -> None:
         if problem is not None and (self.problem is None or self.problem.code != problem.code):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from detector import logs
-from detector.app.leader import LEADER_UNRESPONSIVE, LOCK_REFUSED, LockProblem
+from detector.app.leader import LEADER_UNRESPONSIVE, LOCK_ON_STANDBY, LOCK_REFUSED, LockProblem
 from detector.metrics import Metrics
 
 log = logs.get("dupguard.status")
@@ -29,6 +29,7 @@ class State(StrEnum):
     POLL_FAILING = "poll_failing"  # leader, but polls fail (e.g. permission denied on the ledger)
     LOCK_UNAVAILABLE = "lock_unavailable"  # the leader-lock connection fails (password, lock key, network)
     LOCK_REFUSED = "lock_refused"  # lock_mode=session through a pooler
+    LOCK_ON_STANDBY = "lock_on_standby"  # the lock URL reached a hot standby (reader endpoint): no lock there
     LEADER_UNRESPONSIVE = "leader_unresponsive"  # the lock's holder is stalled: no replica acts
 
 
@@ -66,9 +67,12 @@ def evaluate(
             return Status(State.POLL_FAILING, poll_error)
         return Status(State.LEADING, "holds the leader lock and polls")
     if lock is not None:
-        state = {LOCK_REFUSED: State.LOCK_REFUSED, LEADER_UNRESPONSIVE: State.LEADER_UNRESPONSIVE}.get(
-            lock.code, State.LOCK_UNAVAILABLE
-        )
+        states = {
+            LOCK_REFUSED: State.LOCK_REFUSED,
+            LEADER_UNRESPONSIVE: State.LEADER_UNRESPONSIVE,
+            LOCK_ON_STANDBY: State.LOCK_ON_STANDBY,
+        }
+        state = states.get(lock.code, State.LOCK_UNAVAILABLE)
         return Status(state, lock.reason)
     return Status(State.STANDBY, "another replica holds the leader lock")
 

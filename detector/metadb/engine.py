@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import ipaddress
+import secrets
 import select
 import socket
 import sqlite3
@@ -241,29 +241,78 @@ def open_airflow_db(engine: Engine) -> AirflowDb:
     return AirflowDb(engine=engine, info=info, tables=airflow_tables(info.family))
 
 
-def is_direct(conn: Connection) -> bool | None:
-    """True if the server's view of its client is this very socket; None for a Unix socket.
+PIN_ROUNDS = 3  # round trips of the pinning proof: each one another chance for a pooler to show itself
 
-    Any proxy or pooler (PgBouncer in any pool mode, Pgpool, a cloud SQL proxy) connects to the server
-    from its own socket, so it never passes for direct (``detector.app.leader``, ``detector.metadb.prepared``).
+
+def is_pinned(conn: Connection) -> bool:
+    """True when ``conn``'s transactions are proven to reach one server session (direct, a plain TCP
+    proxy, PgBouncer's session pooling); False behind transaction or statement pooling.
+
+    Proof, not inference from addresses (issue 22 §3: on one host a pooler's ephemeral port can equal
+    the client's): a session variable (``queries.mark_session``) is set with a fresh nonce in one
+    transaction; then, ``PIN_ROUNDS`` times, a second client of the same URL runs a transaction, and
+    ``conn`` runs another. Pinned only if ``conn`` always finds its backend pid and nonce and the other
+    client never does. A pooler that hands server sessions out per transaction gives the session ``conn``
+    just released to the next client (PgBouncer reuses the most recent one; with a pool of one there is
+    no other), so the other client lands on it and the proof fails; round-robin hands ``conn`` another
+    session and it fails on ``conn``'s side. A second client that cannot connect proves nothing: False.
+    The variable (``dupguard.pin_check``) is inert; behind transaction pooling it stays on a server
+    session Airflow may use, where nothing reads it. Commits ``conn``'s current transaction.
     """
-    addr, port = queries.client_endpoint(conn)
-    fd = conn.connection.dbapi_connection.fileno()  # type: ignore[union-attr]
-    with socket.socket(fileno=socket.dup(fd)) as own:
-        local = own.getsockname()
-    if addr is None or port is None or not isinstance(local, tuple):
-        return None
-    return _same_ip(str(addr), str(local[0])) and int(port) == int(local[1])
-
-
-def _same_ip(a: str, b: str) -> bool:
-    def norm(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-        ip = ipaddress.ip_address(text.split("%", 1)[0].split("/", 1)[0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped
-        return ip
-
+    nonce = secrets.token_hex(8)
+    pid = queries.mark_session(conn, nonce)
+    conn.commit()
     try:
-        return norm(a) == norm(b)
-    except ValueError:
+        other = conn.engine.connect()
+    except SQLAlchemyError:
         return False
+    with other:
+        for _ in range(PIN_ROUNDS):
+            try:
+                seen = queries.session_mark(other)
+                other.commit()
+            except SQLAlchemyError:
+                return False
+            if seen[0] == pid or seen[1] == nonce:
+                return False  # our server session served another client
+            again = queries.session_mark(conn)
+            conn.commit()
+            if again != (pid, nonce):
+                return False  # our next transaction ran in another server session
+    return True
+
+
+@dataclass(frozen=True)
+class ServerRole:
+    """What a connection reached: a primary, or a standby replaying WAL (a hot standby, a reader endpoint)."""
+
+    standby: bool
+    replay_lag_seconds: float | None = None  # a standby's; None when unknown (nothing replayed yet)
+
+    def describe(self) -> str:
+        if not self.standby:
+            return "primary"
+        lag = "unknown" if self.replay_lag_seconds is None else f"{self.replay_lag_seconds:.1f} s"
+        return f"standby (in recovery, replay lag {lag})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"role": "standby" if self.standby else "primary", "replay_lag_seconds": self.replay_lag_seconds}
+
+
+def server_role(conn: Connection) -> ServerRole | None:
+    """The server ``conn`` reached (``queries.recovery_status``); None for SQLite, which has no standby."""
+    if conn.dialect.name != "postgresql":
+        return None
+    standby, lag = queries.recovery_status(conn)
+    return ServerRole(standby=standby, replay_lag_seconds=None if lag is None else round(lag, 3))
+
+
+def refuse_standby(conn: Connection, setting: str, use: str) -> None:
+    """Raise ``DatabaseError`` when ``conn`` reached a server in recovery: ``use`` (what dupguard was about
+    to do) must never rely on a copy that may lag the primary. The message names ``setting``."""
+    if conn.dialect.name == "postgresql" and queries.in_recovery(conn):
+        raise DatabaseError(
+            f"database {redact(conn.engine.url)} is a hot standby (in recovery, it may lag the primary): "
+            f"dupguard never {use} there; set {setting} to the primary (a writer endpoint, not a reader "
+            "endpoint; a multi-host URL needs target_session_attrs=read-write)"
+        )

@@ -9,10 +9,10 @@ held with it: a statement without parameters is planned once (PostgreSQL uses it
 once), and the client path is libpq's. The driver's wait callback still bounds every call
 (``detector.metadb.engine``), and driver errors surface as ``DatabaseError`` like SQLAlchemy's.
 
-Only on a connection verified direct (``engine.is_direct``): a prepared statement lives in one server
-session, and behind PgBouncer's transaction pooling the next statement may land on another server
-connection. Elsewhere (PgBouncer, a proxy, a Unix socket, SQLite) the same Core statement is sent
-through SQLAlchemy, unprepared.
+Only on a session proven pinned (``engine.is_pinned``: direct, a plain TCP proxy, PgBouncer's session
+pooling): a prepared statement lives in one server session, and behind transaction pooling the next
+statement may land on another server connection. Elsewhere (transaction or statement pooling, SQLite)
+the same Core statement is sent through SQLAlchemy, unprepared.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from sqlalchemy import Connection
 
 from detector.errors import DatabaseError
 from detector.metadb import queries
-from detector.metadb.engine import describe_error, is_direct
+from detector.metadb.engine import describe_error, is_pinned
 from detector.metadb.schema import AirflowTables
 
 PROBE_NAME = "dupguard_top_run_id"
@@ -36,7 +36,7 @@ TopRunId = Callable[[], int]  # the highest visible dag_run id, 0 on an empty ta
 def top_run_id_probe(conn: Connection, t: AirflowTables) -> tuple[TopRunId, bool]:
     """A probe bound to ``conn`` (which must stay open as long as the probe is used), and whether it
     is prepared on the server."""
-    if conn.dialect.name != "postgresql" or not is_direct(conn):
+    if conn.dialect.name != "postgresql" or not is_pinned(conn):
         return (lambda: queries.max_run_id(conn, t)), False
     raw = conn.connection.dbapi_connection
     assert raw is not None  # an open Connection always has its driver connection

@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     and_,
     bindparam,
+    case,
     column,
     func,
     inspect,
@@ -436,10 +437,35 @@ _pg_stat_activity = table("pg_stat_activity", column("pid"), column("state_chang
 _pg_database = table("pg_database", column("oid"), column("datname"))
 
 
-def client_endpoint(conn: Connection) -> tuple[str | None, int | None]:
-    """The address and port the server sees this connection's client at (NULL over a Unix socket)."""
-    row = conn.execute(select(func.inet_client_addr(), func.inet_client_port())).one()
-    return (None if row[0] is None else str(row[0]), row[1])
+PIN_SETTING = "dupguard.pin_check"  # a custom (placeholder) variable: nothing in the server reads it
+
+
+def mark_session(conn: Connection, nonce: str) -> int:
+    """Set ``PIN_SETTING`` to ``nonce`` for the rest of the server session (``set_config(..., false)``);
+    the backend's pid (``detector.metadb.engine.is_pinned``)."""
+    row = conn.execute(select(func.pg_backend_pid(), func.set_config(PIN_SETTING, nonce, False))).one()
+    return int(row[0])
+
+
+def session_mark(conn: Connection) -> tuple[int, str | None]:
+    """The backend's pid and this server session's ``PIN_SETTING`` (None or '' when it never set one)."""
+    row = conn.execute(select(func.pg_backend_pid(), func.current_setting(PIN_SETTING, True))).one()
+    return int(row[0]), row[1]
+
+
+def in_recovery(conn: Connection) -> bool:
+    """Whether the server is a standby replaying WAL (hot standby, reader endpoint): ``pg_is_in_recovery()``."""
+    return bool(conn.execute(select(func.pg_is_in_recovery())).scalar())
+
+
+def recovery_status(conn: Connection) -> tuple[bool, float | None]:
+    """``(in recovery, replay lag in seconds)``. The lag is 0 when the standby has replayed all the WAL
+    it received, else the age of the last transaction it replayed (``pg_last_xact_replay_timestamp``);
+    None on a primary, or before a standby replayed anything."""
+    caught_up = func.pg_last_wal_receive_lsn() == func.pg_last_wal_replay_lsn()
+    age = func.extract("epoch", func.now() - func.pg_last_xact_replay_timestamp())
+    row = conn.execute(select(func.pg_is_in_recovery(), case((caught_up, literal(0)), else_=age))).one()
+    return bool(row[0]), None if row[1] is None or not row[0] else float(row[1])
 
 
 def try_advisory_lock(conn: Connection, key: int) -> bool:

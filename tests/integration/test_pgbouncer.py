@@ -63,21 +63,24 @@ def test_default_settings_one_holder_through_pgbouncer(bouncer_url: str, pool_mo
         b.release()
 
 
-def test_auto_mode_picks_the_lock_by_connection(db_url: str, bouncer_url: str) -> None:
-    """`auto` takes the session lock on a direct connection and the transaction lock through PgBouncer."""
+def test_auto_mode_picks_the_lock_by_connection(db_url: str, bouncer_url: str, pool_mode: str) -> None:
+    """`auto` takes the session lock on a direct connection and through session pooling (both pin the
+    session), the transaction lock through transaction pooling (tests/integration/test_lock_pinning.py)."""
     now = datetime.now(UTC)
     direct, pooled = _lock(db_url, mode="auto"), _lock(bouncer_url, mode="auto")
     try:
         assert direct.ensure(now) and direct.lock_kind == "session"
         direct.release()
-        assert pooled.ensure(now) and pooled.lock_kind == "transaction"
+        assert pooled.ensure(now) and pooled.lock_kind == ("session" if pool_mode == "session" else "transaction")
     finally:
         direct.release()
         pooled.release()
 
 
+@pytest.mark.parametrize("pool_mode", ["transaction"])
 def test_session_mode_refuses_to_lead_through_pgbouncer(bouncer_url: str) -> None:
-    """An explicit session lock through a pooler is refused, with a reason naming the setting."""
+    """An explicit session lock through transaction pooling is refused, with a reason naming the setting
+    (through session pooling it leads: tests/integration/test_lock_pinning.py)."""
     lock = _lock(bouncer_url, mode="session")
     try:
         assert lock.ensure(datetime.now(UTC)) is False

@@ -152,7 +152,7 @@ class DatabaseSource:
             self._probe, prepared = top_run_id_probe(self._conn, self.db.tables)
             if prepared != self.probe_prepared:
                 self.probe_prepared = prepared
-                reason = "direct connection" if prepared else "pooler, proxy, Unix socket or SQLite: sent as text"
+                reason = "pinned session" if prepared else "transaction or statement pooling, or SQLite: sent as text"
                 log.info("idle_probe", prepared=prepared, detail=reason)
         return self._conn
 
