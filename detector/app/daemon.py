@@ -388,7 +388,9 @@ class Daemon:
             actions = plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started)
             # Undecided actions claim nothing: a later verdict on the same group may still act.
             decided = [a for a in actions if a.outcome not in UNDECIDED]
-            seen = [f"detected:{r.run_id}" for r in finding.duplicates]
+            # Every run of the group, the kept one too: a run that joins and takes the keep (it consumed
+            # every event) is the news, not the old kept run that became a duplicate.
+            seen = [f"detected:{r.run_id}" for r in finding.runs]
             won = ledger.claim_all(finding.key, ["detected", *seen, *(f"action:{a.run.run_id}" for a in decided)])
             todo = [a for a in decided if f"action:{a.run.run_id}" in won]
             if todo:
@@ -397,7 +399,7 @@ class Daemon:
             if "detected" in won:
                 self._report_detected(finding, actions, now)
             elif len(finding.runs) > 2:  # a pair never grows; >2: runs joined an announced group
-                joined = tuple(r.run_id for r in finding.duplicates if f"detected:{r.run_id}" in won)
+                joined = tuple(r.run_id for r in finding.runs if f"detected:{r.run_id}" in won)
                 if joined:
                     self._report_detected(finding, actions, now, joined)
             for action in todo:

@@ -154,7 +154,7 @@ class AlertEvent:
     actions: tuple[Action, ...] = ()
     results: tuple[RemediationResult, ...] = field(default=())
     assets: tuple[str, ...] = ()  # names (or URIs) of the triggering asset(s), when the caller knows them
-    # DETECTED again for a group announced before: the duplicate run ids that joined it since (a group
+    # DETECTED again for a group announced before: the run ids that joined it since (a group
     # that grows is never silent; empty on a group's first alert)
     new_runs: tuple[str, ...] = ()
 
