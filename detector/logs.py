@@ -30,7 +30,7 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
     shared: list[Any] = [structlog.contextvars.merge_contextvars, structlog.processors.add_log_level, timestamper]
     tail: list[Any]
     if fmt == "console":
-        tail = [structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
+        tail = [_printable_values, structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
     else:
         exceptions = structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
         tail = [exceptions, _airflow_key_order, structlog.processors.JSONRenderer()]
@@ -91,6 +91,24 @@ def _airflow_key_order(logger: Any, method: str, event: MutableMapping[str, Any]
     ordered = {key: event.pop(key) for key in FIRST_KEYS if key in event}
     ordered.update(event)
     return ordered
+
+
+def printable(text: str) -> str:
+    """``text`` with every non-printable character escaped (``\\x1b``, ``\\n``, ``\\u202e``): a DAG or run id
+    is whatever a DAG author wrote, and raw escape sequences in a terminal or spreadsheet can rewrite
+    what the operator sees (clear the screen, hide a line, reverse text)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _printable_values(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Console only: the renderer writes text values raw (others through ``repr``, which escapes);
+    JSON escapes control characters itself. Tracebacks (``exc_info``) are left to the renderer."""
+    for key, value in event.items():
+        if isinstance(value, str) and key != "exc_info":
+            event[key] = printable(value)
+    return event
 
 
 def get(name: str) -> Any:

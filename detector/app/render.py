@@ -42,6 +42,7 @@ from detector import __version__
 from detector.app.scan import ScanReport
 from detector.core.model import NO_PROGRESS, Confidence, Finding
 from detector.core.split import SplitPartition, split_dict
+from detector.logs import printable  # also escapes the console log's values
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -147,15 +148,6 @@ CSV_COLUMNS = (
     "creating_job_ids",
     "duplicate_task_seconds",
 )
-
-
-def printable(text: str) -> str:
-    """``text`` with every non-printable character escaped (``\\x1b``, ``\\n``, ``\\u202e``): a DAG or run id
-    is whatever a DAG author wrote, and raw escape sequences in a terminal or spreadsheet can rewrite
-    what the operator sees (clear the screen, hide a line, reverse text)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _cell(value: object) -> object:

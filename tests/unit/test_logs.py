@@ -61,3 +61,18 @@ def test_every_line_is_json_in_airflow_key_order_with_structured_exceptions() ->
         assert by_event[name]["level"] == "error"
     (warning,) = [r for r in records if r["logger"] == "py.warnings"]
     assert "a library warning" in warning["event"] and warning["level"] == "warning"
+
+
+def test_console_lines_escape_terminal_sequences_of_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DAG or run id is whatever a DAG author wrote: in console mode ``\\x1b[2J`` (clear screen), a
+    newline that forges a second line and ``\\u202e`` (reverse text) are shown escaped, as the table
+    output shows them, never obeyed by the terminal of whoever reads the log; lists too."""
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", out)
+    logs.configure("info", "console")
+    logs.get("dupguard.test").info("duplicate_detected", dag_id="etl\x1b[2J", run_ids=["a\x1b]0;x\x07"], note="a\nb")
+    logs.get("dupguard.test").info("kept \u202erun")
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, repr(text)
+    assert "etl\\x1b[2J" in text and "a\\nb" in text and "\\u202e" in text
+    assert len(text.splitlines()) == 2
