@@ -56,8 +56,11 @@ def evaluate(
     poll_error: str | None,
     lock: LockProblem | None,
     api_error: str | None = None,
+    remediation: str | None = None,
 ) -> Status:
-    """The status from what the last checks found (most fundamental cause first)."""
+    """The status from what the last checks found (most fundamental cause first). ``remediation``:
+    why the remediation cannot act at once (e.g. no token from Airflow's API); a leader that detects
+    stays up, and its reason says so."""
     if db_error is not None:
         return Status(State.DATABASE_UNREACHABLE, db_error)
     if api_error is not None:
@@ -65,6 +68,8 @@ def evaluate(
     if leader:
         if poll_error is not None:
             return Status(State.POLL_FAILING, poll_error)
+        if remediation is not None:
+            return Status(State.LEADING, f"holds the leader lock and polls; remediation not ready: {remediation}")
         return Status(State.LEADING, "holds the leader lock and polls")
     if lock is not None:
         states = {

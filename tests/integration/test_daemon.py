@@ -3,13 +3,16 @@ late commits, two replicas, failover, restarts and health endpoints."""
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg2
 import pytest
+from structlog.testing import capture_logs
 
 from tests.daemon_harness import RecordingRemediator, Running, start_daemon, wait_for
 from tests.pg import Templates
@@ -155,6 +158,58 @@ def test_two_replicas_one_acts_and_standby_takes_over(
     assert lock_holders(db_url, key) == [new_holder]
     assert len(a.alerter.detected()) == 1 and [x.run.run_id for x in a.remediator.actions] == [first_dup.run_id]
     assert [x.run.run_id for x in b.remediator.actions] == [second_dup.run_id]
+
+
+@pytest.fixture
+def hanging_api() -> Iterator[str]:
+    """An "Airflow API" that accepts connections (the kernel completes the handshake into the listen
+    backlog) and never answers a byte: the API server hung, or a network path that drops replies."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_start_up_never_waits_on_a_hanging_airflow_api(
+    db_url: str, writer: AirflowWriter, daemons: list[Running], hanging_api: str
+) -> None:
+    """Issue 22 §6: with the api remediation backend and the Airflow API hanging, a starting leader
+    detects a duplicate committed right after start before its first token request has even timed
+    out (an ordering of events, not a time limit), and keeps leading: the heartbeat never waits on
+    the API. The failure is loud once it is known: one log line, the readiness reason and
+    ``dupguard_remediation_ready{backend="api"} 0``, while the replica stays up (it detects)."""
+    seen_at_detection: list[list[str]] = []
+    with capture_logs() as logs:
+        d = start_daemon(
+            db_url,
+            real_remediation=True,
+            remediation="fail",
+            remediation_backend="api",
+            airflow_api_url=hanging_api,
+            airflow_username="admin",
+            airflow_password="admin",
+            airflow_timeout=timedelta(seconds=8),
+        )
+        daemons.append(d)
+        record = d.alerter.notify
+
+        def notify(event: Any) -> None:  # what had been logged when the alert went out
+            seen_at_detection.append([e["event"] for e in logs])
+            record(event)
+
+        d.alerter.notify = notify  # type: ignore[method-assign]
+        writer.duplicate_pair("consumer")
+        wait_for(lambda: len(d.alerter.detected()) == 1, timeout=60, what="the duplicate's detection")
+        wait_for(lambda: any(e["event"] == "airflow_token_unavailable" for e in logs), timeout=60, what="token timeout")
+        assert "airflow_token_unavailable" not in seen_at_detection[0], "detection waited for the token request"
+        wait_for(lambda: "remediation not ready" in d.daemon.ready()[1], what="the readiness reason")
+        events = [e["event"] for e in logs]
+    (failure,) = [e for e in logs if e["event"] == "airflow_token_unavailable"]
+    assert "/auth/token" in failure["error"] and "password" not in failure["error"]
+    ready, reason = d.daemon.ready()
+    assert ready and reason.startswith("leading:") and failure["error"] in reason, reason
+    assert d.metrics.registry.get_sample_value("dupguard_remediation_ready", {"backend": "api"}) == 0
+    assert "standing_by" not in events and d.is_leader(), "the hanging API held up the leader heartbeat"
 
 
 def test_restart_with_durable_ledger_does_not_realert(db_url: str, writer: AirflowWriter) -> None:

@@ -132,10 +132,12 @@ class ApiBackend:
     def close(self) -> None:
         self.session.close()
 
-    def prepare(self) -> None:
+    def prepare(self) -> str | None:
         """Hold a fresh token before any duplicate needs it: POST /auth/token costs ~0.5 s, longer than
         the ~100 ms a duplicate's first task waits. A no-op while the cached token is fresh; wrong
-        credentials stay behind TokenSource's back-off, so this never becomes a login storm."""
+        credentials stay behind TokenSource's back-off, so this never becomes a login storm. Returns
+        why no token could be had (None: one is held). Called off the detection path and off the
+        leader heartbeat (the daemon's preparer thread): a hanging API delays neither (issue 22 §6)."""
         try:
             self.tokens.get(Budget())
         except (AirflowApiError, Transient) as exc:
@@ -143,10 +145,11 @@ class ApiBackend:
             if not self._token_failing:
                 log.warning("airflow_token_unavailable", error=str(exc))
             self._token_failing = True
-            return
+            return f"no token from the Airflow API: {exc}"
         if self._token_failing:
             log.info("airflow_token_available")
         self._token_failing = False
+        return None
 
     # --- one action ---------------------------------------------------------------------------------
 

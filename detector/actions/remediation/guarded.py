@@ -239,11 +239,17 @@ class GuardedRemediator:
         if close is not None:
             close()
 
-    def prepare(self) -> None:
-        """Let the backend get ready off the detection path (the API backend fetches its token)."""
+    def prepare(self) -> str | None:
+        """Let the backend get ready off the detection path (the API backend fetches its token);
+        returns why it cannot act at once (None: ready, or nothing to prepare), and publishes it as
+        ``dupguard_remediation_ready{backend}``."""
         prepare = getattr(self.backend, "prepare", None)
-        if prepare is not None:
-            prepare()
+        if prepare is None or self.backend is None:
+            return None
+        problem: str | None = prepare()
+        if self.metrics is not None:
+            self.metrics.remediation_ready.labels(backend=self.backend.name).set(0 if problem else 1)
+        return problem
 
     @property
     def backend_name(self) -> str:
