@@ -302,6 +302,7 @@ class CountingProxy:
         # run once before forwarding a matching request; "PATCH /api/…" matches that method only
         self.hooks: list[tuple[str, Callable[[], None]]] = []
         self.outage = 0  # while non-zero, every request is answered with this status (the API is down)
+        self.answers: list[tuple[str, int, str, bytes]] = []  # (path prefix, status, Content-Type, body), once
         self._lock = threading.Lock()
         proxy = self
 
@@ -326,6 +327,17 @@ class CountingProxy:
                         proxy.hooks.remove(hook)
                 if hook is not None:
                     hook[1]()
+                with proxy._lock:
+                    canned = next((a for a in proxy.answers if path.startswith(a[0])), None)
+                    if canned is not None:
+                        proxy.answers.remove(canned)
+                if canned is not None:  # e.g. an HTML page or a cut body, as a misbehaving proxy answers
+                    self.send_response(canned[1])
+                    self.send_header("Content-Type", canned[2])
+                    self.send_header("Content-Length", str(len(canned[3])))
+                    self.end_headers()
+                    self.wfile.write(canned[3])
+                    return
                 if rule is not None:
                     time.sleep(rule[2])
                     if rule[1]:

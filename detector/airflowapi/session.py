@@ -15,6 +15,7 @@ Every text is built from the status and the body's ``detail`` with secrets withh
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -141,6 +142,9 @@ class Session:
                 method, url, headers=headers, body=body, _request_timeout=self.timeout
             )
             response.read()  # RESTResponse holds the body in .data only once read
+            not_json = _not_json(what, response)
+            if not_json is not None:  # read as {}, a list page would be "no runs" and a poll see nothing
+                raise AirflowApiError(not_json)
             return response
 
         return self.call(what, send, budget, needs=needs)
@@ -155,3 +159,17 @@ class Session:
             raise Transient(f"{what}: {transport(exc)}", refused=refused(exc)) from None
         except ApiException as exc:
             raise AirflowApiError(f"{what}: {api_exception(exc)}") from None
+
+
+def _not_json(what: str, response: Any) -> str | None:
+    """Why a 2xx answer to a raw JSON call cannot be used (a proxy's sign-in page, a cut body), else None."""
+    if not 200 <= response.status < 300 or response.status == 204:
+        return None
+    data = bytes(response.data or b"")
+    try:
+        if isinstance(json.loads(data), dict):
+            return None
+    except ValueError:
+        pass
+    content_type = response.headers.get("Content-Type") or "none"
+    return f"{what}: HTTP {response.status} answer is not JSON (Content-Type {content_type}, {len(data)} bytes)"

@@ -499,3 +499,22 @@ def test_airflow_3_0_through_the_api(af306: AirflowServer, creds: None, tmp_path
     code, out = _once(_env(af306.url, tmp_path / "state.json"))
     assert code == 0, out
     assert {r: e["kept_run"] for e in _events(out, "duplicate_detected") for r in e["duplicate_runs"]} == truth
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("text/html; charset=utf-8", b"<!doctype html><html><body>Sign in to continue</body></html>"),
+        ("application/json", b'{"dag_runs": [{"dag_id": "consumer_a", "dag_run_id": "asset_trig'),
+    ],
+    ids=["html-page", "cut-json"],
+)
+def test_an_answer_that_is_not_json_says_so(af: AirflowServer, content_type: str, body: bytes) -> None:
+    """A proxy's sign-in page or a cut body where the runs list should be: the error says the answer
+    is not JSON, with its status and content type (it said "no total_entries in the answer")."""
+    with CountingProxy(af.port) as proxy:
+        proxy.answers.append(("/api/v2/dags/~/dagRuns", 200, content_type, body))
+        code, out = _once(_env(proxy.url, None))
+    assert code == 3 and "Traceback" not in out, out
+    assert f"HTTP 200 answer is not JSON (Content-Type {content_type}, {len(body)} bytes)" in out, out
+    assert "total_entries" not in out
