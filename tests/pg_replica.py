@@ -43,6 +43,7 @@ def _as_postgres(command: list[str]) -> list[str]:
 class Replica:
     port: int
     primary_url: str
+    log: Path  # the standby's server log (after the lines copied from the primary's)
 
     def url(self, primary_database_url: str) -> str:
         """The URL of the same database on the standby."""
@@ -59,7 +60,8 @@ class Replica:
                 if _scalar(standby, f"SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"):
                     return
                 time.sleep(0.05)
-        raise RuntimeError(f"the standby did not replay up to {target} within {timeout:g} s")
+        tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"the standby did not replay up to {target} within {timeout:g} s; its log ends:\n{tail}")
 
 
 @contextmanager
@@ -96,7 +98,7 @@ def streaming_replica() -> Iterator[Replica]:
     start = [_bin("pg_ctl"), "-D", str(data), "-l", str(data / "server.log"), "-o", options, "-w", "-t", "120"]
     try:
         subprocess.run(_as_postgres([*start, "start"]), check=True, capture_output=True, timeout=180)
-        replica = Replica(port=port, primary_url=primary.render_as_string(hide_password=False))
+        replica = Replica(port, primary.render_as_string(hide_password=False), data / "server.log")
         replica.wait_caught_up()
         yield replica
     finally:

@@ -27,6 +27,12 @@ groups (no run may exist yet), so ``groups`` and ``summary.groups`` never count 
 ``api`` the REST API shows no ``dag_run.id``, creating job or host (``runs[].id``,
 ``creating_job_ids``, ``creator_hostnames`` are null) and no ``asset_partition_dag_run`` rows
 (``split_partitions`` is empty; a suspected partitioned group is never refined by them).
+
+``server`` (added with issue 22, still ``format_version`` 1): ``{"role": "primary" | "standby",
+"replay_lag_seconds": x | null}``, the PostgreSQL server the scan read; null for SQLite, ``--source
+api`` and an error document. A standby may lag the primary: runs committed there within the lag are
+not in the scan (``replay_lag_seconds``: 0 when it replayed all it received, else the age of the last
+transaction it replayed; null when unknown).
 """
 
 from __future__ import annotations
@@ -107,6 +113,7 @@ def as_json(report: ScanReport) -> str:
         "groups": [finding_dict(f, ids=report.source == "database") for f in report.findings],
         "split_partitions": [split_dict(s) for s in report.splits],
         "source": report.source,
+        "server": report.server.as_dict() if report.server is not None else None,
     }
     return json.dumps(doc, indent=2)
 
@@ -126,6 +133,7 @@ def error_json(exit_code: int, message: str) -> str:
         "summary": summary([]) | {"split_partitions": 0},
         "groups": [],
         "split_partitions": [],
+        "server": None,
     }
     return json.dumps(doc, indent=2)
 
@@ -182,7 +190,8 @@ def _table_lines(report: ScanReport) -> list[str]:
     lines = [
         f"Airflow {report.info.airflow_version} (schema {report.info.family.value}); "
         f"examined {report.runs_examined} candidate runs"
-        + (f" since {report.since.isoformat()}" if report.since else " over all history"),
+        + (f" since {report.since.isoformat()}" if report.since else " over all history")
+        + (f"; read from the {report.server.describe()}" if report.server is not None else ""),
     ]
     lines.extend(_split_lines(report.splits))
     if not report.findings:

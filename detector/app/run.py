@@ -9,13 +9,15 @@ import threading
 from collections.abc import Mapping
 from types import FrameType
 
+from sqlalchemy import Engine
+
 from detector import __version__, config, logs
 from detector.app.daemon import Daemon
 from detector.app.health import HealthServer
 from detector.app.wiring import Startup, api_reader, build_api_parts, build_parts, connect_with_backoff, wait_for_api
 from detector.config import Config
 from detector.errors import AirflowApiError, AirflowUnreachable, ConfigError, DatabaseError
-from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.metadb.engine import connect, make_engine, open_airflow_db, parse_url, server_role
 from detector.metadb.versions import family_of_version
 from detector.metrics import Metrics
 
@@ -90,6 +92,7 @@ def _run(
         db = open_airflow_db(engine) if once else connect_with_backoff(engine, stop)
         if db is None:
             return EXIT_OK
+        _log_server(engine)
         if not db.info.exact:
             log.warning("airflow_version_inferred", revision=db.info.revision, family=db.info.family.value)
         if not db.info.can_duplicate:
@@ -119,6 +122,30 @@ def _run(
     finally:
         if server is not None:
             server.close()
+
+
+def _log_server(engine: Engine) -> None:
+    """One line saying which server detection reads (``run --once`` too): a standby's copy lags the
+    primary, so runs committed there within the replay lag are seen that much later; the leader lock
+    and the remediation's re-read refuse a standby (``detector.app.leader``, ``refuse_standby``)."""
+    log = logs.get("dupguard.main")
+    try:
+        with connect(engine) as conn:
+            role = server_role(conn)
+    except DatabaseError:
+        return  # the poll loop reports an unreachable database itself
+    if role is None:
+        return
+    if not role.standby:
+        log.info("database_server", **role.as_dict())
+        return
+    log.warning(
+        "database_server",
+        **role.as_dict(),
+        setting="DUPGUARD_DATABASE_URL",
+        detail="a hot standby (in recovery): detection sees runs only once replayed here; remediation never "
+        "re-reads or writes here (each attempt fails and is retried); point DUPGUARD_DATABASE_URL at the primary",
+    )
 
 
 def _run_api(cfg: Config, once: bool, stop: threading.Event, startup: Startup, metrics: Metrics) -> int:

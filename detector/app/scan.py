@@ -12,7 +12,7 @@ from detector.core.model import Finding
 from detector.core.reprocess import needs_origins, refine_partitioned
 from detector.core.split import DEFAULT_SPLIT_GRACE, SplitPartition, find_split_partitions
 from detector.metadb import queries
-from detector.metadb.engine import AirflowDb, connect
+from detector.metadb.engine import AirflowDb, ServerRole, connect, server_role
 from detector.metadb.versions import SchemaInfo
 
 Progress = Callable[[int, int], None]  # (done, total) in runs examined
@@ -28,6 +28,7 @@ class ScanReport:
     note: str | None = None  # why nothing was examined (Airflow 2), shown in every format
     splits: list[SplitPartition] = field(default_factory=list)  # current state, whatever ``since``
     source: str = "database"  # or "api" (--source api: no dag_run ids, creating jobs or split keys)
+    server: ServerRole | None = None  # the PostgreSQL server read: primary or standby (None: SQLite, the API)
 
 
 def scan(
@@ -49,6 +50,7 @@ def scan(
     start = None if since is None else now - since
     t = db.tables
     with connect(db.engine) as conn:
+        server = server_role(conn)
         asset_keys = [k for k in queries.candidate_asset_keys(conn, t, start) if dag_filter.selects(k[0])]
         part_keys = [k for k in queries.candidate_partition_keys(conn, t, start) if dag_filter.selects(k[0])]
         found = queries.runs_for_asset_keys(conn, t, asset_keys)
@@ -77,5 +79,11 @@ def scan(
         split_events = queries.partition_row_events(conn, t, [r.id for r in split_rows]) if split_rows else {}
     splits = find_split_partitions(split_rows, split_events, now, grace=split_grace, dag_filter=dag_filter)
     return ScanReport(
-        info=db.info, findings=findings, scanned_at=now, since=start, runs_examined=len(ids), splits=splits
+        info=db.info,
+        findings=findings,
+        scanned_at=now,
+        since=start,
+        runs_examined=len(ids),
+        splits=splits,
+        server=server,
     )

@@ -48,6 +48,7 @@ from detector.actions.remediation.readback import read_back
 from detector.core.plan import Action
 from detector.core.ports import Result
 from detector.metadb import queries
+from detector.metadb.engine import refuse_standby
 from detector.metadb.queries import TaskState
 from detector.metadb.schema import AirflowTables
 
@@ -76,6 +77,7 @@ class DbBackend:
         """Re-judge under the row locks, then write; the unlocked ``work`` is only a preview."""
         with self.engine.begin() as conn:
             self._set_timeouts(conn)
+            refuse_standby(conn, "DUPGUARD_DATABASE_URL", "writes")  # loud and retryable (not read-only errors)
             current = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id, lock=True)
             verdict = judge(action, current, remediate_started=self.remediate_started)
             if verdict.work is None:

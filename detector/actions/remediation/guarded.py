@@ -31,7 +31,7 @@ from detector.core.model import STARTED_TI_STATES
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import RemediationResult, Result, StartedTask
 from detector.metadb import queries
-from detector.metadb.engine import connect
+from detector.metadb.engine import connect, refuse_standby
 from detector.metadb.queries import RunState, TaskState
 from detector.metadb.schema import AirflowTables
 from detector.metrics import Metrics
@@ -149,8 +149,11 @@ class Backend(Protocol):
 
 
 def read_state(engine: Engine, tables: AirflowTables, action: Action) -> RunState | None:
-    """The guard's re-read: one short read-only transaction."""
+    """The guard's re-read: one short read-only transaction, never on a standby (it may lag the primary:
+    a task that started there would look queued; issue 22 §2). Checked in the re-read's own transaction,
+    which also pins it to one server connection behind a pooler."""
     with connect(engine) as conn:
+        refuse_standby(conn, "DUPGUARD_DATABASE_URL", "re-reads a run before a write")
         return queries.run_state(conn, tables, action.dag_id, action.run.run_id)
 
 
@@ -174,6 +177,7 @@ class DbRunStates:
 
     def note(self, action: Action) -> str | None:
         with connect(self.engine) as conn:
+            refuse_standby(conn, "DUPGUARD_DATABASE_URL", "reads a write back")
             after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
             return queries.run_note(conn, self.tables, after.id) if after is not None else None
 
