@@ -79,6 +79,12 @@ class Metrics:
             "dag_run ids never seen within the re-scan horizon (rolled-back inserts, or runs missed).",
             registry=r,
         )
+        self.coverage_gaps = Counter(
+            "dupguard_coverage_gaps_total",
+            "Ranges of dag_run ids a new leader term could not judge (deleted before it, or beyond its "
+            "catch-up limit); each is one coverage_gap warning naming the ids.",
+            registry=r,
+        )
         self.build_info = Gauge(
             "dupguard_build_info", "Build and Airflow version.", ["version", "airflow_version"], registry=r
         )

@@ -230,7 +230,7 @@ class Daemon:
                 if self.parts.source.watching:
                     log.info("standing_by", reason="leader lock lost")
                     self.refresh_status()
-                self.parts.source.end()  # a new term starts from the durable cursor / look-back
+                self.parts.source.end()  # the next term resumes where this one stopped (RunSource.start)
                 wait = max(interval, 0.1)
             self.stop.wait(wait)
 
@@ -273,6 +273,10 @@ class Daemon:
             else:
                 self._source_reached(self.parts.source.ping())
             self._last_check = started
+            if not was and not leader:  # standing by: what a live leader elsewhere judges (issue 23 §1)
+                live = self._db_error is None and getattr(self.parts.leadership, "problem", None) is None
+                self.parts.source.stood_by(live)
+            self.status.note = self.parts.source.coverage_gap
             self.refresh_status()
             if leader:
                 self.parts.remediator.prepare()

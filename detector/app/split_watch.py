@@ -49,12 +49,16 @@ class SplitWatch:
         return self.db.tables.partition_dag_run is not None
 
     def check(self, now: datetime) -> list[SplitPartition]:
-        """Read the splits, alert the new ones; returns every split seen. Raises on database errors."""
+        """Read the splits, alert the new ones; returns every split seen. Raises on database errors.
+
+        The grace period is measured on the database's clock, which wrote ``created_at`` (issue 23 §6:
+        a host 10 minutes ahead reported every new split at once); ``now`` only dates the alert."""
         t = self.db.tables
         with connect(self.db.engine) as conn:
             rows = queries.partition_rows_with_pending(conn, t)
             events = queries.partition_row_events(conn, t, [r.id for r in rows]) if rows else {}
-        splits = find_split_partitions(rows, events, now, grace=self.grace, dag_filter=self.dag_filter)
+            db_now = queries.database_now(conn)
+        splits = find_split_partitions(rows, events, db_now, grace=self.grace, dag_filter=self.dag_filter)
         self.metrics.split_partitions_open.set(len(splits))
         for split in splits:
             if self.ledger.claim(split.key, "detected"):

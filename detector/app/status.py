@@ -87,12 +87,15 @@ class StatusBoard:
         self._metrics = metrics
         self._lock = threading.Lock()
         self.current = STARTING
+        self.note: str | None = None  # added to every reason, e.g. the last coverage gap (issue 23 §1)
         for state in State:
             metrics.state.labels(state=state.value).set(0)
         self._publish(STARTING)
 
     def update(self, status: Status) -> None:
         """Record ``status``; log once when the state (not just its reason's wording) changes."""
+        if self.note is not None:
+            status = Status(status.state, f"{status.reason}; {self.note}")
         with self._lock:
             previous, self.current = self.current, status
             if status.state is previous.state:

@@ -182,13 +182,15 @@ class Polled:
 class RunSource(Protocol):
     """Where the daemon's runs come from: the metadata database or Airflow's REST API.
 
-    A *term* is one stretch of leading: ``start`` opens it (from a durable cursor, else the
-    look-back), ``end`` closes it when the lead is lost. ``poll`` raises on failure; ``failed`` then
-    undoes that poll's progress, so the next poll sees the same runs again (nothing lost).
+    A *term* is one stretch of leading: ``start`` opens it (where this process's last term stopped,
+    or a durable cursor, else the look-back), ``end`` closes it when the lead is lost. ``poll`` raises
+    on failure; ``failed`` then undoes that poll's progress, so the next poll sees the same runs again
+    (nothing lost).
     """
 
     name: str  # "database" or "api"
     family: str  # Airflow's schema family ("3.1"), for dupguard_build_info
+    coverage_gap: str | None  # the last runs a term start could not judge (a health reason), if any
 
     @property
     def watching(self) -> bool: ...
@@ -200,6 +202,11 @@ class RunSource(Protocol):
     def start(self, now: datetime) -> None: ...
 
     def end(self) -> None: ...
+
+    def stood_by(self, live_leader: bool) -> None:
+        """A standby's leader check: ``live_leader`` when another replica leads and the source answers
+        (what that leader has had time to judge need not be judged again by this process's next term)."""
+        ...
 
     def poll(self, now: datetime) -> Polled: ...
 

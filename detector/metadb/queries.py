@@ -11,7 +11,7 @@ import functools
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -117,6 +117,34 @@ def top_run_id_statement(t: AirflowTables) -> Select[Any]:
 def max_run_id(conn: Connection, t: AirflowTables) -> int:
     """Highest dag_run id (dag_run_pkey), 0 on an empty table."""
     return int(conn.execute(top_run_id_statement(t)).scalar_one_or_none() or 0)
+
+
+def min_run_id(conn: Connection, t: AirflowTables) -> int | None:
+    """Lowest dag_run id still in the table (dag_run_pkey); rows below it were deleted (``airflow db clean``)."""
+    value = conn.execute(select(func.min(t.dag_run.c.id))).scalar_one_or_none()
+    return None if value is None else int(value)
+
+
+def queued_at_of_ids(
+    conn: Connection, t: AirflowTables, first: int, last: int
+) -> tuple[datetime | None, datetime | None]:
+    """``queued_at`` of the lowest and the highest run with an id in [first, last] (two pkey steps)."""
+    dr = t.dag_run
+    edge = select(dr.c.queued_at).where(dr.c.id.between(first, last)).limit(1)
+    row = conn.execute(
+        select(edge.order_by(dr.c.id).scalar_subquery(), edge.order_by(dr.c.id.desc()).scalar_subquery())
+    ).one()
+    return row[0], row[1]
+
+
+def database_now(conn: Connection) -> datetime:
+    """The database server's clock (issue 23 §6): ages of Airflow's timestamps are measured on the clock
+    that wrote them, never on this host's (10 minutes off re-alerted old groups at start). SQLite has no
+    server: its clock is this host's, the one ``airflow standalone`` on this host writes with too."""
+    if conn.dialect.name == "sqlite":
+        return datetime.now(UTC)
+    now: datetime = conn.execute(select(func.now())).scalar_one()
+    return now
 
 
 @functools.cache

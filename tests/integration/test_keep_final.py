@@ -178,23 +178,24 @@ def test_third_run_joining_never_stops_the_kept_run(
 
 
 def test_two_memory_replicas_each_restarted_keep_the_kept_run(pg_templates: Templates, daemons: list[Running]) -> None:
-    """Replica A stops the duplicate (its starting task failed); B takes over and judges the group
-    afresh; A restarts, takes over from B and judges it again. Nobody ever touches the kept run."""
+    """Replica A stops the duplicate (its starting task failed); B, started afresh, takes over and
+    judges the group again (its look-back); A restarts, takes over from B and judges it again. Nobody
+    ever touches the kept run. (Each replica starts once the other stopped: a standby that watched a
+    live leader does not judge that leader's term again, tests/integration/test_term_resume.py.)"""
     url = pg_templates.clone("3.1.2")
     settings = {"remediation": "fail", "remediation_backend": "db", "remediate_started": True}
     _, kept, dup, _, _ = _pair(url)
     a = _start(daemons, url, durable=False, task_starts=dup.run_id, **settings)
     wait_for(a.is_leader, what="A leads")
-    b = _start(daemons, url, durable=False, **settings)
     wait_for(lambda: _stopped_with_a_failed_task(url, dup.run_id), what="A stopped the duplicate")
     before = db_state(url)
     kept_seen = [e.finding.kept.run_id for e in a.alerter.detected()]
 
     _stop(daemons, a)  # failover to B
+    b = _start(daemons, url, durable=False, **settings)
     wait_for(lambda: bool(b.alerter.results()), timeout=30, what="B judged the group")
-    a2 = _start(daemons, url, durable=False, **settings)
-    time.sleep(0.3)
     _stop(daemons, b)  # failover back to the restarted A
+    a2 = _start(daemons, url, durable=False, **settings)
     wait_for(lambda: bool(a2.alerter.results()), timeout=30, what="restarted A judged the group")
     time.sleep(0.5)
     kept_seen += [e.finding.kept.run_id for d in (b, a2) for e in d.alerter.detected()]

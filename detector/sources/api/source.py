@@ -98,6 +98,7 @@ def _full_read_due(tail: _Tail, now: datetime) -> bool:
 
 class ApiSource:
     name = "api"
+    coverage_gap: str | None = None  # one replica, never a new term within a process: nothing to resume
 
     def __init__(self, config: Config, reader: Reader, ledger: Ledger, metrics: Metrics, *, version: str) -> None:
         self.config = config
@@ -154,6 +155,9 @@ class ApiSource:
     def end(self) -> None:
         self.tail = None
         self._next = None
+
+    def stood_by(self, live_leader: bool) -> None:
+        """Never called: ``--source api`` takes no lock (one replica, ``AlwaysLeader``)."""
 
     def poll(self, now: datetime) -> Polled:
         try:

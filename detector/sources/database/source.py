@@ -1,6 +1,7 @@
-"""The database source as the daemon sees it (``core.ports.RunSource``): a term starts at the durable
-watermark or the look-back, each poll tails ``dag_run`` by id (``poll.IncrementalDetector``) on one
-long-lived autocommit connection, and a failed poll is rewound so no run is lost.
+"""The database source as the daemon sees it (``core.ports.RunSource``): a term starts where this
+process stopped judging, at the durable watermark, or else at the look-back (``resume``); each poll
+tails ``dag_run`` by id (``poll.IncrementalDetector``) on one long-lived autocommit connection, and a
+failed poll is rewound so no run is lost.
 """
 
 from __future__ import annotations
@@ -21,13 +22,11 @@ from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, connect, describe_error
 from detector.metadb.prepared import TopRunId, top_run_id_probe
 from detector.metrics import Metrics
+from detector.sources.database import resume
 from detector.sources.database.poll import IDLE, IncrementalDetector, NewRowTracker
 from detector.sources.database.prior import PriorDecisions
 
 log = logs.get("dupguard.daemon")
-STARTUP_SCAN_LIMIT = 100_000  # ids below max(id) searched for the start of the look-back
-
-_TrackerState = tuple[int, dict[int, datetime], dict[int, datetime]]
 NOTHING_NEW = Polled(new_runs=0, findings=[])  # an idle poll: shared, never mutated
 
 
@@ -44,7 +43,9 @@ class DatabaseSource:
         self._conn: Connection | None = None
         self._probe: TopRunId | None = None  # bound to ``_conn``
         self.probe_prepared: bool | None = None  # logged when it changes
-        self._saved: _TrackerState | None = None
+        self._saved: resume.TrackerState | None = None
+        self._progress = resume.Progress()  # what the next term need not judge again
+        self.coverage_gap: str | None = None  # the last gap a term start reported (a health reason)
         self._advanced = False  # the last poll saw new runs: the watermark moves once they are handled
         self._filter = DagFilter(config.dags, config.exclude_dags)
         self._prior = PriorDecisions(db.tables, ledger)
@@ -62,35 +63,57 @@ class DatabaseSource:
         return self.detector is not None
 
     def ping(self) -> str | None:
+        """A standby's ping reads the newest id (the same one round trip): ``stood_by`` needs it."""
         try:
             with connect(self.db.engine) as conn:
-                queries.ping(conn)
+                if self.detector is None:
+                    self._progress.seen = queries.max_run_id(conn, self.db.tables)
+                else:
+                    queries.ping(conn)
         except DupguardError as exc:
             return str(exc)
         return None
 
+    def resume_point(self) -> int | None:
+        """The id after which the next term would read, before ``resume.bounded`` (None: the look-back)."""
+        state = self._progress.resumed()
+        return None if state is None else state[0]
+
     def start(self, now: datetime) -> None:
-        """Where a new leader term starts reading: the durable watermark, else the look-back."""
+        """Where a new leader term starts reading (``resume``). Ages are measured on the database's
+        clock, on the connection that reads the runs (issue 23 §6): ``now`` is this host's."""
         t = self.db.tables
-        start = self.ledger.watermark() if self.ledger.durable else None
-        if start is None:
-            with connect(self.db.engine) as conn:
-                top = queries.max_run_id(conn, t)
-                first = queries.first_run_id_since(
-                    conn, t, now - self.config.startup_lookback, max(0, top - STARTUP_SCAN_LIMIT)
-                )
-            start = top if first is None else first - 1
+        watermark = self.ledger.watermark() if self.ledger.durable else None
+        state = (watermark, {}, {}) if watermark is not None else self._progress.resumed()
+        how = "ledger" if watermark is not None else "lookback" if state is None else "resumed"
+        with connect(self.db.engine) as conn:
+            top = queries.max_run_id(conn, t)
+            if state is None:
+                since = queries.database_now(conn) - self.config.startup_lookback
+                first = queries.first_run_id_since(conn, t, since, max(0, top - resume.CATCH_UP_LIMIT))
+                state, gap = (top if first is None else first - 1, {}, {}), None
+            else:
+                state, gap = resume.bounded(conn, t, state, top)
+        if gap is not None:
+            self._report_gap(gap)
+        high, gaps, late = state
+        tracker = NewRowTracker(high=high, grace=self.config.gap_grace, gaps=gaps, late=late)
         self.detector = IncrementalDetector(
             tables=t,
-            tracker=NewRowTracker(high=start, grace=self.config.gap_grace),
+            tracker=tracker,
             dag_filter=self._filter,
             suspect_window=self.config.suspect_window,
             prior=self._prior,
         )
-        log.info("watching", from_id=start, durable_ledger=self.ledger.durable)
+        log.info("watching", from_id=high, durable_ledger=self.ledger.durable, start=how, gaps=len(gaps) + len(late))
 
     def end(self) -> None:
-        self.detector = None  # a new term starts from the ledger watermark / look-back
+        if self.detector is not None:  # the next term resumes here (``resume``)
+            self._progress.ended(self.detector.tracker)
+        self.detector = None
+
+    def stood_by(self, live_leader: bool) -> None:
+        self._progress.stood_by(live_leader)
 
     def poll(self, now: datetime) -> Polled:
         detector = self.detector
@@ -163,6 +186,19 @@ class DatabaseSource:
             with contextlib.suppress(SQLAlchemyError):
                 conn.invalidate()
                 conn.close()
+
+    def _report_gap(self, gap: resume.CoverageGap) -> None:
+        """Runs no term will judge are never dropped silently (issue 23 §1)."""
+        self.coverage_gap = gap.reason()
+        self.metrics.coverage_gaps.inc()
+        log.warning(
+            "coverage_gap",
+            first_id=gap.first_id,
+            last_id=gap.last_id,
+            queued_from=None if gap.queued_from is None else gap.queued_from.isoformat(),
+            queued_to=None if gap.queued_to is None else gap.queued_to.isoformat(),
+            detail=gap.why,
+        )
 
     def _report_late(self, late: tuple[tuple[int, float], ...], abandoned: int) -> None:
         """A run that committed after ``gap_grace`` is never dropped silently (issue 12 §1)."""
