@@ -1,10 +1,12 @@
-"""Durations as people write them in flags and env vars: ``90s``, ``15m``, ``1h30m``, ``1d``, ``0.02``."""
+"""Durations as people write them in flags and env vars: ``90s``, ``15m``, ``1h30m``, ``1d``, ``0.02``;
+and as servers write them in ``Retry-After``."""
 
 from __future__ import annotations
 
 import math
 import re
 from datetime import timedelta
+from email.utils import parsedate_to_datetime
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -41,3 +43,17 @@ def _bounded(seconds: float, text: str) -> timedelta:
     if seconds > MAX_DURATION.total_seconds():
         raise ValueError(f"{text!r} is too long a duration (at most {MAX_DURATION.days}d)")
     return timedelta(seconds=seconds)
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """A ``Retry-After`` header (seconds, or an HTTP date) as seconds from ``now``; None if absent/unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)

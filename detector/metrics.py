@@ -9,7 +9,7 @@ dashboards never use them); ``process_*`` metrics come from prometheus-client's 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import (
@@ -21,14 +21,18 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
-from detector import __version__
+from detector import __version__, deadline
 from detector.core.model import Confidence, Kind
 from detector.core.ports import Result
 
 # Process-wide switch of prometheus-client: drop the `_created` series of counters and histograms.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 ALERT_OUTCOMES = ("sent", "deduplicated", "retried", "failed")
+
+DEADLINE_PEERS = ("airflow_api", "airflow_token", "slack", "webhook")  # detector.deadline's peer names
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -117,6 +121,7 @@ class Metrics:
             "API); 0: /readyz names why. Only for backends that get ready ahead (api).",
             ["backend"],
             registry=r,
+        r.register(_Deadlines())
         )
         self.alerts = Counter(
             "dupguard_alerts_total",
@@ -161,3 +166,19 @@ class Metrics:
         (e.g. "3.1"), a version rather than the range of releases sharing that schema head."""
         self.build_info.clear()
         self.build_info.labels(version=__version__, airflow_version=airflow_version).set(1)
+
+
+class _Deadlines(Collector):
+    """``dupguard_deadline_exceeded_total{peer}``: outbound calls cut at their whole-request deadline
+    (``detector.deadline``, which counts them for the process), read at scrape time."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "dupguard_deadline_exceeded",
+            "Outbound calls with no complete answer within their deadline (--airflow-timeout, --alert-timeout), cut.",
+            labels=["peer"],
+        )
+        counts = deadline.exceeded()
+        for peer in DEADLINE_PEERS:
+            family.add_metric([peer], counts.get(peer, 0))
+        yield family

@@ -10,7 +10,9 @@ everything rejected lands in ``rejected`` (tests assert it stays empty).
 
 Faults for the next K requests: ``fail_next(k, 429, retry_after=1)``, ``fail_next(k, 500)``,
 ``hang_next(k, seconds)`` (the request is held, then the connection dropped without an answer and
-without recording anything, as if Slack never took it). ``stop()`` releases every hang.
+without recording anything, as if Slack never took it), ``trickle_next(k)`` (an answer written one
+byte a second, ``tests.trickle``; recorded in ``trickled`` once the client cut it). ``stop()``
+releases every hang and trickle.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
+
+from tests.trickle import http_answer, trickle
 
 HEADER_LIMIT, SECTION_LIMIT, FIELD_LIMIT, BLOCK_LIMIT = 150, 3000, 2000, 50
 BLOCK_TYPES = {"header", "section", "context", "divider", "actions", "image", "rich_text"}
@@ -44,6 +48,7 @@ class Fault:
     status: int | None = None  # answer with this status
     retry_after: int | None = None
     hang: float | None = None  # hold the request this long, then drop it
+    trickle: bool = False  # answer one byte a second (for ten minutes)
 
 
 def block_problems(blocks: Any) -> list[str]:
@@ -100,6 +105,7 @@ class SlackServer:
         self.requests: list[str] = []  # every request's path, faults included
         self.request_times: list[float] = []  # time.monotonic() of each request's arrival
         self.hanging = 0  # requests currently held by a hang
+        self.trickled = 0  # trickled answers the client gave up on (cut before their end)
         self._faults: list[Fault] = []
         self._ts = itertools.count(1)
         self._lock = threading.Lock()
@@ -142,6 +148,10 @@ class SlackServer:
     def hang_next(self, k: int, seconds: float) -> None:
         with self._lock:
             self._faults += [Fault(hang=seconds) for _ in range(k)]
+
+    def trickle_next(self, k: int) -> None:
+        with self._lock:
+            self._faults += [Fault(trickle=True) for _ in range(k)]
 
     def stop(self) -> None:
         self._release.set()
@@ -208,6 +218,13 @@ class SlackServer:
                     server._record(lambda: setattr(server, "hanging", server.hanging - 1))
                     self.close_connection = True
                     return  # no answer at all: the client times out
+                if fault and fault.trickle:
+                    body = json.dumps({"ok": True, "ts": "1", "pad": "x" * 600}).encode()
+                    answer = http_answer(200, body, {"Content-Type": "application/json"})
+                    if not trickle(self.wfile, answer, server._release):
+                        server._record(lambda: setattr(server, "trickled", server.trickled + 1))
+                    self.close_connection = True
+                    return
                 if fault and fault.status is not None:
                     headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
                     if fault.status == 429:
@@ -288,7 +305,7 @@ class SlackServer:
 
             def _generic(self, raw: bytes) -> None:
                 p = json.loads(raw or b"{}")
-                types = {"detected", "outcome", "digest", "split_partition"}
+                types = {"detected", "outcome", "digest", "digest_outcome", "split_partition"}
                 if p.get("schema") != "dupguard.alert/v1" or p.get("type") not in types:
                     return self._reject(400, "not a dupguard.alert/v1 payload", "bad payload")
                 server._record(lambda: server.generic_payloads.append(p))

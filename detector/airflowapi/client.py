@@ -8,14 +8,13 @@ Never in any text made here: tokens, passwords, Authorization headers.
 from __future__ import annotations
 
 import json
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import urllib3
 from airflow_client.client import ApiClient, Configuration
 from airflow_client.client.exceptions import ApiException
 
-from detector import redact
+from detector import deadline, redact
 from detector.config import Config
 
 
@@ -44,20 +43,6 @@ def refused(exc: urllib3.exceptions.HTTPError) -> bool:
     return isinstance(exc, urllib3.exceptions.NewConnectionError)
 
 
-def retry_after(value: str | None, now: float) -> float | None:
-    """A ``Retry-After`` header (seconds, or an HTTP date) as seconds from ``now``; None if absent/unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now)
-
-
 class Gone(Exception):
     """404: the object (a run, a task instance, …) does not exist (any more)."""
 
@@ -74,7 +59,9 @@ def make_client(config: Config) -> ApiClient:
     if config.airflow_ca_bundle:
         cfg.ssl_ca_cert = config.airflow_ca_bundle
     cfg.retries = False
-    return ApiClient(cfg)
+    client = ApiClient(cfg)
+    deadline.bind_urllib3(client.rest_client.pool_manager)  # a whole-request deadline: ``Session.call``
+    return client
 
 
 def json_body(data: bytes | None) -> dict[str, Any]:

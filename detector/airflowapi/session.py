@@ -6,7 +6,9 @@
 - 403: ``AirflowAuthError`` naming the permission the Airflow user lacks (the caller says which:
   ``detector.airflowapi.permissions``; Airflow's own answer is a bare "Forbidden").
 - 404: ``Gone``. 429, 5xx and transport errors: ``Transient``, with the server's ``Retry-After``
-  when it sent one (the caller decides whether and when to retry).
+  when it sent one (the caller decides whether and when to retry). A call with no complete answer
+  within its deadline (``--airflow-timeout`` from the connect to the last byte, or the shorter
+  ``deadline`` its caller gives) is cut and ``Transient`` too (``detector.deadline``).
 - other: ``AirflowApiError``.
 
 Every text is built from the status and the body's ``detail`` with secrets withheld
@@ -25,6 +27,7 @@ import urllib3
 from airflow_client.client import ApiClient
 from airflow_client.client.exceptions import ApiException
 
+from detector import deadline as deadlines
 from detector import redact
 from detector.airflowapi.client import (
     Gone,
@@ -34,11 +37,11 @@ from detector.airflowapi.client import (
     json_body,
     make_client,
     refused,
-    retry_after,
     transport,
 )
 from detector.airflowapi.tokens import Budget, TokenSource
 from detector.config import Config
+from detector.durations import retry_after
 from detector.errors import AirflowApiError, AirflowAuthError
 
 Headers = dict[str, str]
@@ -89,14 +92,22 @@ class Session:
         self.client.rest_client.pool_manager.clear()
 
     def call(
-        self, what: str, send: Callable[[Headers], Any], budget: Budget | None = None, *, needs: str
+        self,
+        what: str,
+        send: Callable[[Headers], Any],
+        budget: Budget | None = None,
+        *,
+        needs: str,
+        deadline: float | None = None,
     ) -> dict[str, Any]:
         """``send(headers)`` (a ``*_without_preload_content`` client method, or ``request``'s) with
         a bearer token; ``what`` names the call in messages, ``needs`` the permission a 403 lacks
-        (``detector.airflowapi.permissions``)."""
+        (``detector.airflowapi.permissions``). Each request ends within ``deadline`` seconds (at most
+        the session's timeout) or raises ``Transient``."""
         budget = budget if budget is not None else Budget()
+        seconds = self.timeout if deadline is None else min(deadline, self.timeout)
         for _ in range(2):  # the second pass only after a 401 with a cached token
-            status, data, wait = self._send(what, send, self.tokens.get(budget))
+            status, data, wait = self._send(what, send, self.tokens.get(budget), seconds)
             # 401 "Token Expired"; 403 "Invalid JWT token" (e.g. jwt_secret rotated): a new token may do.
             if status == 401 or (status == 403 and "invalid jwt" in detail(data, self.tokens.secrets()).lower()):
                 self.tokens.invalidate()
@@ -128,9 +139,10 @@ class Session:
         body: Any = None,
         budget: Budget | None = None,
         needs: str,
+        deadline: float | None = None,
     ) -> dict[str, Any]:
         """A raw JSON call: ``path`` below the base URL (e.g. ``/api/v2/assets/events``), ``query``
-        (lists repeat the key), ``body`` sent as JSON. Same classification as ``call``."""
+        (lists repeat the key), ``body`` sent as JSON. Same classification and deadline as ``call``."""
         url = self.base_url + path + ("?" + urlencode(query, doseq=True) if query else "")
         what = f"{method} {path}"
 
@@ -147,14 +159,19 @@ class Session:
                 raise AirflowApiError(not_json)
             return response
 
-        return self.call(what, send, budget, needs=needs)
+        return self.call(what, send, budget, needs=needs, deadline=deadline)
 
-    def _send(self, what: str, send: Callable[[Headers], Any], token: str) -> tuple[int, bytes, float | None]:
+    def _send(
+        self, what: str, send: Callable[[Headers], Any], token: str, seconds: float
+    ) -> tuple[int, bytes, float | None]:
         try:
-            response = send({"Authorization": f"Bearer {token}"})
-            data = response.data  # reads the body (and releases the connection to the pool)
+            with deadlines.limit(seconds, "airflow_api"):
+                response = send({"Authorization": f"Bearer {token}"})
+                data = response.data  # reads the body (and releases the connection to the pool)
             wait = retry_after(response.headers.get("Retry-After"), time.time())
             return int(response.status), bytes(data or b""), wait
+        except deadlines.DeadlineExceeded as exc:
+            raise Transient(f"{what}: {exc} (--airflow-timeout)") from None
         except urllib3.exceptions.HTTPError as exc:
             raise Transient(f"{what}: {transport(exc)}", refused=refused(exc)) from None
         except ApiException as exc:

@@ -35,7 +35,7 @@ import urllib3
 from airflow_client.client import ApiClient
 from airflow_client.client.exceptions import ApiException
 
-from detector import redact
+from detector import deadline, redact
 from detector.airflowapi.client import Transient, api_exception, detail, json_body, refused, transport
 from detector.errors import AirflowApiError, AirflowAuthError
 
@@ -132,14 +132,17 @@ class TokenSource:
                 "[api_auth] jwt_secret, jwt_issuer and jwt_audience"
             )
         try:
-            response = self._client.rest_client.request(  # type: ignore[no-untyped-call]
-                "POST",
-                self._url,
-                headers={"Content-Type": "application/json", "Accept": "application/json"},
-                body={"username": self._username, "password": self._password},
-                _request_timeout=self._timeout,
-            )
-            response.read()
+            with deadline.limit(self._timeout, "airflow_token"):  # connect to last byte (detector.deadline)
+                response = self._client.rest_client.request(  # type: ignore[no-untyped-call]
+                    "POST",
+                    self._url,
+                    headers={"Content-Type": "application/json", "Accept": "application/json"},
+                    body={"username": self._username, "password": self._password},
+                    _request_timeout=self._timeout,
+                )
+                response.read()
+        except deadline.DeadlineExceeded as exc:
+            raise Transient(f"POST {self._shown}: {exc} (--airflow-timeout)") from None
         except urllib3.exceptions.HTTPError as exc:
             raise Transient(f"POST {self._shown}: {transport(exc)}", refused=refused(exc)) from None
         except ApiException as exc:

@@ -448,3 +448,70 @@ def test_secrets_never_appear_in_logs(
     assert "alert_undelivered" in structured and "alerts_configured" in structured  # logs were captured
     for secret in secrets:
         assert secret not in structured and secret not in stdlib
+
+
+# --- storms (issue 23 §4) -------------------------------------------------------------------------
+
+
+def _keys(payloads: list[dict[str, Any]], *types: str) -> list[str]:
+    """Every group key the payloads of ``types`` carry (one per single, each group of a digest part)."""
+    found = []
+    for p in payloads:
+        if p["type"] in types:
+            found += [g["key"] for g in p["groups"]] if "groups" in p else [p["dedup_key"]]
+    return found
+
+
+def test_a_storm_is_digested_on_the_webhook_too_and_every_payload_is_counted(server: SlackServer) -> None:
+    """3,000 groups in one commit, then (once their digest went out, as a remediation takes its time)
+    their 3,000 outcomes, to Slack and to a JSON webhook whose receiver answers its first POST with a
+    429 (Retry-After: 1). Outcomes are digested like the detections (bounded parts, not a POST per
+    group), every group is in exactly one detection and one outcome payload, and
+    dupguard_alerts_total{outcome="sent"} counts every message and payload that arrived."""
+    hook = SlackServer()
+    try:
+        events = [detected(f"s{i}", base=10 * i) for i in range(3000)]
+        metrics = Metrics()
+        hook.fail_next(1, 429, retry_after=1)
+        config = _config(server, webhook_url=hook.generic_url)
+        alerter = build_alerter(config, SharedLedger(), metrics, digest_delay=5)  # 3,000 notify calls in one
+        for e in events:
+            alerter.notify(e)
+        assert hook.wait_for(lambda: any(p["type"] == "digest" for p in hook.generic_payloads), 120)
+        for e in events:
+            alerter.notify(outcome(e, Result.DONE))
+        alerter.close(120)
+        payloads = list(hook.generic_payloads)
+    finally:
+        hook.stop()
+    every = sorted(e.finding.key for e in events)
+    assert sorted(_keys(payloads, "detected", "digest")) == every
+    assert sorted(_keys(payloads, "outcome", "digest_outcome")) == every
+    assert [p["type"] for p in payloads].count("outcome") == 5  # the groups before the storm began
+    assert len(payloads) < 100  # bounded parts (at most 100 groups each), never one per group
+    assert hook.rejected == [] and server.rejected == []
+    assert hook.requests.count(hook.generic_path) == len(payloads) + 1  # + the refused one, retried
+    assert _count(metrics, "webhook", "sent") == len(payloads) and _count(metrics, "webhook", "failed") == 0
+    assert _count(metrics, "webhook", "retried") == 1
+    assert len(server.top_level()) == 5 + 1  # Slack: five alerts, then one digest
+    assert _count(metrics, "slack", "sent") == len(server.messages) and _count(metrics, "slack", "failed") == 0
+
+
+def test_each_undelivered_digest_part_is_counted_and_logged_with_its_own_groups(server: SlackServer) -> None:
+    """A digest of 250 groups goes out in three parts; the receiver refuses the first (HTTP 400): the
+    other two are still sent, and the refused part is one alert_undelivered line naming its 100
+    groups, counted failed once, while sent counts the two parts that arrived."""
+    config = _config(server, slack_bot_token=None, slack_channel=None, webhook_url=server.generic_url)
+    metrics = Metrics()
+    server.fail_next(1, 400)
+    with capture_logs() as logs:
+        alerter = build_alerter(replace(config, alert_storm_threshold=0), SharedLedger(), metrics, digest_delay=30)
+        for i in range(250):  # one digest: close() sends it at once
+            alerter.notify(detected(f"p{i:03d}", base=10 * i))
+        alerter.close(60)
+    parts = server.generic_payloads
+    assert [(p["part"], p["count"]) for p in parts] == [(2, 100), (3, 50)]
+    [undelivered] = _events(logs, "alert_undelivered")
+    assert undelivered["alert"] == "digest" and "HTTP 400" in undelivered["error"]
+    assert undelivered["group_keys"] == [f"p{i:03d}" for i in range(100)]
+    assert _count(metrics, "webhook", "sent") == 2 and _count(metrics, "webhook", "failed") == 1

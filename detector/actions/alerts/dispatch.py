@@ -11,7 +11,15 @@ has its own worker, so a slow Slack does not hold up the webhook either.
 
 Storms: when more than ``storm_threshold`` DETECTED groups arrive within ``storm_window`` seconds,
 the router opens a digest: groups arriving in the next ``digest_delay`` seconds go out as one
-message, and outcomes of those groups are held and sent as one follow-up after it.
+message, and outcomes of those groups are held and sent as one follow-up after it; outcomes of
+digested groups that come later (a remediation takes its time) are gathered for ``digest_delay``
+seconds and sent as one follow-up too, never one message per group.
+
+Counting: ``dupguard_alerts_total{outcome="sent"}`` counts the messages and payloads that were
+delivered; a digest too big for one webhook payload is several, and each part that cannot be
+delivered is counted ``failed`` and logged ``alert_undelivered`` with its own groups, while the
+other parts are still sent. The last failure of each channel shows in ``trouble()`` (``/readyz``'s
+body) until that channel delivers again.
 
 Exactly once per channel: before a channel sends a group's first alert it claims
 ``(group_key, "alert:<channel>")`` in the ledger; a lost claim (another replica, or this group
@@ -30,9 +38,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from slack_sdk import WebClient
@@ -62,11 +71,13 @@ from detector.actions.alerts.split import SplitNotice
 from detector.actions.alerts.webhook import JsonWebhook
 from detector.config import Config
 from detector.core.ports import AlertEvent, AlertKind, Ledger
+from detector.errors import AlertDeliveryError
 from detector.metrics import Metrics
 
 SLACK_TS = "slack_ts"
 SLACK_CHANNEL_ID = "slack_channel_id"
 SLACK_DIGEST = "slack_digest"
+DIGESTED_KEPT = 100_000  # digested groups whose later outcomes are digested too
 
 
 # --- work items -----------------------------------------------------------------------------------
@@ -104,7 +115,9 @@ def _describe(item: Item) -> tuple[str, list[str], list[AlertEvent]]:
 
 
 class Channel(Protocol):
-    """One destination. Each method delivers or raises (``AlertDeliveryError`` when the cause is known)."""
+    """One destination. Each method delivers or raises (``AlertDeliveryError`` when the cause is known);
+    the digest methods return how many messages or payloads they sent, and raise ``PartialDelivery``
+    when some of them failed."""
 
     name: str
 
@@ -112,11 +125,33 @@ class Channel(Protocol):
 
     def outcome(self, event: AlertEvent) -> None: ...
 
-    def digest(self, events: Sequence[AlertEvent]) -> None: ...
+    def digest(self, events: Sequence[AlertEvent]) -> int: ...
 
-    def digest_outcomes(self, events: Sequence[AlertEvent]) -> None: ...
+    def digest_outcomes(self, events: Sequence[AlertEvent]) -> int: ...
 
     def split(self, notice: SplitNotice) -> None: ...
+
+
+class PartialDelivery(AlertDeliveryError):
+    """Parts of a digest that failed (their events and why); ``sent`` parts went out."""
+
+    def __init__(self, sent: int, failed: list[tuple[tuple[AlertEvent, ...], str]]) -> None:
+        super().__init__(f"{len(failed)} of {sent + len(failed)} parts undelivered: {failed[0][1]}")
+        self.sent, self.failed = sent, failed
+
+
+def _each(parts: Iterable[tuple[Sequence[AlertEvent], Callable[[], object]]]) -> int:
+    """Send every part, also after one failed: the number sent, or ``PartialDelivery``."""
+    sent, failed = 0, []
+    for events, send in parts:
+        try:
+            send()
+            sent += 1
+        except Exception as exc:  # noqa: BLE001 - each part is delivered or reported on its own
+            failed.append((tuple(events), str(exc) or type(exc).__name__))
+    if failed:
+        raise PartialDelivery(sent, failed)
+    return sent
 
 
 class SlackBotChannel:
@@ -159,20 +194,23 @@ class SlackBotChannel:
         if self.ledger.recall(key, SLACK_DIGEST) is None:
             self.bot.update(first, detected_message(event, self.ui_url, event.results))
 
-    def digest(self, events: Sequence[AlertEvent]) -> None:
+    def digest(self, events: Sequence[AlertEvent]) -> int:
         posted = self.bot.post(digest_message(events, self.ui_url))
         for e in events:
             self._remember(e.finding.key, posted, digest=True)
+        return 1
 
-    def digest_outcomes(self, events: Sequence[AlertEvent]) -> None:
+    def digest_outcomes(self, events: Sequence[AlertEvent]) -> int:
         threads: dict[Posted | None, list[AlertEvent]] = {}
         for e in events:
             threads.setdefault(self._thread(e.finding.key), []).append(e)
-        for first, group in threads.items():
-            if first is None:
-                self.bot.post(digest_outcome_message(group))
-            else:
-                self.bot.post(digest_outcome_message(group), thread_ts=first.ts, channel=first.channel_id)
+        return _each((group, partial(self._reply, first, group)) for first, group in threads.items())
+
+    def _reply(self, first: Posted | None, group: Sequence[AlertEvent]) -> None:
+        if first is None:
+            self.bot.post(digest_outcome_message(group))
+        else:
+            self.bot.post(digest_outcome_message(group), thread_ts=first.ts, channel=first.channel_id)
 
     def split(self, notice: SplitNotice) -> None:
         self.bot.post(notice.message)
@@ -192,11 +230,13 @@ class SlackWebhookChannel:
     def outcome(self, event: AlertEvent) -> None:
         self.hook.send(outcome_message(event, self.ui_url, threaded=False))
 
-    def digest(self, events: Sequence[AlertEvent]) -> None:
+    def digest(self, events: Sequence[AlertEvent]) -> int:
         self.hook.send(digest_message(events, self.ui_url))
+        return 1
 
-    def digest_outcomes(self, events: Sequence[AlertEvent]) -> None:
+    def digest_outcomes(self, events: Sequence[AlertEvent]) -> int:
         self.hook.send(digest_outcome_message(events))
+        return 1
 
     def split(self, notice: SplitNotice) -> None:
         self.hook.send(notice.message)
@@ -216,13 +256,12 @@ class WebhookChannel:
     def outcome(self, event: AlertEvent) -> None:
         self.hook.send(webhook_payload(event, self.ui_url))
 
-    def digest(self, events: Sequence[AlertEvent]) -> None:
-        for payload in digest_payloads(events, self.ui_url):
-            self.hook.send(payload)
+    def digest(self, events: Sequence[AlertEvent]) -> int:
+        """Bounded parts (``digest_payloads``); outcomes the same way (``type`` digest_outcome), each
+        group with its ``key`` for receivers that correlate by group."""
+        return _each((chunk, partial(self.hook.send, p)) for chunk, p in digest_payloads(events, self.ui_url))
 
-    def digest_outcomes(self, events: Sequence[AlertEvent]) -> None:
-        for e in events:  # receivers correlate by dedup_key; one payload each keeps that simple
-            self.hook.send(webhook_payload(e, self.ui_url))
+    digest_outcomes = digest
 
     def split(self, notice: SplitNotice) -> None:
         self.hook.send(notice.payload)
@@ -262,6 +301,11 @@ class Dispatcher:
         self._digest: list[AlertEvent] | None = None
         self._digest_deadline: float | None = None
         self._held: list[AlertEvent] = []
+        # groups sent in a digest lately -> their outcomes are digested too (bounded: a storm's worth)
+        self._digested: OrderedDict[str, None] = OrderedDict()
+        self._late: list[AlertEvent] = []  # outcomes of digested groups, after their digest went out
+        self._late_deadline: float | None = None
+        self._trouble: dict[str, str] = {}  # channel -> its last delivery failure, until it delivers again
         self._closed = False
         self._abandoned = False
         self._router: threading.Thread | None = None
@@ -277,6 +321,11 @@ class Dispatcher:
     @property
     def channel_names(self) -> list[str]:
         return [lane.channel.name for lane in self._lanes]
+
+    def trouble(self) -> str | None:
+        """Channels whose last delivery failed, and why (None: every channel delivered its last alert)."""
+        found = dict(self._trouble)
+        return "; ".join(f"{name}: {error}" for name, error in sorted(found.items())) or None
 
     # -- Alerter -----------------------------------------------------------------------------------
 
@@ -349,13 +398,15 @@ class Dispatcher:
 
     def _route_loop(self) -> None:
         while True:
-            wait = None if self._digest_deadline is None else max(0.0, self._digest_deadline - time.monotonic())
+            due = [d for d in (self._digest_deadline, self._late_deadline) if d is not None]
+            wait = max(0.0, min(due) - time.monotonic()) if due else None
             try:
                 event = self._inbound.get(timeout=wait)
             except queue.Empty:
                 event = None
             if event is _STOP:
                 self._flush_digest()
+                self._flush_late()
                 for lane in self._lanes:
                     lane.queue.put(_STOP)
                 return
@@ -366,6 +417,8 @@ class Dispatcher:
                     self._forward(event)
                 if self._digest_deadline is not None and time.monotonic() >= self._digest_deadline:
                     self._flush_digest()
+                if self._late_deadline is not None and time.monotonic() >= self._late_deadline:
+                    self._flush_late()
             except Exception:  # noqa: BLE001 - the router must outlive any bad event
                 logs.get(LOGGER).exception("alert_routing_failed")
 
@@ -374,6 +427,10 @@ class Dispatcher:
         if event.kind is AlertKind.OUTCOME:
             if self._digest is not None and any(e.finding.key == event.finding.key for e in self._digest):
                 self._held.append(event)  # sent after the digest, so it can thread under it
+            elif event.finding.key in self._digested:
+                self._late.append(event)
+                if self._late_deadline is None:
+                    self._late_deadline = now + self.digest_delay
             else:
                 self._forward(Single(event))
             return
@@ -394,9 +451,18 @@ class Dispatcher:
     def _flush_digest(self) -> None:
         if self._digest:
             self._forward(Digest(tuple(self._digest)))
+            for e in self._digest:
+                self._digested[e.finding.key] = None
+            while len(self._digested) > DIGESTED_KEPT:
+                self._digested.popitem(last=False)
         if self._held:
             self._forward(DigestOutcomes(tuple(self._held)))
         self._digest, self._digest_deadline, self._held = None, None, []
+
+    def _flush_late(self) -> None:
+        if self._late:
+            self._forward(DigestOutcomes(tuple(self._late)))
+        self._late, self._late_deadline = [], None
 
     def _forward(self, item: Item) -> None:
         for lane in self._lanes:
@@ -467,17 +533,32 @@ class Dispatcher:
             claimed = tuple(e for e in item.events if self._claim(channel, e))
             if not claimed:
                 return
-            item = Digest(claimed) if isinstance(item, Digest) else DigestOutcomes(claimed)
-            if isinstance(item, Digest):
-                channel.digest(claimed)
-            else:
-                channel.digest_outcomes(claimed)
+            part = Digest if isinstance(item, Digest) else DigestOutcomes
+            item = part(claimed)
+            try:
+                sent = channel.digest(claimed) if part is Digest else channel.digest_outcomes(claimed)
+            except PartialDelivery as exc:
+                self._sent(channel, item, exc.sent)
+                for events, error in exc.failed:
+                    self._undelivered(channel, part(events), error)
+                return
+            self._sent(channel, item, sent)
+            return
+        self._sent(channel, item, 1)
+
+    def _sent(self, channel: Channel, item: Item, payloads: int) -> None:
+        if not payloads:
+            return
         kind, keys, _ = _describe(item)
-        self.metrics.alerts.labels(channel=channel.name, outcome="sent").inc()
-        logs.get(LOGGER).info("alert_sent", channel=channel.name, alert=kind, groups=len(keys), group_keys=keys[:20])
+        self._trouble.pop(channel.name, None)
+        self.metrics.alerts.labels(channel=channel.name, outcome="sent").inc(payloads)
+        logs.get(LOGGER).info(
+            "alert_sent", channel=channel.name, alert=kind, groups=len(keys), payloads=payloads, group_keys=keys[:20]
+        )
 
     def _undelivered(self, channel: Channel, item: Item, error: str) -> None:
         kind, keys, events = _describe(item)
+        self._trouble[channel.name] = error
         self.metrics.alerts.labels(channel=channel.name, outcome="failed").inc()
         logs.get(LOGGER).error(
             "alert_undelivered",

@@ -508,10 +508,11 @@ def digest_payloads(
     *,
     max_bytes: int = DIGEST_MAX_BYTES,
     max_groups: int = DIGEST_MAX_GROUPS,
-) -> list[dict[str, Any]]:
-    """A storm digest as one or more payloads of at most ``max_groups`` groups and ``max_bytes`` of JSON
-    each (a single group bigger than that still goes alone). Each part has ``part`` (1-based), ``parts``
-    and ``total`` (groups in the whole digest); ``count`` and ``groups`` are the part's own."""
+) -> list[tuple[Sequence[AlertEvent], dict[str, Any]]]:
+    """A storm digest (of detections, or of the outcomes of digested groups) as one or more payloads
+    of at most ``max_groups`` groups and ``max_bytes`` of JSON each (a single group bigger than that
+    still goes alone), each with its groups' events. Each part has ``part`` (1-based), ``parts`` and
+    ``total`` (groups in the whole digest); ``count`` and ``groups`` are the part's own."""
     chunks: list[Sequence[AlertEvent]] = []
     pending = [events[i : i + max_groups] for i in range(0, len(events), max_groups)]
     while pending:
@@ -522,25 +523,40 @@ def digest_payloads(
         else:
             chunks.append(chunk)
     return [
-        digest_payload(chunk, ui_url) | {"part": i, "parts": len(chunks), "total": len(events)}
+        (chunk, digest_payload(chunk, ui_url) | {"part": i, "parts": len(chunks), "total": len(events)})
         for i, chunk in enumerate(chunks, start=1)
     ]
 
 
 def digest_payload(events: Sequence[AlertEvent], ui_url: str | None = None) -> dict[str, Any]:
-    """The ``dupguard.alert/v1`` payload of a storm digest (``type`` digest); ``digest_payloads`` splits big ones."""
+    """The ``dupguard.alert/v1`` payload of a storm digest: ``type`` digest (detections) or
+    digest_outcome (their remediation outcomes, each group with its ``remediation``);
+    ``digest_payloads`` splits big ones."""
     cluster = events[0].cluster if events else ""
-    worst = "error" if any(e.finding.confidence is Confidence.CONFIRMED for e in events) else "warning"
+    outcomes = bool(events) and events[0].kind is AlertKind.OUTCOME
+    if outcomes:
+        ranks = {"info": 0, "warning": 1, "error": 2}
+        worst = max((severity(e) for e in events), key=ranks.__getitem__)
+        summary, text = f"{len(events)} remediation outcomes on {cluster}", digest_outcome_message(events).text
+    else:
+        worst = "error" if any(e.finding.confidence is Confidence.CONFIRMED for e in events) else "warning"
+        summary, text = f"{len(events)} duplicate DAG run groups on {cluster}", _digest_text(events)
     return {
         "schema": SCHEMA,
-        "type": "digest",
+        "type": "digest_outcome" if outcomes else "digest",
         "severity": worst,
-        "summary": clip(f"{len(events)} duplicate DAG run groups on {cluster}", SUMMARY_LIMIT),
-        "dedup_key": "digest:" + hashlib.sha256("\n".join(e.finding.key for e in events).encode()).hexdigest()[:16],
+        "summary": clip(summary, SUMMARY_LIMIT),
+        "dedup_key": ("digest_outcome:" if outcomes else "digest:")
+        + hashlib.sha256("\n".join(e.finding.key for e in events).encode()).hexdigest()[:16],
         "cluster": cluster,
         "count": len(events),
-        "groups": [group_json(e, ui_url) | {"remediation_mode": e.mode} for e in events],
-        "text": _digest_text(events),
+        "groups": [
+            group_json(e, ui_url)
+            | {"remediation_mode": e.mode}
+            | ({"remediation": _remediation_json(e)} if outcomes else {})
+            for e in events
+        ],
+        "text": text,
     }
 
 

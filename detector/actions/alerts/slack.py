@@ -4,7 +4,9 @@ Both are thin wrappers around slack-sdk clients built here and passed in, so tes
 local Slack-compatible server (``DUPGUARD_SLACK_API_URL``). Retries are slack-sdk's own retry
 handlers (https://tools.slack.dev/python-slack-sdk/web#retryhandler): 429 waits for ``Retry-After``,
 any 5xx and connection errors or timeouts back off exponentially with jitter. A timeout is retried
-although Slack may have posted the message: a rare double post beats a lost alert.
+although Slack may have posted the message: a rare double post beats a lost alert. Each attempt ends
+within the timeout, from the connect to the answer's last byte (``detector.deadline``, installed for
+``urllib.request.urlopen``, which slack-sdk calls), so a Slack that trickles cannot hold the lane.
 
 Secrets: the token and the webhook URL are never put in an exception message or a log line. The
 slack-sdk clients log through ``dupguard.alerts.slack_sdk``, which is kept at WARNING (slack-sdk
@@ -34,6 +36,7 @@ from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 from slack_sdk.webhook import WebhookClient
 
+from detector import deadline
 from detector.actions.alerts.format import Message
 from detector.errors import AlertDeliveryError
 
@@ -126,6 +129,7 @@ def make_web_client(
 ) -> WebClient:
     """A WebClient for the bot transport. ``api_url`` includes the ``/api`` path (e.g. https://slack.com/api)."""
     register_secret(token)
+    deadline.install("slack")
     kwargs: dict[str, Any] = {}
     if api_url:
         kwargs["base_url"] = api_url.rstrip("/") + "/"
@@ -140,6 +144,7 @@ def make_web_client(
 
 def make_webhook_client(url: str, *, timeout: float, on_retry: OnRetry, retries: int = 2) -> WebhookClient:
     register_secret(url)
+    deadline.install("slack")
     return WebhookClient(
         url, timeout=_seconds(timeout), logger=sdk_logger, retry_handlers=retry_handlers(on_retry, retries)
     )
@@ -151,6 +156,8 @@ def _failure(what: str, exc: BaseException) -> AlertDeliveryError:
         status = getattr(exc.response, "status_code", "?")
         error = exc.response.get("error") if isinstance(exc.response.data, dict) else None
         return AlertDeliveryError(f"{what}: HTTP {status}, error {str(error)[:100]!r}")
+    if isinstance(exc, deadline.DeadlineExceeded):
+        return AlertDeliveryError(f"{what}: {exc} (--alert-timeout)")
     if isinstance(exc, TimeoutError):
         return AlertDeliveryError(f"{what}: timed out")
     if isinstance(exc, URLError):

@@ -1,9 +1,14 @@
 """The generic JSON webhook (``DUPGUARD_WEBHOOK_URL``) for PagerDuty-, Opsgenie- or Teams-style receivers.
 
 It POSTs the versioned ``dupguard.alert/v1`` payload built by ``alert_format`` (documented in
-docs/alerts.md). Every attempt has a timeout; 429 waits for ``Retry-After`` (capped), 5xx, 408,
-timeouts and connection errors back off exponentially with jitter; other 4xx are final (the receiver
-rejected the payload: retrying would not help).
+docs/alerts.md). Every attempt has a timeout; 429 waits for ``Retry-After`` (seconds or an HTTP date,
+capped at ``MAX_RETRY_AFTER``), and so does every later payload until that time has passed (a storm's
+next parts would only be refused too); 5xx, 408, timeouts and connection errors back off
+exponentially with jitter; other 4xx are final (the receiver rejected the payload: retrying would
+not help).
+
+Every attempt also has a whole-request deadline (the same timeout, from the connect to the answer's
+last byte: ``detector.deadline``), so a receiver that trickles cannot hold the channel.
 
 Built on the standard library's ``urllib.request`` on purpose: it logs nothing, so the URL (which
 often embeds a routing key) can never reach a log, and it needs no dependency dupguard does not
@@ -21,7 +26,8 @@ from http.client import HTTPException
 from typing import Any
 from urllib.error import HTTPError, URLError
 
-from detector import __version__
+from detector import __version__, deadline
+from detector.durations import retry_after
 from detector.errors import AlertDeliveryError
 
 OnRetry = Callable[[], None]
@@ -29,10 +35,8 @@ MAX_RETRY_AFTER = 60.0
 
 
 def _retry_after(value: str | None, default: float) -> float:
-    try:
-        return min(MAX_RETRY_AFTER, max(0.0, float(value))) if value else default
-    except ValueError:  # an HTTP date: rare, fall back to backoff
-        return default
+    asked = retry_after(value, time.time())
+    return default if asked is None else min(MAX_RETRY_AFTER, asked)
 
 
 class JsonWebhook:
@@ -56,6 +60,8 @@ class JsonWebhook:
         self.backoff = backoff
         self.on_retry = on_retry or (lambda: None)
         self.sleep = sleep
+        self._quiet_until = 0.0  # time.monotonic() before which the receiver asked not to be called
+        self._opener = deadline.opener("webhook")
 
     def __repr__(self) -> str:
         return "JsonWebhook(url=***)"
@@ -66,6 +72,9 @@ class JsonWebhook:
         problem = "not attempted"
         for attempt in range(self.retries + 1):
             wait = self.backoff * (2**attempt) * (0.5 + random.random() / 2)  # jitter, not crypto
+            quiet = self._quiet_until - time.monotonic()
+            if quiet > 0:
+                self.sleep(quiet)
             try:
                 self._post(body)
                 return
@@ -73,8 +82,11 @@ class JsonWebhook:
                 problem = f"HTTP {exc.code}"
                 if exc.code == 429:
                     wait = _retry_after(exc.headers.get("Retry-After"), wait)
+                    self._quiet_until = time.monotonic() + wait
                 elif exc.code < 500 and exc.code != 408:
                     raise AlertDeliveryError(f"webhook rejected the alert: {problem}") from None
+            except deadline.DeadlineExceeded as exc:
+                problem = str(exc)
             except TimeoutError:
                 problem = "timed out"
             except (URLError, HTTPException, OSError) as exc:
@@ -91,5 +103,5 @@ class JsonWebhook:
             method="POST",
             headers={"Content-Type": "application/json", "User-Agent": f"dupguard/{__version__}"},
         )
-        with urllib.request.urlopen(request, timeout=self.timeout) as resp:  # noqa: S310
+        with self._opener.open(request, timeout=self.timeout) as resp:
             resp.read()

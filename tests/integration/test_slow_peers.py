@@ -1,0 +1,113 @@
+"""Issue 23 §2: a peer that trickles its answer one byte a second (``tests.trickle``) trips no per-read
+timeout; every outbound call has a whole-request deadline instead (``detector.deadline``), and an
+overrun is counted (``dupguard_deadline_exceeded_total``), logged and, for alerts, shown in health.
+
+Against the local Slack stand-in (``tests.slack_server``), whose trickled answers last ten minutes:
+each wait below is for an event, with a limit far below that and far above the deadline."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from structlog.testing import capture_logs
+
+from detector.airflowapi.client import Transient, make_client
+from detector.airflowapi.session import Session
+from detector.airflowapi.tokens import Budget, TokenSource
+from detector.config import Config
+from detector.metrics import Metrics
+from tests.integration.test_alerts import SharedLedger, _alerter, _config, _count, _events, detected
+from tests.slack_server import SlackServer
+
+LIMIT = 90.0  # seconds an event may take here (the deadlines are 1.5-3 s, a trickle lasts 10 min)
+# Each timeout is three times the trickle's pace (a byte a second), so no per-read timeout can fire.
+TIMEOUT = timedelta(seconds=3)
+
+
+@pytest.fixture
+def server() -> Iterator[SlackServer]:
+    s = SlackServer()
+    yield s
+    s.stop()
+
+
+def _deadlines(peer: str) -> float:
+    # the process's counts (detector.deadline), read through a registry
+    return Metrics().registry.get_sample_value("dupguard_deadline_exceeded_total", {"peer": peer}) or 0.0
+
+
+@pytest.mark.parametrize("transport", ["bot", "slack_webhook", "webhook"])
+def test_a_trickling_receiver_is_cut_at_the_deadline_and_the_next_alert_goes_out(
+    server: SlackServer, transport: str
+) -> None:
+    """Every attempt (first try and two retries) trickled: each is cut after --alert-timeout (3 s),
+    the alert is logged undelivered naming the deadline, counted failed, shown in the alerter's
+    health note, and the next alert is delivered at once instead of queueing behind it."""
+    overrides = {
+        "bot": {},
+        "slack_webhook": {"slack_bot_token": None, "slack_channel": None, "slack_webhook_url": server.webhook_url},
+        "webhook": {"slack_bot_token": None, "slack_channel": None, "webhook_url": server.generic_url},
+    }[transport]
+    channel = "webhook" if transport == "webhook" else "slack"
+    peer = "webhook" if transport == "webhook" else "slack"
+    before = _deadlines(peer)
+    metrics = Metrics()
+    server.trickle_next(3)
+    with capture_logs() as logs:
+        alerter = _alerter(_config(server, alert_timeout=TIMEOUT, **overrides), SharedLedger(), metrics)
+        alerter.notify(detected("g1"))
+        assert server.wait_for(lambda: server.trickled == 3, LIMIT), "each trickled attempt cut"
+        assert server.wait_for(lambda: _count(metrics, channel, "failed") == 1, LIMIT)
+        trouble = alerter.trouble()
+        alerter.notify(detected("g2", base=20))
+        alerter.close(LIMIT)
+    [undelivered] = _events(logs, "alert_undelivered")
+    assert undelivered["group_keys"] == ["g1"] and "no complete answer within 3 s" in undelivered["error"]
+    assert trouble is not None and channel in trouble and "no complete answer within 3 s" in trouble
+    assert _count(metrics, channel, "sent") == 1 and alerter.trouble() is None  # g2, and the note cleared
+    assert _deadlines(peer) - before == 3
+
+
+def test_an_airflow_api_call_and_the_token_request_end_at_their_deadline(server: SlackServer) -> None:
+    """The Airflow client (urllib3) against a trickling server: a call and a token request each raise
+    Transient naming the deadline instead of reading for ten minutes; a caller's shorter deadline wins."""
+    config = Config.of(airflow_api_url=server.base, airflow_token="static", airflow_timeout=TIMEOUT)
+    session = Session.from_config(config)
+    before = _deadlines("airflow_api"), _deadlines("airflow_token")
+    server.trickle_next(2)
+    errors: list[str] = []
+
+    def calls() -> None:
+        for deadline in (None, 1.5):
+            try:
+                session.request("POST", "/api/chat.postMessage", needs="nothing", deadline=deadline)
+            except Transient as exc:
+                errors.append(str(exc))
+
+    worker = threading.Thread(target=calls, daemon=True)
+    worker.start()
+    worker.join(LIMIT)
+    assert not worker.is_alive(), "the calls were still reading"
+    assert errors == [
+        "POST /api/chat.postMessage: timed out: no complete answer within 3 s (--airflow-timeout)",
+        "POST /api/chat.postMessage: timed out: no complete answer within 1.5 s (--airflow-timeout)",
+    ]
+    tokens = TokenSource(make_client(config), server.base, username="u", password="p", static_token=None, timeout=3.0)
+    server.trickle_next(1)
+    failed: list[str] = []
+    worker = threading.Thread(target=lambda: _fetch(tokens, failed), daemon=True)
+    worker.start()
+    worker.join(LIMIT)
+    assert not worker.is_alive(), "the token request was still reading"
+    assert failed == [f"POST {server.base}/auth/token: timed out: no complete answer within 3 s (--airflow-timeout)"]
+    assert (_deadlines("airflow_api") - before[0], _deadlines("airflow_token") - before[1]) == (2, 1)
+
+
+def _fetch(tokens: TokenSource, failed: list[str]) -> None:
+    try:
+        tokens.get(Budget())
+    except Transient as exc:
+        failed.append(str(exc))
