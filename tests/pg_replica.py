@@ -81,6 +81,22 @@ def _scalar(conn: psycopg2.extensions.connection, sql: str) -> object:
     return None if row is None else row[0]
 
 
+def _base_backup(host: str | None, port: int | None, user: str | None, data: Path, attempts: int = 3) -> None:
+    """``pg_basebackup -R`` into ``data``, tried again when it fails: the test server is shared, and a
+    database another test drops while it is being copied fails the copy."""
+    command = [_bin("pg_basebackup"), "-h", str(host), "-p", str(port), "-U", str(user), "-D", str(data)]
+    for attempt in range(1, attempts + 1):
+        done = subprocess.run(
+            _as_postgres([*command, "-R", "-X", "stream", "--no-sync"]), capture_output=True, text=True, timeout=300
+        )
+        if done.returncode == 0:
+            return
+        for child in data.iterdir():  # pg_basebackup wants an empty folder
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        if attempt == attempts:
+            raise RuntimeError(f"pg_basebackup failed {attempts} times; last: {done.stderr.strip()[-2000:]}")
+
+
 @contextmanager
 def streaming_replica() -> Iterator[Replica]:
     """Start a hot standby of the test server on a free port; stop it and delete its data afterwards."""
@@ -90,9 +106,7 @@ def streaming_replica() -> Iterator[Replica]:
     if os.geteuid() == 0:
         shutil.chown(data, "postgres")
     data.chmod(0o700)
-    backup = [_bin("pg_basebackup"), "-h", str(primary.host), "-p", str(primary.port), "-U", str(primary.username)]
-    subprocess.run(_as_postgres([*backup, "-D", str(data), "-R", "-X", "stream", "--no-sync"]), check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
+    _base_backup(primary.host, primary.port, primary.username, data)
     # The copy carries the primary's port and socket folder: its own, given on the command line, win.
     options = f"-c port={port} -c unix_socket_directories={data} -c hot_standby=on"
     start = [_bin("pg_ctl"), "-D", str(data), "-l", str(data / "server.log"), "-o", options, "-w", "-t", "120"]

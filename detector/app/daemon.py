@@ -205,7 +205,11 @@ class Daemon:
 
     def _run_once(self) -> int:
         if not self.parts.leadership.is_leader(self.clock()):
-            log.info("not_leader", detail="another replica holds the leader lock; nothing done")
+            problem = getattr(self.parts.leadership, "problem", None)
+            if problem is not None:  # e.g. lock_on_standby: say why, not "another replica"
+                log.warning("not_leader", problem=problem.code, detail=f"{problem.reason}; nothing done")
+            else:
+                log.info("not_leader", detail="another replica holds the leader lock; nothing done")
             return 0
         try:
             while self.poll_pass():

@@ -21,6 +21,7 @@ import pytest
 from detector.actions.remediation.guarded import GuardedRemediator
 from detector.app.cli import main
 from detector.app.leader import LOCK_ON_STANDBY, AdvisoryLock
+from detector.app.run import run_daemon
 from detector.app.scan import scan
 from detector.app.status import State, evaluate
 from detector.app.wiring import build_remediator
@@ -142,6 +143,34 @@ def test_scan_says_which_server_it_read(primary_url: str, replica: Replica, caps
     assert "read from the standby (in recovery, replay lag" in first
     report = scan(open_airflow_db(make_engine(parse_url(primary_url))), now=datetime.now(UTC))
     assert report.server is not None and not report.server.standby
+
+
+def _once(capsys: pytest.CaptureFixture[str], url: str) -> tuple[int, list[dict]]:  # type: ignore[type-arg]
+    env = {"DUPGUARD_DATABASE_URL": url, "DUPGUARD_HTTP_PORT": "0", "DUPGUARD_LOG_FORMAT": "json"}
+    code = run_daemon({}, env=env | {"DUPGUARD_LEDGER": "off"}, once=True, install_signals=False)
+    err = capsys.readouterr().err  # the JSON log
+    return code, [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+
+
+def test_run_once_says_which_server_it_read(
+    primary_url: str, replica: Replica, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run --once` logs the server it read: primary (info) or standby (a warning with the replay lag,
+    naming DUPGUARD_DATABASE_URL); on the standby it does nothing and says why (lock_on_standby), not
+    "another replica holds the leader lock"."""
+    code, logged = _once(capsys, primary_url)
+    assert code == 0
+    assert [(e["level"], e["role"]) for e in logged if e["event"] == "database_server"] == [("info", "primary")]
+    assert any(e["event"] == "leader_acquired" for e in logged)
+    code, logged = _once(capsys, replica.url(primary_url))
+    assert code == 0
+    server = [e for e in logged if e["event"] == "database_server"]
+    assert len(server) == 1 and server[0]["level"] == "warning" and server[0]["role"] == "standby"
+    assert server[0]["setting"] == "DUPGUARD_DATABASE_URL"
+    refused = [e for e in logged if e["event"] == "not_leader"]
+    assert len(refused) == 1 and refused[0]["level"] == "warning" and refused[0]["problem"] == LOCK_ON_STANDBY
+    assert "DUPGUARD_LOCK_DATABASE_URL" in refused[0]["detail"]
+    assert not any(e["event"] in ("leader_acquired", "watching") for e in logged)
 
 
 # --- the re-read before a write: a real Airflow 3.1.2 API server on the primary --------------------
