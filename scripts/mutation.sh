@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Mutation testing of the safety core (issue 22 §8, docs/mutation.md): mutmut 3 mutates the modules
+# listed in pyproject's [tool.mutmut] only_mutate and runs, for each mutant, the tests that call the
+# mutated function (tests/unit and the PostgreSQL integration tests; the `airflow` and `e2e` markers
+# are left out: they start Airflow processes, minutes per mutant). Not part of CI: about an hour on
+# two cores. Prints the score per module; `.venv/bin/mutmut show NAME` shows a survivor's diff.
+# MUTMUT_CHILDREN sets the parallel workers (default 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh test
+# Only this target needs mutmut, so it is not in the `test` extra (CI never installs it).
+if command -v uv >/dev/null 2>&1; then
+  VIRTUAL_ENV=$PWD/.venv uv pip install -q "mutmut==3.8.1"
+else
+  .venv/bin/pip install -q "mutmut==3.8.1"
+fi
+DUPGUARD_TEST_DATABASE_URL="$(scripts/postgres.sh start)"
+export DUPGUARD_TEST_DATABASE_URL
+rm -rf mutants  # mutmut keeps results between runs; a score is only meaningful for this tree
+.venv/bin/mutmut run --max-children "${MUTMUT_CHILDREN:-2}" >mutants.log 2>&1 || {
+  tail -n 40 mutants.log >&2
+  exit 1
+}
+mv mutants.log mutants/run.log
+.venv/bin/mutmut results --all true >mutants/results.txt
+.venv/bin/python scripts/mutation_score.py mutants/results.txt
