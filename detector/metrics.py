@@ -73,6 +73,12 @@ class Metrics:
             ["state"],
             registry=r,
         )
+        self.leader_wait = Gauge(
+            "dupguard_leader_wait_seconds",
+            "Seconds a replica that just took the leader lock still waits before its first write (the "
+            "previous leader's writes may still land; it detects and alerts meanwhile); 0 otherwise.",
+            registry=r,
+        )
         self.late_runs = Counter(
             "dupguard_late_runs_total",
             "Runs that became visible more than --gap-grace after a later id (found by the re-scan).",

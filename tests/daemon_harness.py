@@ -12,7 +12,7 @@ from typing import Any
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AdvisoryLock
 from detector.app.ledger import DbLedger, MemoryLedger, init_db
-from detector.app.wiring import build_remediator
+from detector.app.wiring import build_leadership, build_remediator
 from detector.config import Config
 from detector.core.plan import Action
 from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Remediator, Result
@@ -121,13 +121,13 @@ def start_daemon(
     engine = make_engine(parse_url(url))
     if durable:
         init_db(engine)
-    lease = config.leader_check_interval * 3
-    lock = AdvisoryLock(make_engine(parse_url(url), pool_size=1), config.lock_key, mode=config.lock_mode, lease=lease)
+    lock = build_leadership(config, engine)  # the lock the daemon gets: lease, takeover wait, fence
+    assert isinstance(lock, AdvisoryLock)
     metrics, alerter = Metrics(), RecordingAlerter()
     db = open_airflow_db(engine)
     acting: Remediator
     if real_remediation:
-        acting = build_remediator(config, engine, db.tables, metrics, **(backend_options or {}))
+        acting = build_remediator(config, engine, db.tables, metrics, fence=lock.fence, **(backend_options or {}))
     else:
         acting = remediator = remediator or RecordingRemediator()
     if wrap_remediator is not None:

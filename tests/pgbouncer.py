@@ -72,20 +72,40 @@ def pgbouncer(upstream_url: str, pool_mode: str, *, pool_size: int = 20) -> Iter
     command = [binary, str(ini)]
     if os.geteuid() == 0:
         command = ["runuser", "-u", "postgres", "--", *command]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)]  # restart() appends
+    url = upstream.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
     try:
-        _wait_listening(port, proc)
-        yield upstream.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+        _wait_listening(port, procs[-1])
+        _running[url] = (command, port, procs)
+        yield url
     finally:
-        proc.send_signal(signal.SIGTERM)  # immediate shutdown (SIGINT would wait for every client)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
+        _running.pop(url, None)
+        _stop(procs[-1])
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+# url -> (command, port, its processes, the running one last): what restart() needs
+_running: dict[str, tuple[list[str], int, list[subprocess.Popen[bytes]]]] = {}
+
+
+def restart(url: str) -> None:
+    """Stop the PgBouncer serving ``url`` (every client and server connection closes, as in a pod
+    restart) and start it again on the same port; returns once it listens."""
+    command, port, procs = _running[url]
+    _stop(procs[-1])
+    procs.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    _wait_listening(port, procs[-1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)  # immediate shutdown (SIGINT would wait for every client)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+    if proc.stderr is not None:
+        proc.stderr.close()
 
 
 def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:

@@ -28,6 +28,7 @@ from detector.app.leader import LockProblem
 from detector.app.split_watch import SplitWatch
 from detector.app.status import StatusBoard, evaluate
 from detector.config import Config
+from detector.core.fence import UNFENCED, Fence
 from detector.core.model import Finding
 from detector.core.plan import UNDECIDED, Action, Mode, plan
 from detector.core.ports import (
@@ -57,6 +58,9 @@ class Leadership(Protocol):
     def ensure(self, now: datetime) -> bool: ...
     def is_leader(self, now: datetime) -> bool: ...
     def release(self) -> None: ...
+
+    # Optional (simple fakes leave them out: a leader then writes unfenced, never waits):
+    # fence() -> Fence | None: permission to write now (detector.app.leader.Fence); waiting() -> float | None.
 
 
 def utcnow() -> datetime:
@@ -146,7 +150,7 @@ class Daemon:
             parts.remediator,
             recheck=self._recheck,
             on_result=self._on_result,
-            may_act=lambda: self.parts.leadership.is_leader(self.clock()),
+            may_act=lambda: self.fence() is not None,
             metrics=parts.metrics,
             retry=not once,
             **(dispatch_options or {}),
@@ -157,6 +161,20 @@ class Daemon:
         parts.metrics.set_build(parts.source.family)
         # Read at scrape time: a stale heartbeat shows as 0 even while the heartbeat job is blocked.
         parts.metrics.leader.set_function(lambda: 1.0 if parts.leadership.is_leader(self.clock()) else 0.0)
+        parts.metrics.leader_wait.set_function(lambda: self.waiting() or 0.0)
+
+    def fence(self) -> Fence | None:
+        """Permission to write now (the remediation asks before every write): the lock's fence."""
+        fence = getattr(self.parts.leadership, "fence", None)
+        if fence is not None:
+            found: Fence | None = fence()
+            return found
+        return UNFENCED if self.parts.leadership.is_leader(self.clock()) else None
+
+    def waiting(self) -> float | None:
+        """Seconds this new leader still waits before its first write (None: not waiting)."""
+        waiting = getattr(self.parts.leadership, "waiting", None)
+        return waiting() if waiting is not None else None
 
     # --- health -------------------------------------------------------------------------------
 
@@ -177,6 +195,7 @@ class Daemon:
                 leader=self.parts.leadership.is_leader(self.clock()),
                 poll_error=self._poll_error,
                 lock=getattr(self.parts.leadership, "problem", None),  # optional for simple Leadership fakes
+                waiting=self.waiting(),
             )
         )
 
@@ -185,11 +204,16 @@ class Daemon:
     def run(self, *, once: bool = False) -> int:
         """Run until ``stop`` is set (or one pass with ``once``). Returns the exit code."""
         self.check_leader()
-        if once:
-            return self._run_once()
         scheduler = BackgroundScheduler(timezone=UTC)
+        # The heartbeat, with --once too: the lease (and the fence every write needs) would end mid-drain.
         scheduler.add_job(self.check_leader, "interval", seconds=self.config.leader_check_interval.total_seconds(),
                           max_instances=1, coalesce=True, id="leader")  # fmt: skip
+        if once:
+            scheduler.start()
+            try:
+                return self._run_once()
+            finally:
+                scheduler.shutdown(wait=False)
         scheduler.add_job(self.log_summary, "interval", seconds=self.config.summary_interval.total_seconds(),
                           max_instances=1, coalesce=True, id="summary")  # fmt: skip
         if self.parts.splits is not None:

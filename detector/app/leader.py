@@ -29,6 +29,17 @@ Prefer no leader over two: the leader acts only while its last successful heartb
 lock also sets ``idle_in_transaction_session_timeout`` (twice the lease, for its transaction only) so
 the server frees the lock of a leader that went silent — after that leader has stopped acting.
 
+Fencing (issue 22 §1, docs/remediation.md "Leadership and fencing"): the lease runs on the monotonic
+clock from the moment the last successful heartbeat was *sent* (its answer proves the lock was still
+held at some point after that), and ``fence()`` hands the remediation a ``Fence`` valid only until
+then: every write is made only while it is valid, with its whole timeout clipped to what is left.
+A replica that has just taken the lock waits ``takeover_wait`` (lease + the longest write timeout)
+before its first write, so a write the previous holder sent just before its lease ended has landed
+(or never will) before this one judges the group again; it leads meanwhile (detection and alerting
+go on) but ``fence()`` is None. The ``Fence`` also carries the lock backend's pid
+(``pg_backend_pid()`` on the lock connection, read at acquisition): the ``db`` backend checks in
+its own write transaction that the lock is still granted to that backend.
+
 A standby that finds the lock taken checks that its holder is alive: a holder's backend that did
 nothing for three leases (a healthy leader heartbeats every check interval) means no replica can act,
 which ``problem`` reports. SQLite (single ``airflow standalone``) always leads.
@@ -37,6 +48,9 @@ which ``problem`` reports. SQLite (single ``airflow standalone``) always leads.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -45,6 +59,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
+from detector.core.fence import UNFENCED, Fence
 from detector.metadb import queries
 from detector.metadb.engine import describe_error, is_pinned
 
@@ -81,6 +96,12 @@ class InRecovery(SQLAlchemyError):
 class AlwaysLeader:
     problem: LockProblem | None = None
 
+    def fence(self) -> Fence | None:
+        return UNFENCED
+
+    def waiting(self) -> float | None:
+        return None
+
     def ensure(self, now: datetime) -> bool:
         return True
 
@@ -91,29 +112,62 @@ class AlwaysLeader:
         return None
 
 
+_terms = itertools.count(1)  # process-wide, so a new lock object never reuses a term number
+
+
 class AdvisoryLock:
-    def __init__(self, engine: Engine, key: int, *, mode: str = "auto", lease: timedelta) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        key: int,
+        *,
+        mode: str = "auto",
+        lease: timedelta,
+        takeover_wait: timedelta = timedelta(0),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.engine = engine
         self.key = key
         self.mode = mode
         self.lease = lease
+        self.takeover_wait = takeover_wait  # before the first write of a term (module docstring)
+        self.clock = clock
         self.problem: LockProblem | None = None
         self.lock_kind: str | None = None  # session | transaction, chosen at the last connect
+        self.term = 0  # the current (or last) term's number; 0 before the first
         self._conn: Connection | None = None
-        self._last_ok: datetime | None = None
+        self._lease_end: float | None = None  # monotonic: last successful heartbeat's send + lease
+        self._acts_from = 0.0  # monotonic: the end of this term's takeover wait
+        self._backend_pid: int | None = None  # the lock backend's pg_backend_pid(), read at acquisition
         self._attempt: tuple[Connection, str | None] | None = None  # a standby's connection and its lock kind
 
-    def is_leader(self, now: datetime) -> bool:
-        return self._conn is not None and self._last_ok is not None and now - self._last_ok <= self.lease
+    def is_leader(self, now: datetime | None = None) -> bool:
+        """Holds the lock within its lease (``now`` is unused: the lease runs on the monotonic clock)."""
+        return self._conn is not None and self._lease_end is not None and self.clock() < self._lease_end
+
+    def fence(self) -> Fence | None:
+        """Permission to write now, until the lease ends; None while standing by or waiting to act."""
+        ends, now = self._lease_end, self.clock()
+        if self._conn is None or ends is None or now >= ends or now < self._acts_from:
+            return None
+        return Fence(self.term, ends, self.clock, self.key, self._backend_pid)
+
+    def waiting(self) -> float | None:
+        """Seconds left of this term's takeover wait; None when not leading or not waiting."""
+        left = self._acts_from - self.clock()
+        return left if self.is_leader() and left > 0 else None
 
     def ensure(self, now: datetime) -> bool:
         """Heartbeat the held lock, or try to take it. Returns leadership after the attempt."""
         if self._conn is not None:
+            sent = self.clock()
             try:
                 self._heartbeat(self._conn)
-                self._last_ok = now
+                self._lease_end = sent + self.lease.total_seconds()
             except SQLAlchemyError as exc:
-                log.warning("leader_lost", reason=describe_error(exc, self.engine.url))
+                reason = describe_error(exc, self.engine.url)
+                log.warning("leader_lost", reason=reason)
+                self._report(LockProblem(LOCK_UNAVAILABLE, f"the lock check failed: {reason}"))
                 self._drop()
             return self.is_leader(now)
         return self._try_acquire(now)
@@ -122,6 +176,7 @@ class AdvisoryLock:
         """One attempt at the lock. A standby keeps its connection between attempts (it holds no lock
         while it has not got one): a new connection every check interval cost the database a backend
         start each second, more than the leader's whole idle cost (issue 16)."""
+        sent = self.clock()
         try:
             conn, kind = self._attempt_connection()
             if kind is None:
@@ -137,6 +192,7 @@ class AdvisoryLock:
             else:
                 got = queries.try_advisory_lock(conn, self.key)
                 idle = None if got else queries.advisory_lock_holder_idle(conn, self.key)
+            pid = queries.backend_pid(conn) if got else None  # in the lock's transaction, if any
         except SQLAlchemyError as exc:
             self._report(LockProblem(LOCK_UNAVAILABLE, describe_error(exc, self.engine.url)))
             self._drop_attempt()
@@ -153,9 +209,19 @@ class AdvisoryLock:
             )
             return False
         self._attempt = None  # now the lock's own connection
-        self._conn, self._last_ok, self.lock_kind = conn, now, kind
+        self._conn, self.lock_kind, self._backend_pid = conn, kind, pid
+        self._lease_end = sent + self.lease.total_seconds()
+        # From after the lock was granted: the previous holder lost it before then, so every write it
+        # could still send ends (client side) within one lease of now, and lands within its timeout.
+        wait = self.takeover_wait.total_seconds()
+        self._acts_from = self.clock() + wait
+        self.term = next(_terms)
         self._report(None)
-        log.info("leader_acquired", lock_key=self.key, lock=kind, mode=self.mode)
+        log.info("leader_acquired", lock_key=self.key, lock=kind, mode=self.mode, term=self.term)
+        if wait > 0:
+            log.info(
+                "leader_waiting_to_act", seconds=round(wait, 2), reason="the previous leader's writes may still land"
+            )
         return True
 
     def _attempt_connection(self) -> tuple[Connection, str | None]:
@@ -228,7 +294,7 @@ class AdvisoryLock:
 
     def _drop(self) -> None:
         _close_quietly(self._conn)
-        self._conn, self._last_ok = None, None
+        self._conn, self._lease_end, self._backend_pid = None, None, None
         self._drop_attempt()
 
 

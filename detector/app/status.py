@@ -23,6 +23,7 @@ log = logs.get("dupguard.status")
 class State(StrEnum):
     STARTING = "starting"
     LEADING = "leading"
+    WAITING_TO_ACT = "waiting_to_act"  # just took the lock: detects and alerts, writes after the takeover wait
     STANDBY = "standby"
     DATABASE_UNREACHABLE = "database_unreachable"  # the metadata database does not answer
     API_UNREACHABLE = "api_unreachable"  # --source api: Airflow's REST API does not answer
@@ -33,7 +34,7 @@ class State(StrEnum):
     LEADER_UNRESPONSIVE = "leader_unresponsive"  # the lock's holder is stalled: no replica acts
 
 
-UP_STATES = frozenset({State.LEADING, State.STANDBY})
+UP_STATES = frozenset({State.LEADING, State.WAITING_TO_ACT, State.STANDBY})
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ def evaluate(
     poll_error: str | None,
     lock: LockProblem | None,
     api_error: str | None = None,
+    waiting: float | None = None,
     remediation: str | None = None,
 ) -> Status:
     """The status from what the last checks found (most fundamental cause first). ``remediation``:
@@ -68,6 +70,12 @@ def evaluate(
     if leader:
         if poll_error is not None:
             return Status(State.POLL_FAILING, poll_error)
+        if waiting is not None:
+            return Status(
+                State.WAITING_TO_ACT,
+                f"holds the leader lock; waits {waiting:.1f} s more before its first write, for the writes "
+                "the previous leader may still land (docs/remediation.md, Leadership and fencing)",
+            )
         if remediation is not None:
             return Status(State.LEADING, f"holds the leader lock and polls; remediation not ready: {remediation}")
         return Status(State.LEADING, "holds the leader lock and polls")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
@@ -17,6 +18,7 @@ from detector.app.ledger import FileLedger, MemoryLedger, open_ledger
 from detector.app.split_watch import SplitWatch
 from detector.config import Config
 from detector.core.detect import DagFilter
+from detector.core.fence import FenceSource
 from detector.core.plan import Mode
 from detector.core.ports import Remediator
 from detector.errors import DatabaseError, DupguardError
@@ -64,23 +66,41 @@ def connect_with_backoff(engine: Engine, stop: threading.Event) -> AirflowDb | N
     return None
 
 
+def takeover_wait(config: Config) -> timedelta:
+    """How long a replica that just took the lock waits before its first write (docs/remediation.md,
+    Leadership and fencing): one lease (the previous leader's writes are cut off, client side, by the
+    end of its lease, which ends at the latest one lease after it lost the lock) plus one write
+    timeout (a request Airflow or PostgreSQL already received may still be committed that much
+    later). Nothing is written in modes off and dry-run: no wait."""
+    if config.remediation not in (Mode.FAIL.value, Mode.SKIP.value):
+        return timedelta(0)
+    write = config.airflow_timeout if config.remediation_backend == "api" else config.db_timeout
+    return config.leader_check_interval * 3 + write
+
+
+def build_leadership(config: Config, engine: Engine) -> AdvisoryLock | AlwaysLeader:
+    """The leader lock: none on SQLite (one ``airflow standalone``), else the advisory lock with a
+    lease of three check intervals."""
+    if engine.url.get_backend_name() == "sqlite":
+        return AlwaysLeader()
+    lock_url = parse_url(config.lock_database_url or config.database_url or "")
+    lease = config.leader_check_interval * 3
+    # A heartbeat that cannot finish within the lease is worthless: bound it by the lease.
+    call_timeout = min(config.db_timeout, lease).total_seconds()
+    return AdvisoryLock(
+        make_engine(lock_url, pool_size=1, call_timeout=call_timeout),
+        config.lock_key,
+        mode=config.lock_mode,
+        lease=lease,
+        takeover_wait=takeover_wait(config),
+    )
+
+
 def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
     engine = db.engine
-    if engine.url.get_backend_name() == "sqlite":
-        leadership: AdvisoryLock | AlwaysLeader = AlwaysLeader()
-    else:
-        lock_url = parse_url(config.lock_database_url or config.database_url or "")
-        lease = config.leader_check_interval * 3
-        # A heartbeat that cannot finish within the lease is worthless: bound it by the lease.
-        call_timeout = min(config.db_timeout, lease).total_seconds()
-        leadership = AdvisoryLock(
-            make_engine(lock_url, pool_size=1, call_timeout=call_timeout),
-            config.lock_key,
-            mode=config.lock_mode,
-            lease=lease,
-        )
+    leadership = build_leadership(config, engine)
     ledger = open_ledger(config.ledger, engine)
-    remediator = build_remediator(config, engine, db.tables, metrics)
+    remediator = build_remediator(config, engine, db.tables, metrics, fence=leadership.fence)
     alerter = build_alerter(config, ledger, metrics)
     metrics.init_remediations(config.remediation, getattr(remediator, "backend_name", "none"))
     metrics.init_alerts(alerter.channel_names)
@@ -115,12 +135,14 @@ def build_remediator(
     *,
     family: Family | None = None,
     states: RunStates | None = None,
+    fence: FenceSource | None = None,
     **backend_options: Any,
 ) -> Remediator:
     """The executor for ``config.remediation`` / ``config.remediation_backend``.
 
     ``states`` (with ``family``) instead of ``engine``/``tables``: the re-reads go through the REST
-    API (``--source api``). ``backend_options`` reach the backend's constructor (tests: clocks, back-off lengths).
+    API (``--source api``). ``fence``: the leader's permission to write, asked before every write (None:
+    the only replica, unfenced). ``backend_options`` reach the backend's constructor (tests: clocks, back-off lengths).
     """
     mode = Mode(config.remediation)
     common: dict[str, Any] = {
@@ -133,6 +155,8 @@ def build_remediator(
     if mode is Mode.DRY_RUN:
         return GuardedRemediator(backend=None, engine=engine, tables=tables, states=states, **common)
     backend: Backend
+    if fence is not None:
+        backend_options = {"fence": fence} | backend_options
     if config.remediation_backend == "db":
         assert engine is not None and tables is not None, "the db backend needs the database (refused by config)"
         from detector.actions.remediation.db import DbBackend

@@ -517,25 +517,40 @@ def set_local_idle_in_transaction_timeout(conn: Connection, timeout: timedelta) 
     conn.execute(select(func.set_config("idle_in_transaction_session_timeout", ms, True)))
 
 
+def backend_pid(conn: Connection) -> int:
+    """The server backend serving this connection (behind PgBouncer: the server connection's)."""
+    return int(conn.execute(select(func.pg_backend_pid())).scalar_one())
+
+
+def _advisory_key(key: int) -> list[Any]:
+    """A bigint advisory key as pg_locks stores it: classid (high 32 bits), objid (low 32 bits),
+    objsubid 1, in the current database."""
+    lk, db = _pg_locks, _pg_database
+    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    return [
+        lk.c.locktype == "advisory",
+        lk.c.granted.is_(True),
+        lk.c.classid == literal(unsigned >> 32).cast(OID),
+        lk.c.objid == literal(unsigned & 0xFFFFFFFF).cast(OID),
+        lk.c.objsubid == 1,
+        lk.c.database == select(db.c.oid).where(db.c.datname == func.current_database()).scalar_subquery(),
+    ]
+
+
+def advisory_lock_granted_to(conn: Connection, key: int, pid: int) -> bool:
+    """Whether advisory lock ``key`` (session or transaction lock alike) is granted to backend ``pid``
+    right now: the fence check inside a remediation's write transaction (pg_locks is server-wide)."""
+    query = select(func.count()).select_from(_pg_locks).where(*_advisory_key(key), _pg_locks.c.pid == pid)
+    return bool(conn.execute(query).scalar())
+
+
 def advisory_lock_holder_idle(conn: Connection, key: int) -> float | None:
     """Seconds since the backend holding advisory lock ``key`` in this database last changed state;
     None if nobody holds it or its activity is hidden from this role. A bigint key is stored as
     classid (high 32 bits), objid (low 32 bits), objsubid 1."""
-    lk, act, db = _pg_locks, _pg_stat_activity, _pg_database
-    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    lk, act = _pg_locks, _pg_stat_activity
     idle = func.extract("epoch", func.clock_timestamp() - act.c.state_change)
-    query = (
-        select(func.max(idle))
-        .select_from(lk.join(act, act.c.pid == lk.c.pid))
-        .where(
-            lk.c.locktype == "advisory",
-            lk.c.granted.is_(True),
-            lk.c.classid == literal(unsigned >> 32).cast(OID),
-            lk.c.objid == literal(unsigned & 0xFFFFFFFF).cast(OID),
-            lk.c.objsubid == 1,
-            lk.c.database == select(db.c.oid).where(db.c.datname == func.current_database()).scalar_subquery(),
-        )
-    )
+    query = select(func.max(idle)).select_from(lk.join(act, act.c.pid == lk.c.pid)).where(*_advisory_key(key))
     value = conn.execute(query).scalar()
     return None if value is None else float(value)
 

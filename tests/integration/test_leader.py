@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg2
 import pytest
+from sqlalchemy import text
 
 from detector.app.leader import AdvisoryLock
 from detector.metadb.engine import make_engine, parse_url
@@ -61,16 +62,67 @@ def test_terminated_backend_ends_leadership_and_frees_lock(mode: str, pg_templat
         b.release()
 
 
+class _Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_stale_heartbeat_is_not_leadership(pg_templates: Templates) -> None:
-    """A holder whose last successful heartbeat is older than the lease does not act (no two leaders)."""
-    a = _lock(pg_templates.clone("3.1.2"), "session")
-    now = datetime.now(UTC)
+    """A holder whose last successful heartbeat was sent more than a lease ago does not act (no two
+    leaders); the lease runs on the monotonic clock from the heartbeat's send, not its answer."""
+    clock = _Clock()
+    a = AdvisoryLock(make_engine(parse_url(pg_templates.clone("3.1.2")), pool_size=1), 4242, lease=LEASE, clock=clock)
     try:
-        assert a.ensure(now)
-        assert a.is_leader(now + LEASE)
-        assert not a.is_leader(now + LEASE + timedelta(milliseconds=1))
+        assert a.ensure(datetime.now(UTC))
+        clock.now += 2.0
+        sent = clock.now
+        assert a.ensure(datetime.now(UTC))  # heartbeat sent at `sent`
+        clock.now = sent + LEASE.total_seconds() - 0.001
+        assert a.is_leader() and a.fence() is not None
+        clock.now = sent + LEASE.total_seconds()
+        assert not a.is_leader() and a.fence() is None
     finally:
         a.release()
+
+
+@pytest.mark.parametrize("mode", ["session", "transaction"])
+def test_a_new_leader_waits_before_its_first_write(mode: str, pg_templates: Templates) -> None:
+    """Just after taking the lock a replica leads (it detects and alerts) but holds no fence until its
+    takeover wait is over; the fence then names the lock backend that holds the lock (checked in
+    pg_locks), ends with the lease, and a terminated lock backend is seen there at once."""
+    from detector.metadb import queries
+
+    url = pg_templates.clone("3.1.2")
+    clock = _Clock()
+    wait = timedelta(seconds=5)
+    engine = make_engine(parse_url(url), pool_size=1)
+    a = AdvisoryLock(engine, 4242, mode=mode, lease=LEASE, takeover_wait=wait, clock=clock)
+    checker = make_engine(parse_url(url))
+    try:
+        assert a.ensure(datetime.now(UTC))
+        assert a.is_leader() and a.fence() is None
+        assert a.waiting() == pytest.approx(wait.total_seconds())
+        clock.now += wait.total_seconds() - 0.1
+        assert a.ensure(datetime.now(UTC)) and a.fence() is None, "still waiting"
+        clock.now += 0.1
+        fence = a.fence()
+        assert fence is not None and fence.valid() and a.waiting() is None
+        assert fence.ends == pytest.approx(clock.now - 0.1 + LEASE.total_seconds())
+        assert fence.key == 4242 and fence.backend_pid is not None
+        with checker.connect() as conn:
+            assert queries.advisory_lock_granted_to(conn, 4242, fence.backend_pid)
+            assert not queries.advisory_lock_granted_to(conn, 4242, fence.backend_pid + 1)
+            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": fence.backend_pid})
+            assert not queries.advisory_lock_granted_to(conn, 4242, fence.backend_pid)
+        assert a.ensure(datetime.now(UTC)) is False and a.fence() is None
+    finally:
+        a.release()
+        checker.dispose()
 
 
 def test_a_stopped_daemon_never_takes_the_lock_again(pg_templates: Templates) -> None:

@@ -19,7 +19,11 @@ the api source): a token from ``POST /auth/token`` or a static one, refreshed be
 
 Every call has a timeout. 5xx answers and transport errors (timeouts, refused connections) are
 retried with exponential back-off, and the guard re-reads the run between attempts, so a retry never
-acts on a run whose tasks started meanwhile. 404 means the run was deleted: GONE, not retried.
+acts on a run whose tasks started meanwhile. Fencing (docs/remediation.md, Leadership and fencing):
+right before every HTTP write — each PATCH, each retry — the leader's fence is asked again; none
+(the lease ended) raises ``LeadershipLost`` and nothing is sent, else the write's whole timeout is
+clipped to the lease left, so no request of ours is still open after the lease ends.
+404 means the run was deleted: GONE, not retried.
 Responses are read as JSON, not through the client's models (``detector.airflowapi.client``).
 """
 
@@ -48,6 +52,7 @@ from detector.airflowapi.client import Gone, Transient
 from detector.airflowapi.session import Session
 from detector.airflowapi.tokens import Budget, TokenSource
 from detector.config import Config
+from detector.core.fence import UNFENCED, FenceSource, LeadershipLost
 from detector.core.plan import Action, Mode
 from detector.core.ports import Result
 from detector.errors import AirflowApiError, AirflowAuthError, ConfigError, DupguardError
@@ -75,8 +80,10 @@ class ApiBackend:
         backoff: float = 0.2,
         max_backoff: float = 2.0,
         sleep: Callable[[float], None] = time.sleep,
+        fence: FenceSource = lambda: UNFENCED,
     ) -> None:
         self.session = session
+        self.fence = fence  # the leader's permission to write, asked before every write
         if states is None:
             assert engine is not None and tables is not None, "the read-back needs the database or states"
             states = DbRunStates(engine, tables)
@@ -100,6 +107,15 @@ class ApiBackend:
     @property
     def timeout(self) -> float:
         return self.session.timeout
+
+    def write_timeout(self) -> float:
+        """The timeout for one write, asked right before it is sent: the call timeout clipped to the
+        lease left, so the request is closed on our side before the lease ends; ``LeadershipLost``
+        (nothing sent) when there is no valid fence."""
+        fence = self.fence()
+        if fence is None or not fence.valid():
+            raise LeadershipLost("this replica's leader lease ended (or it is waiting to act): nothing sent")
+        return min(self.timeout, fence.remaining())
 
     @classmethod
     def from_config(
@@ -240,7 +256,7 @@ class ApiBackend:
             self.session.call(
                 "PATCH dagRun state=failed",
                 lambda h: self.dag_runs.patch_dag_run_without_preload_content(
-                    dag_id, run_id, body, _request_timeout=self.timeout, _headers=h
+                    dag_id, run_id, body, _request_timeout=self.write_timeout(), _headers=h
                 ),
                 budget,
                 needs=permissions.EDIT_RUNS,
@@ -252,7 +268,7 @@ class ApiBackend:
         self.session.call(
             "PATCH dagRun note",
             lambda h: self.dag_runs.patch_dag_run_without_preload_content(
-                dag_id, run_id, note, update_mask=["note"], _request_timeout=self.timeout, _headers=h
+                dag_id, run_id, note, update_mask=["note"], _request_timeout=self.write_timeout(), _headers=h
             ),
             budget,
             needs=permissions.EDIT_RUNS,
@@ -276,7 +292,7 @@ class ApiBackend:
         answer = self.session.call(
             "PATCH taskInstances (bulk skip)",
             lambda h: self.task_instances.bulk_task_instances_without_preload_content(
-                dag_id, run_id, bulk, _request_timeout=self.timeout, _headers=h
+                dag_id, run_id, bulk, _request_timeout=self.write_timeout(), _headers=h
             ),
             budget,
             needs=permissions.EDIT_TASK_INSTANCES,

@@ -21,6 +21,11 @@ API's ``ti_run`` only moves QUEUED -> RUNNING). Every UPDATE also repeats the ex
 its WHERE clause. ``lock_timeout`` / ``statement_timeout`` are ``SET LOCAL`` (transaction-scoped,
 so safe behind PgBouncer's transaction pooling).
 
+Fencing (docs/remediation.md, Leadership and fencing): the transaction starts only with a valid
+leader fence, and its last statement before COMMIT checks, in ``pg_locks``, that the leader lock is
+still granted to the lock connection's backend (the pid read at acquisition); if not, or if the
+lease ended meanwhile, it rolls back (``LeadershipLost``): nothing of it lands.
+
 What it bypasses (see docs/remediation.md): the API server's listener hooks
 (``on_dag_run_failed``), the ``log`` (audit) row, and teardown-task special cases (a teardown TI
 is skipped like any other; the duplicate ran no setup).
@@ -45,6 +50,7 @@ from detector.actions.remediation.guarded import (
     now_utc,
 )
 from detector.actions.remediation.readback import read_back
+from detector.core.fence import UNFENCED, Fence, FenceSource, LeadershipLost
 from detector.core.plan import Action
 from detector.core.ports import Result
 from detector.metadb import queries
@@ -65,8 +71,10 @@ class DbBackend:
         lock_timeout_ms: int = 2000,
         statement_timeout_ms: int = 5000,
         clock: Callable[[], datetime] = now_utc,
+        fence: FenceSource = lambda: UNFENCED,
     ) -> None:
         self.engine = engine
+        self.fence = fence
         self.tables = tables
         self.remediate_started = remediate_started
         self.lock_timeout_ms = lock_timeout_ms
@@ -75,6 +83,7 @@ class DbBackend:
 
     def apply(self, action: Action, work: Work, recheck: Recheck) -> Applied:
         """Re-judge under the row locks, then write; the unlocked ``work`` is only a preview."""
+        fence = self._valid_fence()
         with self.engine.begin() as conn:
             self._set_timeouts(conn)
             refuse_standby(conn, "DUPGUARD_DATABASE_URL", "writes")  # loud and retryable (not read-only errors)
@@ -94,7 +103,23 @@ class DbBackend:
             if checked.result is Result.FAILED:
                 conn.rollback()  # never commit a half-done stop
                 return Applied(Result.FAILED, checked.detail + " (rolled back)")
+            self._check_fence(conn, fence)  # last, right before COMMIT: raising rolls everything back
         return Applied(checked.result, checked.detail, committed_at=now_utc(), started_tasks=checked.started)
+
+    def _valid_fence(self) -> Fence:
+        fence = self.fence()
+        if fence is None or not fence.valid():
+            raise LeadershipLost("this replica's leader lease ended (or it is waiting to act): nothing written")
+        return fence
+
+    def _check_fence(self, conn: Connection, fence: Fence) -> None:
+        """Still the leader, in this very transaction: the lease has not ended and the lock is still
+        granted to the backend that took it (a terminated lock backend frees it at once)."""
+        pid = fence.backend_pid
+        if fence.key is not None and pid is not None and not queries.advisory_lock_granted_to(conn, fence.key, pid):
+            raise LeadershipLost(f"the leader lock is no longer granted to this replica's lock backend (pid {pid})")
+        if not fence.valid():
+            raise LeadershipLost("the leader lease ended during the write: rolled back")
 
     def _set_timeouts(self, conn: Connection) -> None:
         if conn.dialect.name != "postgresql":

@@ -13,8 +13,12 @@ action was never tried again because its claim was already taken.
   ``recheck`` re-judges the duplicate's group from the database (earlier decisions included) and
   hands back the action to take now, or the final result: a retry only ever acts on a run that is
   still a confirmed, unstarted duplicate and never on the kept run.
-- Only the leader acts: ``may_act`` is asked before every attempt; while it says no, the job waits
-  (a new leader finds it in the durable ledger's pending list, or by re-judging the group).
+- Only the leader acts: ``may_act`` (the leader's fence, ``detector.core.fence``) is asked before every
+  attempt; while it says no, the job waits (a new leader finds it in the durable ledger's pending
+  list, or by re-judging the group). A job that waited, or whose attempt was refused because the
+  fence ended during it, is re-judged from the database before its next attempt: a new leader's
+  first look comes after its takeover wait, so it sees what the previous leader wrote. A refused
+  attempt is reported neither ``failed`` nor ``done``: the job only waits for leadership.
 - ``on_result`` is called for every attempt's result with ``final`` telling whether more follow.
 
 Every call in an attempt has a timeout (API: ``DUPGUARD_AIRFLOW_TIMEOUT``; db: ``statement_timeout``),
@@ -54,6 +58,7 @@ class Job:
     action: Action
     attempts: int = 0
     picked_up: bool = False  # handed over from an earlier leader (durable ledger)
+    rejudge: bool = False  # waited for leadership: judge the group again before acting
     results: list[RemediationResult] = field(default_factory=list)
 
 
@@ -169,9 +174,11 @@ class RemediationDispatcher:
 
     def _attempt(self, job: Job) -> None:
         if not self.may_act():
+            job.rejudge = True  # another leader may have acted meanwhile
             self._schedule(job, self._delay(max(job.attempts, 1)))  # not the leader now: wait, try later
             return
-        if job.attempts > 0 or job.picked_up:
+        if job.attempts > 0 or job.picked_up or job.rejudge:
+            job.rejudge = False
             try:
                 verdict = self.recheck(job)
             except Exception as exc:  # noqa: BLE001 - e.g. the database is down: judge again later
@@ -183,7 +190,12 @@ class RemediationDispatcher:
             job.finding, job.action = verdict
         job.attempts += 1
         result = self.remediator.execute(job.action)
-        if result.retryable:
+        if result.retryable and not self.may_act():
+            # The fence ended during the attempt (refused, or cut short): not a failure of the action.
+            log.info("remediation_waits_for_leadership", run_id=job.action.run.run_id, detail=result.detail)
+            job.rejudge = True
+            self._schedule(job, self.retry_backoff)
+        elif result.retryable:
             self._later_or_final(job, result)
         else:
             self._final(job, result)

@@ -27,6 +27,7 @@ from typing import Protocol
 from sqlalchemy import Engine
 
 from detector import logs
+from detector.core.fence import LeadershipLost
 from detector.core.model import STARTED_TI_STATES
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import RemediationResult, Result, StartedTask
@@ -263,6 +264,10 @@ class GuardedRemediator:
         started = self.clock()
         try:
             applied = self._execute(action)
+        except LeadershipLost as exc:
+            # Not a result of the action (nothing counted): the dispatcher waits for leadership, then re-judges.
+            log.info("remediation_fenced", dag_id=action.dag_id, run_id=action.run.run_id, detail=str(exc))
+            return RemediationResult(action=action, result=Result.FAILED, detail=f"not written: {exc}", retryable=True)
         except Exception as exc:  # noqa: BLE001 - the daemon's loop must survive anything a backend does
             applied = Applied(Result.FAILED, _describe(exc), retryable=True)
         elapsed = self.clock() - started
