@@ -132,7 +132,7 @@ class AdvisoryLock:
         self.lease = lease
         self.takeover_wait = takeover_wait  # before the first write of a term (module docstring)
         self.clock = clock
-        self.problem: LockProblem | None = None
+        self._problem: LockProblem | None = None  # the last check's finding (``problem`` adds an overdue one)
         self.lock_kind: str | None = None  # session | transaction, chosen at the last connect
         self.term = 0  # the current (or last) term's number; 0 before the first
         self._conn: Connection | None = None
@@ -274,10 +274,24 @@ class AdvisoryLock:
             raise InRecovery(STANDBY_PROBLEM.reason)
 
     def _report(self, problem: LockProblem | None) -> None:
-        if problem is not None and (self.problem is None or self.problem.code != problem.code):
+        if problem is not None and (self._problem is None or self._problem.code != problem.code):
             # debug: detector.app.status logs the resulting state change once, as a warning
             log.debug("leader_lock_problem", problem=problem.code, reason=problem.reason)
-        self.problem = problem
+        self._problem = problem
+
+    @property
+    def problem(self) -> LockProblem | None:
+        """Why this replica neither leads nor can trust that another one does. Also while the held
+        lock's check is overdue (the lease ended with no answer: a stalled server, before the call's
+        deadline), which is no standby behind a live leader: nobody may be acting."""
+        ends = self._lease_end
+        if self._conn is not None and ends is not None and self.clock() >= ends:
+            return LockProblem(
+                LOCK_UNAVAILABLE,
+                f"the lock check failed: the leader lock's heartbeat had no answer within its "
+                f"{self.lease.total_seconds():g}s lease (the database is stalled or cut off)",
+            )
+        return self._problem
 
     def release(self) -> None:
         # Closing the connection releases a session or transaction lock alike, but only once the server

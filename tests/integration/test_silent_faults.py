@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -220,3 +222,43 @@ class _same:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def _server_processes(data: Path) -> list[int]:
+    """The postmaster of a private server and every process it started."""
+    postmaster = int((data / "postmaster.pid").read_text().split()[0])
+    children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(postmaster)], capture_output=True, text=True)
+    return [postmaster, *(int(p) for p in children.stdout.split())]
+
+
+@pytest.mark.parametrize("db_timeout", ["1s", "5s"], ids=["timeout-within-lease", "default-timeout-past-lease"])
+def test_a_stopped_server_never_shows_as_a_live_leader_elsewhere(
+    db_timeout: str,
+    tmp_path: Path,
+    procs: list,  # type: ignore[type-arg]
+) -> None:
+    """The whole server is stopped (SIGSTOP: postmaster and backends) under a single leading replica.
+    While the lock's heartbeat has no answer (past its 3 s lease with the default 5 s deadline), and
+    after it timed out, /readyz says the lock check failed; it said "standby: another replica holds
+    the leader lock" for seconds (no such replica exists)."""
+    port, log = free_port(), tmp_path / "stopped.log"
+    with private_server("3.1.2") as (admin, data):
+        procs.append(spawn(admin, log, DUPGUARD_HTTP_PORT=str(port), DUPGUARD_DB_TIMEOUT=db_timeout))
+        wait_for(lambda: status(port, "/readyz") == 200 and metric(port, "dupguard_leader") == 1.0, what="leading")
+        stopped = _server_processes(data)
+        seen: list[str] = []
+        try:
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+            # Sampled until the failed check has shown for a few more lock attempts (30 s at most).
+            limit, shown = time.monotonic() + 30, float("inf")
+            while time.monotonic() < min(limit, shown + 5):
+                seen.append(body(port, "/readyz"))
+                if shown == float("inf") and "lock check failed" in seen[-1]:
+                    shown = time.monotonic()
+                time.sleep(0.05)
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+    assert not [b for b in seen if "another replica holds the leader lock" in b], sorted(set(seen))
+    assert any("lock_unavailable" in b and "lock check failed" in b for b in seen), sorted(set(seen))
