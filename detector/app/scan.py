@@ -47,10 +47,13 @@ def scan(
     index) and to runs of one DAG sharing a consumed event; only those runs' events and task
     instances are read.
     """
-    start = None if since is None else now - since
     t = db.tables
     with connect(db.engine) as conn:
         server = server_role(conn)
+        # ``since`` and the split grace are ages of Airflow's timestamps: on the clock that wrote them
+        # (issue 23 §6); ``now`` (this host's) dates the report.
+        db_now = queries.database_now(conn)
+        start = None if since is None else db_now - since
         asset_keys = [k for k in queries.candidate_asset_keys(conn, t, start) if dag_filter.selects(k[0])]
         part_keys = [k for k in queries.candidate_partition_keys(conn, t, start) if dag_filter.selects(k[0])]
         found = queries.runs_for_asset_keys(conn, t, asset_keys)
@@ -77,7 +80,7 @@ def scan(
             findings = refine_partitioned(findings, origins, events, task_progress, suspect_window=suspect_window)
         split_rows = queries.partition_rows_with_pending(conn, t)
         split_events = queries.partition_row_events(conn, t, [r.id for r in split_rows]) if split_rows else {}
-    splits = find_split_partitions(split_rows, split_events, now, grace=split_grace, dag_filter=dag_filter)
+    splits = find_split_partitions(split_rows, split_events, db_now, grace=split_grace, dag_filter=dag_filter)
     return ScanReport(
         info=db.info,
         findings=findings,
