@@ -213,10 +213,7 @@ class _DupguardGuard:
         else:
             kept, has_note, has_tis = self._lookup(session, precheck, statement, lock_key)
         if kept:
-            if not has_note and not self.note_pending(session, run_pk):
-                self.add_note(session, run_pk, kept)
-            if not has_tis:  # the creating transaction: no task instance of the run is a row yet
-                self.finish_run(run)
+            self.mark_duplicate(session, run, run_pk, kept, add_note=not has_note, finish=not has_tis)
             self.skipped_runs += 1
             _DUPGUARD_LOG.warning(
                 "dupguard guard: creating run %s of %s with every task skipped: duplicate of %s "
@@ -545,7 +542,7 @@ class _DupguardGuard:
             isinstance(obj, DagRunNote) and obj.__dict__.get("dag_run_id") == run_pk for obj in session.new
         )
 
-    def add_note(self, session: Any, run_pk: int, kept_run_id: str) -> None:
+    def add_note(self, session: Any, run_pk: int, kept_run_id: str) -> Any:
         """The run note, added to the scheduler's session: written by the scheduler's own flush."""
         from airflow.models.dagrun import DagRunNote
 
@@ -553,6 +550,33 @@ class _DupguardGuard:
         note = DagRunNote(content=text)
         note.dag_run_id = run_pk
         session.add(note)
+        return note
+
+    def mark_duplicate(
+        self, session: Any, run: Any, run_pk: int, kept: str, *, add_note: bool, finish: bool
+    ) -> None:
+        """Finish the run (``finish``: the creating transaction, no task instance is a row yet), then
+        add the note; all or nothing.
+
+        The note is what makes the sidecar report the run "prevented", so it may only stay on a run
+        that really was made finished: if finishing (Airflow's own ``set_state``) or adding the note
+        raises, the run's state and dates are put back and the note is taken out of the session
+        before the error goes on (the guard then fails open: the run goes ahead untouched, with no
+        note, and the sidecar judges it like any duplicate).
+        """
+        saved = {name: run.__dict__.get(name) for name in ("_state", "start_date", "end_date")}
+        note = None
+        try:
+            if finish:
+                self.finish_run(run)
+            if add_note and not self.note_pending(session, run_pk):
+                note = self.add_note(session, run_pk, kept)
+        except BaseException:
+            for name, value in saved.items():
+                setattr(run, name, value)
+            if note is not None and note in session:
+                session.expunge(note)
+            raise
 
     def finish_run(self, run: Any) -> None:
         """End the duplicate at birth: state ``success`` (its end_date set by Airflow's own setter),
@@ -640,10 +664,16 @@ def _dupguard_enable_on_creation() -> None:
     ``DagRun.verify_integrity`` skips the hook while ``airflow.settings.task_instance_mutation_hook
     .is_noop`` is True, and Airflow clears that flag only after importing an airflow_local_settings
     module (airflow/settings.py ``import_local_settings``), not for ``airflow.policy`` entry points.
+
+    Only where the guard acts (3.0-3.2): a cleared flag makes every DAG's task instances go through
+    the hook one by one, which changes Airflow's ``task_instance_created`` counters (docs/guard.md,
+    "Side effect on Airflow's metrics"); on 3.3+ the guard has nothing to do, so it leaves the flag.
     """
     settings = sys.modules.get("airflow.settings")
     dispatcher = getattr(settings, "task_instance_mutation_hook", None)
-    if dispatcher is not None and getattr(dispatcher, "is_noop", False):
+    if dispatcher is None or not getattr(dispatcher, "is_noop", False):
+        return
+    if _dupguard_guard.family() is not None:
         dispatcher.is_noop = False
 
 

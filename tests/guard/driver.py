@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts" / "airflow"
 GUARD_MODULES = ("airflow_local_settings", "dupguard_guard.policy")
 
-ASSET_PREFIXES = ("orders", "brokenpy", "brokensql", "plain", "unlocked", "callback")
+ASSET_PREFIXES = ("orders", "brokenpy", "brokensql", "plain", "unlocked", "callback", "brokenfinish", "metrics")
 # DAGs on two assets ("<p>_a" | "<p>_b"): the overlap race and its look-alike.
 EITHER_PREFIXES = ("overlap", "disjoint")
 DAG_HEADER = """\
@@ -102,6 +102,23 @@ with DAG(
     on_failure_callback=report_sent,
 ):
     EmptyOperator(task_id="send_report")
+"""
+# Issue 22 §7: a consumer DAG without tasks (Airflow 3 accepts one; its run succeeds at once).
+NOTASKS_DAG = """
+
+notasks_asset = Asset(name="notasks", uri="s3://warehouse/notasks")
+
+with DAG("notasks_producer", schedule=None, start_date=START, catchup=False):
+    EmptyOperator(task_id="publish", outlets=[notasks_asset])
+
+notasks_consumer = DAG(
+    "notasks_consumer",
+    schedule=[notasks_asset],
+    start_date=START,
+    catchup=False,
+    on_success_callback=report_sent,
+    on_failure_callback=report_sent,
+)
 """
 
 
@@ -301,6 +318,97 @@ def sc_broken(ctx: Context, how: str, prefix: str) -> dict[str, Any]:
         for name in ("asset_statement", "partitioned_statement"):  # back to the real methods
             guard.__dict__.pop(name, None)
     out["guard_logs"] = ctx.guard_logs[logged_before:]
+    return out
+
+
+def sc_broken_finish(ctx: Context) -> dict[str, Any]:
+    """Issue 22 §7: Airflow's own ``DagRun.set_state`` raises while the guard finishes the duplicate,
+    after it changed the run (the worst case: the state and end_date are already set)."""
+    from airflow.models.dagrun import DagRun
+
+    original = DagRun.set_state
+
+    def failing(self: Any, state: Any) -> None:
+        original(self, state)
+        if self.dag_id == "brokenfinish_consumer" and str(getattr(state, "value", state)) == "success":
+            raise RuntimeError("forced failure in DagRun.set_state")
+
+    DagRun.set_state = failing
+    logged_before = len(ctx.guard_logs)
+    try:
+        out = race_once(ctx, "brokenfinish")
+    finally:
+        DagRun.set_state = original
+    out["guard_logs"] = ctx.guard_logs[logged_before:]
+    return out
+
+
+def sc_metrics(ctx: Context) -> dict[str, Any]:
+    """Issue 22 §7: Airflow's own ``task_instance_created`` counters for one run of a DAG whose task
+    ``fan`` is mapped over three literals (``DagRun.verify_integrity`` -> ``_create_task_instances``),
+    recorded where dagrun.py hands them to ``Stats.incr``: per task while
+    ``task_instance_mutation_hook.is_noop``, per task instance once a hook is registered."""
+    import airflow.models.dagrun as dagrun_module
+
+    stats = dagrun_module.Stats
+    counted: dict[str, int] = {}
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(stats, name)
+
+        def incr(self, stat: str, count: int = 1, *args: Any, tags: Any = None, **kw: Any) -> Any:
+            if stat == "task_instance_created":
+                key = (tags or {}).get("task_type", "?")
+                counted[key] = counted.get(key, 0) + count
+            return stats.incr(stat, count, *args, tags=tags, **kw)
+
+    dagrun_module.Stats = Recording()
+    try:
+        ctx.af.trigger("metrics_consumer")
+    finally:
+        dagrun_module.Stats = stats
+    (run,) = run_rows("metrics_consumer")
+    return {"task_instance_created": counted, "task_instances": len(run["tis"])}
+
+
+def sc_notasks(ctx: Context) -> dict[str, Any]:
+    """Issue 22 §7: the race on a consumer DAG without tasks, then Airflow's own scheduling loop (as
+    ``sc_callback``): the hook is called per task instance, so the guard never sees this run."""
+    af, (a, b) = ctx.af, ctx.schedulers
+    guard = ctx.guard._dupguard_guard if ctx.guard is not None else None
+    queries_before = guard.queries if guard is not None else 0
+    af.emit("notasks_producer", "notasks")
+    scenarios_asset_race(af, a, b)
+    out: dict[str, Any] = {
+        "runs": run_rows("notasks_consumer"),
+        "guard_calls": (guard.queries - queries_before) if guard is not None else None,
+    }
+    with af.create_session() as session:
+        paused = [dm.dag_id for dm in session.query(af.DagModel).filter(af.DagModel.dag_id != "notasks_consumer")]
+        for dm in session.query(af.DagModel).filter(af.DagModel.dag_id.in_(paused)):
+            dm.is_paused = True
+    sent: list[dict[str, Any]] = []
+    for runner in (a, b):
+
+        def record(dag: Any, callback: Any = None) -> None:
+            if callback is not None:
+                sent.append({"run_id": getattr(callback, "run_id", None), "msg": getattr(callback, "msg", None)})
+
+        runner._send_dag_callbacks_to_processor = record
+    for i in range(4):
+        session = af.settings.Session()
+        try:
+            (a, b)[i % 2]._do_scheduling(session)
+            session.commit()
+        finally:
+            session.close()
+            af.settings.Session.remove()
+    with af.create_session() as session:
+        for dm in session.query(af.DagModel).filter(af.DagModel.dag_id.in_(paused)):
+            dm.is_paused = False
+    out["after_scheduling"] = run_rows("notasks_consumer")
+    out["callbacks"] = sent
     return out
 
 
@@ -588,6 +696,9 @@ ASSET_SCENARIOS = {
     "disjoint": sc_disjoint,
     "unlocked": sc_unlocked,
     "callback": sc_callback,
+    "broken-finish": sc_broken_finish,
+    "metrics": sc_metrics,
+    "notasks": sc_notasks,
 }
 
 
@@ -600,6 +711,7 @@ def run_asset_scenarios(args: argparse.Namespace, result: dict[str, Any]) -> Non
         + "".join(ASSET_DAG.format(p=p) for p in ASSET_PREFIXES if p != "callback")
         + "".join(EITHER_DAG.format(p=p) for p in EITHER_PREFIXES)
         + CALLBACK_DAG
+        + NOTASKS_DAG
     )
     af = scenarios_asset.AF()
     guard = loaded_guard()

@@ -50,13 +50,23 @@ class Entry:
 
 
 PLAN: list[Entry] = [
-    *[Entry(v, "none", "none", ("race", "overlap")) for v in ASSET_VERSIONS],
+    *[Entry(v, "none", "none", ("race", "overlap", "metrics")) for v in ASSET_VERSIONS],
     *[
         Entry(
             v,
             "local-settings",
             "local-settings",
-            ("race", "broken-python", "broken-sql", "ordinary", "overlap", "disjoint"),
+            (
+                "race",
+                "broken-python",
+                "broken-sql",
+                "ordinary",
+                "overlap",
+                "disjoint",
+                "broken-finish",
+                "metrics",
+                "notasks",
+            ),
         )
         for v in ASSET_VERSIONS
     ],
@@ -71,6 +81,8 @@ PLAN: list[Entry] = [
     Entry("3.2.2", "none", "none", ("partitioned-serial", "partitioned-overlap")),
     # 3.3 locks both run-creation paths itself: the guard, installed, must do nothing there.
     Entry("3.3.2", "local-settings", "local-settings", ("partitioned-serial",)),
+    # ... and installed from the wheel it leaves Airflow's is_noop alone there (issue 22 §7).
+    Entry("3.3.2", "entry-point", "entry-point", ("partitioned-serial",)),
     Entry(
         "3.2.2",
         "local-settings",
@@ -299,6 +311,57 @@ def test_guard_failure_is_logged_once_then_rate_limited(runs: Runs, version: str
     assert record["level"] == "WARNING" and record["traceback"] is True
     assert "task instances left untouched" in record["message"]
     assert result["broken-sql"]["guard_logs"] == []
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_a_failure_while_finishing_the_duplicate_leaves_no_note(runs: Runs, version: str) -> None:
+    """Issue 22 §7: Airflow's own ``DagRun.set_state`` raises when the guard finishes the duplicate,
+    after it changed the run. The guard fails open all or nothing: the duplicate is created as
+    Airflow made it (queued, no dates, every task instance runnable) and carries no note, so the
+    sidecar does not call it prevented but plans to stop it like any duplicate."""
+    result = runs.get(version, "local-settings")
+    first, dup = race_pair(result, "broken-finish")
+    assert dup["note"] is None, "a note on a run that goes ahead makes the sidecar report it prevented"
+    assert (dup["state"], dup["start_date"], dup["end_date"]) == ("queued", None, None)
+    assert states(first) == states(dup) == {None} and len(dup["tis"]) == 5
+    assert first["note"] is None and first["state"] == "queued"
+    assert first["event_ids"] == dup["event_ids"] != []
+    assert daemon_outcomes(runs, version, "local-settings")[dup["run_id"]] is Outcome.REMEDIATE
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_installing_the_guard_changes_airflows_task_instance_created_counter(runs: Runs, version: str) -> None:
+    """Issue 22 §7, pinned (docs/guard.md, "Side effect on Airflow's metrics"): registering a
+    task_instance_mutation_hook clears its ``is_noop``, and ``DagRun.verify_integrity`` then counts
+    ``task_instance_created`` per task instance instead of per task. One run of a DAG whose task
+    ``fan`` is mapped over three literals: PythonOperator 1 without the guard, 3 with it; the same
+    five task instances either way. On every DAG, not only asset-triggered ones."""
+    plain, guarded = runs.get(version, "none"), runs.get(version, "local-settings")
+    assert plain["policy"]["is_noop"] is True and guarded["policy"]["is_noop"] is False
+    assert plain["metrics"]["task_instance_created"] == {"EmptyOperator": 2, "PythonOperator": 1}
+    assert guarded["metrics"]["task_instance_created"] == {"EmptyOperator": 2, "PythonOperator": 3}
+    assert plain["metrics"]["task_instances"] == guarded["metrics"]["task_instances"] == 5
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_the_guard_never_sees_a_consumer_dag_without_tasks(runs: Runs, version: str) -> None:
+    """Issue 22 §7 (docs/guard.md, "What it does not cover"): the hook runs per task instance, so a
+    race on a consumer DAG without tasks never reaches the guard: both runs are created queued with
+    no note, Airflow's scheduling loop finishes both and sends the DAG callback for each, the
+    duplicate's too. The sidecar finds the pair and plans to stop the duplicate."""
+    result = runs.get(version, "local-settings")
+    out = result["notasks"]
+    assert out["guard_calls"] == 0
+    first, dup = race_pair({**result, "notasks": {"runs": out["runs"]}}, "notasks")
+    assert first["run_after"] == dup["run_after"] and first["event_ids"] == dup["event_ids"] != []
+    assert (first["state"], dup["state"]) == ("queued", "queued") and first["tis"] == dup["tis"] == []
+    assert first["note"] is None and dup["note"] is None
+    assert {r["run_id"]: r["state"] for r in out["after_scheduling"]} == {
+        first["run_id"]: "success",
+        dup["run_id"]: "success",
+    }
+    assert sorted(c["run_id"] for c in out["callbacks"]) == sorted([first["run_id"], dup["run_id"]])
+    assert daemon_outcomes(runs, version, "local-settings").get(dup["run_id"]) is Outcome.REMEDIATE
 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
@@ -577,3 +640,15 @@ def test_guard_does_nothing_on_airflow_3_3(runs: Runs) -> None:
     assert only["creating_job_id"] in result["job_ids"].values()
     assert states(only) == {None} and only["note"] is None and only["state"] == "queued"
     assert result["guard"]["queries"] == 0 and result["guard"]["skipped_runs"] == 0
+
+
+def test_guard_installed_from_the_wheel_leaves_airflows_is_noop_alone_on_airflow_3_3(runs: Runs) -> None:
+    """Issue 22 §7: on 3.3+, where the guard has nothing to do, the entry-point install does not clear
+    ``task_instance_mutation_hook.is_noop`` (which would change Airflow's task_instance_created
+    counters on every DAG); Airflow still registers the hook and nothing is created differently."""
+    result = runs.get("3.3.2", "entry-point")
+    assert result["policy"]["guard_module"] == "dupguard_guard.policy"
+    assert result["policy"]["hookimpls"] != [] and result["policy"]["is_noop"] is True
+    (only,) = result["partitioned-serial"]["runs"]
+    assert states(only) == {None} and only["note"] is None
+    assert result["guard"]["queries"] == 0
