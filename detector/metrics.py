@@ -121,13 +121,13 @@ class Metrics:
             "Failed remediations waiting for their back-off to end before another attempt.",
             registry=r,
         )
+        r.register(_Deadlines())
         self.remediation_ready = Gauge(
             "dupguard_remediation_ready",
             "1 while the remediation backend can act at once (api: it holds a token from Airflow's REST "
             "API); 0: /readyz names why. Only for backends that get ready ahead (api).",
             ["backend"],
             registry=r,
-        r.register(_Deadlines())
         )
         self.alerts = Counter(
             "dupguard_alerts_total",
