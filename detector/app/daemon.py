@@ -263,10 +263,12 @@ class Daemon:
             self.stop.wait(wait)
 
     def shutdown(self, timeout: float = 3.0) -> None:
-        """Release the lock and drain alerts; bounded so SIGTERM finishes inside the grace period."""
+        """Release the lock and drain alerts; bounded so SIGTERM finishes inside the grace period: the
+        remediation workers and the alerts share ``timeout`` (one deadline, not one each)."""
+        ends = time.monotonic() + timeout
         self.stop.set()
         self._dispatcher.close(timeout=min(timeout, 2.0))
-        self.parts.alerter.close(timeout)
+        self.parts.alerter.close(max(0.0, ends - time.monotonic()))
         self.parts.remediator.close()
         # A leader check already running (scheduler thread) finishes first, and none starts after the
         # release: a stopping replica must not take the lock again and hold up the standby's takeover.
