@@ -81,45 +81,30 @@ with DAG("{p}_b_producer", schedule=None, start_date=START, catchup=False):
 with DAG("{p}_consumer", schedule=({p}_a | {p}_b), start_date=START, catchup=False):
     EmptyOperator(task_id="extract") >> EmptyOperator(task_id="load")
 """
-# The report DAG of issue 13 section 3: its on_success_callback says a report was sent.
-CALLBACK_DAG = """
+# DAGs whose on_success_callback says a report was sent: issue 13 section 3's report DAG
+# (``callback``), and issue 22 section 7's consumer without tasks (``notasks``; Airflow 3 accepts one).
+REPORT_SENT = """
 
 def report_sent(context):
     print("report sent")
-
-
-callback_asset = Asset(name="callback", uri="s3://warehouse/callback")
-
-with DAG("callback_producer", schedule=None, start_date=START, catchup=False):
-    EmptyOperator(task_id="publish", outlets=[callback_asset])
-
-with DAG(
-    "callback_consumer",
-    schedule=[callback_asset],
-    start_date=START,
-    catchup=False,
-    on_success_callback=report_sent,
-    on_failure_callback=report_sent,
-):
-    EmptyOperator(task_id="send_report")
 """
-# Issue 22 §7: a consumer DAG without tasks (Airflow 3 accepts one; its run succeeds at once).
-NOTASKS_DAG = """
+CALLBACK_DAG = """
 
-notasks_asset = Asset(name="notasks", uri="s3://warehouse/notasks")
+{p}_asset = Asset(name="{p}", uri="s3://warehouse/{p}")
 
-with DAG("notasks_producer", schedule=None, start_date=START, catchup=False):
-    EmptyOperator(task_id="publish", outlets=[notasks_asset])
+with DAG("{p}_producer", schedule=None, start_date=START, catchup=False):
+    EmptyOperator(task_id="publish", outlets=[{p}_asset])
 
-notasks_consumer = DAG(
-    "notasks_consumer",
-    schedule=[notasks_asset],
+{p}_consumer = DAG(
+    "{p}_consumer",
+    schedule=[{p}_asset],
     start_date=START,
     catchup=False,
     on_success_callback=report_sent,
     on_failure_callback=report_sent,
 )
-"""
+{tasks}"""
+CALLBACK_TASKS = {"callback": 'with callback_consumer:\n    EmptyOperator(task_id="send_report")\n', "notasks": ""}
 
 
 def setup_environment(args: argparse.Namespace, home: Path) -> None:
@@ -384,31 +369,8 @@ def sc_notasks(ctx: Context) -> dict[str, Any]:
         "runs": run_rows("notasks_consumer"),
         "guard_calls": (guard.queries - queries_before) if guard is not None else None,
     }
-    with af.create_session() as session:
-        paused = [dm.dag_id for dm in session.query(af.DagModel).filter(af.DagModel.dag_id != "notasks_consumer")]
-        for dm in session.query(af.DagModel).filter(af.DagModel.dag_id.in_(paused)):
-            dm.is_paused = True
-    sent: list[dict[str, Any]] = []
-    for runner in (a, b):
-
-        def record(dag: Any, callback: Any = None) -> None:
-            if callback is not None:
-                sent.append({"run_id": getattr(callback, "run_id", None), "msg": getattr(callback, "msg", None)})
-
-        runner._send_dag_callbacks_to_processor = record
-    for i in range(4):
-        session = af.settings.Session()
-        try:
-            (a, b)[i % 2]._do_scheduling(session)
-            session.commit()
-        finally:
-            session.close()
-            af.settings.Session.remove()
-    with af.create_session() as session:
-        for dm in session.query(af.DagModel).filter(af.DagModel.dag_id.in_(paused)):
-            dm.is_paused = False
+    out["callbacks"] = schedule_only(ctx, "notasks_consumer")
     out["after_scheduling"] = run_rows("notasks_consumer")
-    out["callbacks"] = sent
     return out
 
 
@@ -620,34 +582,46 @@ def sc_callback(ctx: Context) -> dict[str, Any]:
         end = af_now()
         for ti in session.query(af.TaskInstance).filter_by(dag_id="callback_consumer", run_id=kept.run_id):
             af.finish_ti(ti, end - _seconds(1), end)
-        # Only this DAG is scheduled below (the scheduler leaves paused DAGs' runs alone): other
-        # scenarios' runs would need an executor.
-        for dm in session.query(af.DagModel).filter(af.DagModel.dag_id != "callback_consumer"):
+    callbacks = schedule_only(ctx, "callback_consumer")
+    return {"runs": run_rows("callback_consumer"), "callbacks": callbacks}
+
+
+def schedule_only(ctx: Context, dag_id: str) -> list[dict[str, Any]]:
+    """Airflow's own scheduling loop (``_do_scheduling``, the two schedulers in turn, 4 times) on
+    ``dag_id`` alone; the DAG callbacks it sends, recorded where it hands them to the executor's
+    callback sink. Every other DAG is paused meanwhile (the scheduler leaves paused DAGs' runs
+    alone): other scenarios' runs would need an executor."""
+    af, (a, b) = ctx.af, ctx.schedulers
+    with af.create_session() as session:
+        others = [dm.dag_id for dm in session.query(af.DagModel).filter(af.DagModel.dag_id != dag_id)]
+        for dm in session.query(af.DagModel).filter(af.DagModel.dag_id.in_(others)):
             dm.is_paused = True
     sent: list[dict[str, Any]] = []
+
+    def record(dag: Any, callback: Any = None) -> None:
+        if callback is not None:
+            sent.append(
+                {
+                    "run_id": getattr(callback, "run_id", None),
+                    "is_failure": bool(getattr(callback, "is_failure_callback", False)),
+                    "msg": getattr(callback, "msg", None),
+                }
+            )
+
     for runner in (a, b):
-
-        def record(dag: Any, callback: Any = None, _runner: Any = runner) -> None:
-            if callback is not None:
-                sent.append(
-                    {
-                        "run_id": getattr(callback, "run_id", None),
-                        "is_failure": bool(getattr(callback, "is_failure_callback", False)),
-                        "msg": getattr(callback, "msg", None),
-                    }
-                )
-
         runner._send_dag_callbacks_to_processor = record
     for i in range(4):
-        runner = (a, b)[i % 2]
         session = af.settings.Session()
         try:
-            runner._do_scheduling(session)
+            (a, b)[i % 2]._do_scheduling(session)
             session.commit()
         finally:
             session.close()
             af.settings.Session.remove()
-    return {"runs": run_rows("callback_consumer"), "callbacks": sent}
+    with af.create_session() as session:
+        for dm in session.query(af.DagModel).filter(af.DagModel.dag_id.in_(others)):
+            dm.is_paused = False
+    return sent
 
 
 def scenarios_asset_race(af: Any, a: Any, b: Any) -> None:
@@ -710,8 +684,8 @@ def run_asset_scenarios(args: argparse.Namespace, result: dict[str, Any]) -> Non
         DAG_HEADER
         + "".join(ASSET_DAG.format(p=p) for p in ASSET_PREFIXES if p != "callback")
         + "".join(EITHER_DAG.format(p=p) for p in EITHER_PREFIXES)
-        + CALLBACK_DAG
-        + NOTASKS_DAG
+        + REPORT_SENT
+        + "".join(CALLBACK_DAG.format(p=p, tasks=tasks) for p, tasks in CALLBACK_TASKS.items())
     )
     af = scenarios_asset.AF()
     guard = loaded_guard()
