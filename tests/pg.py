@@ -107,15 +107,24 @@ def scenarios(version: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
 
 
+@dataclass(frozen=True)
+class PrivateServer:
+    url: str  # the superuser's
+    data: Path  # its data directory (pg_hba.conf, postmaster.pid)
+    env: dict[str, str]  # what scripts/postgres.sh needs to find it
+
+    def restart(self) -> None:
+        subprocess.run([str(ROOT / "scripts" / "postgres.sh"), "restart"], env=self.env, check=True)
+
+
 @contextmanager
-def private_server(version: str = "3.1.2") -> Iterator[tuple[str, Path]]:
+def private_server(version: str = "3.1.2") -> Iterator[PrivateServer]:
     """A PostgreSQL of the caller's own with ``version``'s schema in database ``postgres``: its backends
-    may be stopped and its pg_hba.conf changed without touching the shared server. Yields the
-    superuser URL and the data directory."""
+    may be stopped, the server restarted and its pg_hba.conf changed without touching the shared one."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         pg_port = int(s.getsockname()[1])
-    pg_dir = Path(tempfile.mkdtemp(prefix="dupguard-pg-"))
+    pg_dir = Path(tempfile.mkdtemp(prefix="dupguard-pg-"))  # pytest's tmp dirs are 0700: postgres can't enter
     pg_dir.chmod(0o711)
     env = os.environ | {"DUPGUARD_TEST_PG_PORT": str(pg_port), "DUPGUARD_TEST_PG_DATA": str(pg_dir / "data")}
     pg = [str(ROOT / "scripts" / "postgres.sh")]
@@ -125,7 +134,7 @@ def private_server(version: str = "3.1.2") -> Iterator[tuple[str, Path]]:
         conn.autocommit = True
         conn.cursor().execute(schema_sql(version))
         conn.close()
-        yield admin, pg_dir / "data"
+        yield PrivateServer(admin, pg_dir / "data", dict(env))
     finally:
         subprocess.run([*pg, "stop"], env=env, check=False)
         shutil.rmtree(pg_dir, ignore_errors=True)

@@ -30,7 +30,8 @@ PIECES = ("Mk9a", "tail9")  # what is left of the password on either side of a w
 @pytest.fixture
 def scram_server() -> Iterator[tuple[str, str]]:
     """(superuser URL, host:port) of a private server where role ``dg_pw`` logs in with PASSWORD only."""
-    with private_server() as (admin, data):
+    with private_server() as server:
+        admin, data = server.url, server.data
         conn = psycopg2.connect(admin)
         conn.autocommit = True
         with conn.cursor() as cur:

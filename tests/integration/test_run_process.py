@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -19,7 +17,7 @@ import pytest
 
 from detector.app.cli import main
 from tests.daemon_harness import wait_for
-from tests.pg import ROOT, Templates, ground_truth, schema_sql
+from tests.pg import Templates, ground_truth, private_server
 from tests.writer import AirflowWriter
 
 pytestmark = pytest.mark.integration
@@ -130,34 +128,19 @@ def test_sigkill_leader_standby_takes_over(pg_templates: Templates, tmp_path: Pa
 def test_postgres_restart_under_running_daemon(tmp_path: Path, procs: list) -> None:  # type: ignore[type-arg]
     """A private PostgreSQL restarts under the daemon: /livez stays 200, and a duplicate made after
     the restart is still detected."""
-    pg_port = free_port()
-    pg_dir = Path(tempfile.mkdtemp(prefix="dupguard-pg-"))  # pytest's tmp dirs are 0700: postgres can't enter
-    pg_dir.chmod(0o711)
-    env = os.environ | {"DUPGUARD_TEST_PG_PORT": str(pg_port), "DUPGUARD_TEST_PG_DATA": str(pg_dir / "data")}
-    pg = [str(ROOT / "scripts" / "postgres.sh")]
-    admin = subprocess.run([*pg, "start"], env=env, check=True, capture_output=True, text=True).stdout.strip()
-    try:
-        import psycopg2
-
-        conn = psycopg2.connect(admin)
-        conn.autocommit = True
-        conn.cursor().execute(schema_sql("3.1.2"))
-        conn.close()
+    with private_server("3.1.2") as server:
         port = free_port()
         log = tmp_path / "restart.log"
-        p = spawn(admin, log, DUPGUARD_HTTP_PORT=str(port))
+        p = spawn(server.url, log, DUPGUARD_HTTP_PORT=str(port))
         procs.append(p)
         wait_for(lambda: metric(port, "dupguard_leader") == 1.0, what="leadership")
-        subprocess.run([*pg, "restart"], env=env, check=True)
+        server.restart()
         assert status(port, "/livez") == 200
-        writer = AirflowWriter(admin)
+        writer = AirflowWriter(server.url)
         writer.duplicate_pair("after_restart")
         writer.close()
         wait_for(lambda: any(e["event"] == "duplicate_detected" for e in events(log)), timeout=30, what="detect")
         assert p.poll() is None
-    finally:
-        subprocess.run([*pg, "stop"], env=env, check=False)
-        shutil.rmtree(pg_dir, ignore_errors=True)
 
 
 def test_bad_configuration_lists_every_problem(capsys: pytest.CaptureFixture[str]) -> None:

@@ -168,8 +168,8 @@ def test_run_committed_after_gap_grace_is_found_and_reported(
 @pytest.fixture
 def private_pg() -> Iterator[str]:
     """A PostgreSQL of this test's own, with the 3.1.2 schema: its backends may be stopped."""
-    with private_server("3.1.2") as (admin, _):
-        yield admin
+    with private_server("3.1.2") as server:
+        yield server.url
 
 
 def _dupguard_backends(admin: str) -> list[int]:
@@ -242,7 +242,8 @@ def test_a_stopped_server_never_shows_as_a_live_leader_elsewhere(
     after it timed out, /readyz says the lock check failed; it said "standby: another replica holds
     the leader lock" for seconds (no such replica exists)."""
     port, log = free_port(), tmp_path / "stopped.log"
-    with private_server("3.1.2") as (admin, data):
+    with private_server("3.1.2") as server:
+        admin, data = server.url, server.data
         procs.append(spawn(admin, log, DUPGUARD_HTTP_PORT=str(port), DUPGUARD_DB_TIMEOUT=db_timeout))
         wait_for(lambda: status(port, "/readyz") == 200 and metric(port, "dupguard_leader") == 1.0, what="leading")
         stopped = _server_processes(data)
