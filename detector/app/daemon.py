@@ -25,6 +25,7 @@ from detector import logs
 from detector.actions.remediation.dispatch import Job, RemediationDispatcher
 from detector.actions.remediation.guarded import passive_result
 from detector.app.leader import LockProblem
+from detector.app.preparer import Preparer
 from detector.app.split_watch import SplitWatch
 from detector.app.status import StatusBoard, evaluate
 from detector.config import Config
@@ -157,6 +158,7 @@ class Daemon:
         )
         self._db_error: str | None = None
         self._poll_error: str | None = None
+        self._preparer = Preparer(parts.remediator, self.refresh_status)  # off the heartbeat (issue 22 §6)
         self.status = StatusBoard(parts.metrics)
         parts.metrics.set_build(parts.source.family)
         # Read at scrape time: a stale heartbeat shows as 0 even while the heartbeat job is blocked.
@@ -196,6 +198,7 @@ class Daemon:
                 poll_error=self._poll_error,
                 lock=getattr(self.parts.leadership, "problem", None),  # optional for simple Leadership fakes
                 waiting=self.waiting(),
+                remediation=self._preparer.problem,
             )
         )
 
@@ -267,6 +270,7 @@ class Daemon:
         remediation workers and the alerts share ``timeout`` (one deadline, not one each)."""
         ends = time.monotonic() + timeout
         self.stop.set()
+        self._preparer.close()
         self._dispatcher.close(timeout=min(timeout, 2.0))
         self.parts.alerter.close(max(0.0, ends - time.monotonic()))
         self.parts.remediator.close()
@@ -309,7 +313,7 @@ class Daemon:
             self.status.note = self.parts.source.coverage_gap
             self.refresh_status()
             if leader:
-                self.parts.remediator.prepare()
+                self._preparer.request()  # never waits here: a hanging API must not hold the heartbeat
 
     def _source_reached(self, error: str | None) -> None:
         self._db_error = error

@@ -129,9 +129,10 @@ class Remediator(Protocol):
         """Carry out ``action`` (only ``action.writes`` ones change anything). Never raises."""
         ...
 
-    def prepare(self) -> None:
-        """Get ready to act at once (e.g. refresh an API token); called every leader check, off the
-        detection path, while this replica leads. Never raises."""
+    def prepare(self) -> str | None:
+        """Get ready to act at once (e.g. refresh an API token); called after every leader check
+        while this replica leads, in a thread of its own (never on the poll loop or the heartbeat).
+        Returns why it cannot act at once (None: ready). Never raises."""
         ...
 
     def close(self) -> None:
