@@ -3,8 +3,9 @@
 ``DbLedger`` keeps it in a dupguard-owned schema ``dupguard`` beside Airflow's tables, created only by
 ``dupguard init-db`` (or at start with ``DUPGUARD_LEDGER=on``). A claim is an INSERT … ON CONFLICT DO
 NOTHING: exactly one replica wins it, even if two briefly believe they lead. ``MemoryLedger`` serves
-read-only database users: it forgets on restart, so a restarted or newly elected replica may alert
-again about groups from the last ``startup_lookback`` (remediation stays safe: a stopped run is
+read-only database users: it forgets on restart, so a restarted replica (or one elected before it saw
+a live leader, ``detector.sources.database.resume``) may alert again about groups from the last
+``startup_lookback`` (remediation stays safe: a stopped run is
 recognised as already stopped, and the note on it names the kept run, ``detector.core.decisions``).
 
 Besides claims the ledger keeps, per run, the role an earlier judgement gave it (``decision|<dag>|<run>``
