@@ -327,6 +327,11 @@ def _check_config(args: argparse.Namespace) -> int:
             shown = config.format_value(value) if value != () else None
         line = yaml.safe_dump({name: shown}, default_flow_style=True, width=10_000).strip()[1:-1]
         print(f"{line}  # {sources.get(name, 'default')}")
+    if cfg.remediation == "fail" and cfg.remediation_backend == "api":
+        from detector.actions.remediation.readback import NO_START_DATE
+
+        # issue 22 §5: what the api backend cannot do, said before it is deployed (docs/remediation.md)
+        print(f"# note: remediation_backend api{NO_START_DATE}")
     return EXIT_OK
 
 

@@ -70,7 +70,7 @@ def scan(
             notes.update(queries.run_notes(conn, t, part))  # a run dupguard stopped is never the kept one
             if progress is not None:
                 progress(min(done * queries.CHUNK, len(ids)), len(ids))
-        prior = decisions_from_notes(runs, notes)  # a run dupguard stopped is never the kept one
+        prior = decisions_from_notes(runs, notes, task_progress)  # a run dupguard stopped is never kept
         findings = find_duplicates(
             runs, events, task_progress, dag_filter=dag_filter, suspect_window=suspect_window, prior=prior
         )

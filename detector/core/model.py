@@ -8,8 +8,9 @@ from datetime import datetime
 
 ASSET_TRIGGERED = "asset_triggered"
 
-# A task instance in one of these states has run (or is running) user code. Skipped, removed and
-# upstream_failed are deliberately absent: Airflow stamps start_date on tasks it merely skips.
+# A task instance in one of these states has run (or is running), or Airflow ended it (failed,
+# success) — either way too late to stop it cleanly. Skipped, removed and upstream_failed are
+# deliberately absent: Airflow stamps start_date on tasks it merely skips (ti_started below).
 STARTED_TI_STATES = frozenset(
     {
         "running",
@@ -22,6 +23,21 @@ STARTED_TI_STATES = frozenset(
         "awaiting_input",
     }
 )
+
+
+def ti_started(state: str | None, pid: int | None = None, last_heartbeat_at: datetime | None = None) -> bool:
+    """Whether Airflow recorded that this task instance started: the one definition of "started"
+    (planning, the remediation guard, the read-back, both sources; docs/remediation.md).
+
+    Either its state is one of ``STARTED_TI_STATES``, or a worker's ``ti_run`` stamped it: ``ti_run``
+    is the only writer of ``pid`` and the first ``last_heartbeat_at`` (execution_api/routes/
+    task_instances.py L200-207 in 3.1.2), and neither a retry (``prepare_db_for_next_try`` keeps the
+    row's columns), a clear nor a skip resets them. So a task back in ``scheduled``/``queued`` after a
+    try, or ``skipped`` by its own code (``AirflowSkipException``), still counts. ``start_date`` is no
+    proof (``TaskInstance.set_state`` fills it when Airflow skips or fails a task that never ran), nor
+    is ``try_number`` (``DagRun.schedule_tis`` bumps it when it schedules, dagrun.py L2051).
+    """
+    return state in STARTED_TI_STATES or pid is not None or last_heartbeat_at is not None
 
 
 class Kind(enum.StrEnum):
@@ -95,9 +111,17 @@ class Decisions:
     stopped: frozenset[int] = frozenset()
     duplicates: frozenset[int] = frozenset()
     kept: frozenset[int] = frozenset()
+    # runs whose note is in dupguard's words but Airflow's record disagrees (still queued, tasks not
+    # skipped; or the ledger kept it): not a decision, judged afresh (detector.core.decisions)
+    disputed: frozenset[int] = frozenset()
 
     def __or__(self, other: Decisions) -> Decisions:
-        return Decisions(self.stopped | other.stopped, self.duplicates | other.duplicates, self.kept | other.kept)
+        return Decisions(
+            self.stopped | other.stopped,
+            self.duplicates | other.duplicates,
+            self.kept | other.kept,
+            self.disputed | other.disputed,
+        )
 
     def excluded(self, run_id: int) -> bool:
         """Never a keep candidate: stopped, or chosen as a duplicate, and not kept by any decision."""

@@ -82,10 +82,12 @@ class Ledger(Protocol):
 class Result(enum.StrEnum):
     DONE = "done"  # the state change is committed
     DRY_RUN = "dry_run"  # logged what would be done
-    ALREADY = "already"  # an earlier action (or the guard) already stopped it
+    ALREADY = "already"  # already stopped, not by this write (an earlier action, the guard, an operator, Airflow)
     TOO_LATE = "too_late"  # re-read showed started tasks: not touched
     CAUGHT_AFTER_START = "caught_after_start"  # committed, but a task had started before the write: stopped mid-run
     GONE = "gone"  # the run was deleted (404)
+    # a write was sent and answered, but nothing proves what it did (its read-back failed): check the run
+    UNKNOWN = "unknown"
     FAILED = "failed"  # could not be done; ``detail`` says why
     SKIPPED = "skipped"  # nothing to do for this outcome (not confirmed, disabled, prevented)
 

@@ -36,7 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import OID
 from sqlalchemy.exc import NoSuchTableError
 
-from detector.core.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, STARTED_TI_STATES, PartitionRow, Run, TaskProgress
+from detector.core.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, PartitionRow, Run, TaskProgress, ti_started
 from detector.metadb.schema import AirflowTables, alembic_version_table
 
 CHUNK = 500  # ids per IN list: keeps statements small on every backend
@@ -315,14 +315,14 @@ def task_progress(conn: Connection, t: AirflowTables, run_ids: Iterable[int], no
     for part in chunks(sorted(set(run_ids))):
         guarded.update(guarded_runs(conn, t, part))
         query = (
-            select(dr.c.id, ti.c.state, ti.c.start_date, ti.c.end_date)
+            select(dr.c.id, ti.c.state, ti.c.start_date, ti.c.end_date, ti.c.pid, ti.c.last_heartbeat_at)
             .select_from(ti.join(dr, and_(ti.c.dag_id == dr.c.dag_id, ti.c.run_id == dr.c.run_id)))
             .where(dr.c.id.in_(part))
         )
         for row in conn.execute(query):
             acc = totals[row.id]
             acc[0] += 1
-            if row.state in STARTED_TI_STATES:
+            if ti_started(row.state, row.pid, row.last_heartbeat_at):
                 acc[1] += 1
                 if row.start_date is not None:
                     acc[3] += max(0.0, ((row.end_date or now) - row.start_date).total_seconds())

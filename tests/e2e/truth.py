@@ -48,9 +48,12 @@ from typing import Any
 from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import make_url
 
+from detector.core.model import STARTED_TI_STATES
 from tests.e2e.harness import RunSpec, read_json_log
 
-STARTED = ("running", "success", "failed", "up_for_retry", "up_for_reschedule", "deferred", "restarting")
+# dupguard's one definition of a started state (docs/remediation.md "What counts as started"); the
+# judge below also asks for a start_date, to tell a task Airflow failed while queued from one that ran
+STARTED = tuple(sorted(STARTED_TI_STATES))
 SIDECAR_NOTE = "dupguard stopped"
 GUARD_NOTE = "dupguard guard skipped"
 CAUGHT = ("stopped_before_start", "prevented_by_guard")

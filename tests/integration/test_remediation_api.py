@@ -221,7 +221,8 @@ def test_a_task_that_started_after_planning_makes_it_too_late_and_untouched(h: H
 
 def test_airflow_made_duplicate_whose_task_already_ran(af312: AirflowServer) -> None:
     """race_asset: the duplicate's extract already succeeded. Planned TOO_LATE; with
-    remediate_started the run is failed, the finished task kept, the unstarted one skipped."""
+    remediate_started the run is failed, the finished task kept, the unstarted one skipped, and the
+    result is ``caught_after_start`` naming extract (Airflow recorded that it ran): never ``done``."""
     url = af312.reset(STARTED)
     h = Harness(af312, url)
     try:
@@ -234,7 +235,8 @@ def test_airflow_made_duplicate_whose_task_already_ran(af312: AirflowServer) -> 
         (forced,) = h.actions(Mode.FAIL, remediate_started=True)
         assert forced.outcome is Outcome.REMEDIATE
         result = h.remediator(Mode.FAIL, remediate_started=True).execute(forced)
-        assert result.result is Result.DONE, result.detail
+        assert result.result is Result.CAUGHT_AFTER_START, result.detail
+        assert result.started_tasks == (StartedTask("extract", -1, "success", "success"),)
         row = db_state(url)[forced.run.run_id]
         assert row.state == "failed"
         assert (

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from detector.actions.remediation.guarded import judge
 from detector.actions.remediation.readback import read_back
 from detector.core.detect import find_duplicates
-from detector.core.model import Run
+from detector.core.model import Run, ti_started
 from detector.core.plan import Action, Mode, plan
 from detector.core.ports import Result, StartedTask
 from detector.metadb.queries import RunState, TaskState
@@ -63,10 +63,30 @@ def test_a_running_task_overwritten_to_skipped_by_a_stale_write_is_told_by_ti_ru
     assert "extract[0] (queued -> skipped)" in checked.detail
 
 
-def test_marks_of_an_earlier_try_are_not_mistaken_for_a_start() -> None:
+def test_marks_of_an_earlier_try_say_that_try_ran() -> None:
+    """A task back in ``scheduled`` whose row still carries a worker's pid and heartbeat had a try
+    that ran (prepare_db_for_next_try keeps them): stopping it now is not a stop before start."""
     before = (TaskState("extract", -1, "scheduled", 11, BEAT),)
     after = _run(TaskState("extract", -1, "skipped", 11, BEAT))
-    assert read_back(Mode.FAIL, before, "run -> failed", after).result is Result.DONE
+    checked = read_back(Mode.FAIL, before, "run -> failed", after, ran=before)
+    assert checked.result is Result.CAUGHT_AFTER_START
+    assert checked.started == (StartedTask("extract", -1, "scheduled", "skipped"),)
+
+
+def test_a_task_that_had_finished_before_the_write_is_named_though_not_written() -> None:
+    """With remediate_started a finished task (extract=success) is left as it is, but it ran."""
+    done = TaskState("extract", -1, "success", 11, BEAT)
+    after = _run(done, TaskState("load", -1, "skipped"))
+    checked = read_back(Mode.FAIL, (TaskState("load", -1, None),), "run -> failed", after, ran=(done,))
+    assert checked.result is Result.CAUGHT_AFTER_START
+    assert checked.started == (StartedTask("extract", -1, "success", "success"),)
+
+
+def test_ti_started_is_what_airflow_recorded() -> None:
+    """The one definition: a started state, or a worker's ti_run marks; never start_date alone."""
+    assert all(ti_started(s) for s in ("running", "up_for_retry", "restarting", "awaiting_input", "success", "failed"))
+    assert not any(ti_started(s) for s in (None, "scheduled", "queued", "skipped", "upstream_failed", "removed"))
+    assert ti_started("queued", 4242) and ti_started("skipped", None, BEAT)
 
 
 def test_remediate_started_stopping_a_running_task_is_caught_after_start() -> None:

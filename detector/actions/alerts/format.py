@@ -170,6 +170,7 @@ _RESULT_LABELS = {
     Result.TOO_LATE: "too late: its tasks had started (or Airflow ended them); left alone",
     Result.CAUGHT_AFTER_START: "stopped mid-run: a task had started before the stop landed",
     Result.GONE: "deleted before it could be stopped",
+    Result.UNKNOWN: "stop sent, not confirmed: check the run in Airflow",
     Result.FAILED: "remediation FAILED",
     Result.SKIPPED: "left alone",
 }
@@ -189,8 +190,8 @@ def result_label(result: RemediationResult) -> str:
 
 
 def status_of(results: Sequence[RemediationResult]) -> Status:
-    """One status for a group: the worst result wins (failed > caught after start > too late > dry-run >
-    stopped > nothing)."""
+    """One status for a group: the worst result wins (failed > caught after start > unknown > too late >
+    dry-run > stopped > nothing)."""
     kinds = {r.result for r in results}
     if not results:
         return PENDING
@@ -199,6 +200,8 @@ def status_of(results: Sequence[RemediationResult]) -> Status:
     if Result.CAUGHT_AFTER_START in kinds:
         # Stopped, but user code of the duplicate ran (and was killed mid-run): check its side effects.
         return Status("caught_after_start", "caught after start: a duplicate's task ran and was stopped", "warning")
+    if Result.UNKNOWN in kinds:
+        return Status("unknown", "not confirmed: a stop was sent but could not be read back", "warning")
     if Result.TOO_LATE in kinds:
         return Status("too_late", "too late: the duplicate had started", "warning")
     if Result.DRY_RUN in kinds:

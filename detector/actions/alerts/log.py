@@ -27,7 +27,7 @@ def log_event(event: AlertEvent, ui_url: str | None = None) -> None:
     status = status_of(event.results).name
     if status == "failed":
         log.error("remediation_outcome", **fields)
-    elif status == "caught_after_start":  # a duplicate's user code ran: someone should look
+    elif status in ("caught_after_start", "unknown"):  # user code ran, or the stop is unproven: look
         log.warning("remediation_outcome", **fields)
     else:
         log.info("remediation_outcome", **fields)

@@ -46,7 +46,7 @@ from sqlalchemy import Engine
 
 from detector import logs
 from detector.actions.remediation.guarded import Applied, DbRunStates, Recheck, RunStates, Work, now_utc
-from detector.actions.remediation.readback import read_back
+from detector.actions.remediation.readback import NO_START_DATE, read_back
 from detector.airflowapi import permissions
 from detector.airflowapi.client import Gone, Transient
 from detector.airflowapi.session import Session
@@ -202,10 +202,8 @@ class ApiBackend:
                     # 409: another writer (a second replica) stopped it; ours did not apply
                     return Applied(Result.ALREADY, f"{verdict.detail} (our write conflicted: {last})")
                 if verdict.result is Result.ALREADY:
-                    # An attempt that timed out on our side may well have been applied.
-                    return Applied(
-                        Result.DONE, f"{verdict.detail} (after a failed attempt: {last})", committed_at=now_utc()
-                    )
+                    # _landed found no note of ours: stopped by someone else, or it cannot be told
+                    return self._stopped_meanwhile(action, f"{verdict.detail} (after a failed attempt: {last})")
                 return Applied(verdict.result, f"{verdict.detail} (after a failed attempt: {last})")
             work = verdict.work
             log.info("remediation_retry", dag_id=action.dag_id, run_id=action.run.run_id, attempt=attempt, error=last)
@@ -233,21 +231,39 @@ class ApiBackend:
             return None
         if after is None or note != action.note:
             return None
-        checked = read_back(action.mode, (*work.to_fail, *work.to_skip), work.describe(), after)
+        checked = read_back(action.mode, (*work.to_fail, *work.to_skip), work.describe(), after, ran=work.ran)
         return Applied(checked.result, checked.detail, committed_at=now_utc(), started_tasks=checked.started)
+
+    def _stopped_meanwhile(self, action: Action, detail: str) -> Applied:
+        """A run found stopped after an attempt of ours failed, without our note: ``already``, saying
+        who as far as its note tells (an operator's words, another writer's); ``unknown`` when even
+        the note cannot be read or is ours yet its read-back is not (``done`` needs that proof)."""
+        try:
+            note = self.states.note(action)
+        except DupguardError as exc:
+            return Applied(Result.UNKNOWN, f"{detail}; whether our write did it is unknown (note unreadable: {exc})")
+        if note == action.note:
+            return Applied(Result.UNKNOWN, f"{detail}; our note is there but the run could not be read back")
+        who = f"its note says {note[:200]!r}" if note else "it has no note (an operator, Airflow or another writer)"
+        return Applied(Result.ALREADY, f"{detail}; not stopped by dupguard's write: {who}")
 
     def _read_back(self, action: Action, work: Work, committed: datetime) -> Applied:
         """The run as Airflow left it, judged against the guard's re-read (detector.actions.remediation.readback).
 
-        The PATCH has been answered, so its transaction committed; a failing read still reports the
-        write (as done, saying the read-back failed) rather than hiding it.
+        The PATCH has been answered, so its transaction committed; but without a read-back nothing
+        proves that it held or that no task had started: ``unknown`` (alerted so), never ``done``.
         """
         try:
             after = self.states.state(action)
         except DupguardError as exc:
-            return Applied(Result.DONE, f"{work.describe()} (read-back failed: {exc})", committed_at=committed)
-        checked = read_back(action.mode, (*work.to_fail, *work.to_skip), work.describe(), after)
-        return Applied(checked.result, checked.detail, committed_at=committed, started_tasks=checked.started)
+            return Applied(
+                Result.UNKNOWN,
+                f"{work.describe()} answered by Airflow, but the read-back failed ({exc}): check the run",
+                committed_at=committed,
+            )
+        checked = read_back(action.mode, (*work.to_fail, *work.to_skip), work.describe(), after, ran=work.ran)
+        detail = checked.detail + (NO_START_DATE if action.mode is Mode.FAIL and not work.ran else "")
+        return Applied(checked.result, detail, committed_at=committed, started_tasks=checked.started)
 
     def _apply_once(self, action: Action, work: Work, budget: Budget) -> None:
         dag_id, run_id = action.dag_id, action.run.run_id

@@ -4,7 +4,8 @@ The opt-in fast path (no HTTP, no token, no API server in the way). It makes the
 as Airflow's ``set_dag_run_state_to_failed`` (airflow/api/common/mark_tasks.py, facts §4.2):
 
 - ``fail``: running / deferred / up_for_reschedule TIs -> failed, every other unfinished TI ->
-  skipped, the run -> failed with ``end_date``; TI timestamps as ``TaskInstance.set_state`` sets
+  skipped, the run -> failed with ``end_date`` (and ``start_date`` = ``end_date`` if it never
+  started: unlike Airflow, see ``_write``); TI timestamps as ``TaskInstance.set_state`` sets
   them (start_date and end_date filled if empty, duration);
 - ``skip``: every unfinished TI -> skipped; the run is left to the scheduler, which ends it;
 - both: the note, upserted into ``dag_run_note`` with ``user_id`` NULL (no Airflow user did it).
@@ -51,6 +52,7 @@ from detector.actions.remediation.guarded import (
 )
 from detector.actions.remediation.readback import read_back
 from detector.core.fence import UNFENCED, Fence, FenceSource, LeadershipLost
+from detector.core.model import STARTED_TI_STATES
 from detector.core.plan import Action
 from detector.core.ports import Result
 from detector.metadb import queries
@@ -99,7 +101,9 @@ class DbBackend:
             # can start between the judgement and the write, so a started task here is one the operator
             # chose to stop (remediate_started), and an unfinished one means a write missed it.
             after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
-            checked = read_back(action.mode, (*locked.to_fail, *locked.to_skip), locked.describe(), after)
+            checked = read_back(
+                action.mode, (*locked.to_fail, *locked.to_skip), locked.describe(), after, ran=locked.ran
+            )
             if checked.result is Result.FAILED:
                 conn.rollback()  # never commit a half-done stop
                 return Applied(Result.FAILED, checked.detail + " (rolled back)")
@@ -143,7 +147,11 @@ class DbBackend:
             conn.execute(
                 update(dr)
                 .where(dr.c.id == work.run_pk, or_(dr.c.state.is_(None), dr.c.state.not_in(["failed", "success"])))
-                .values(state="failed", end_date=now, updated_at=now)
+                # A run stopped before it started gets start_date = end_date, as the guard gives its runs:
+                # Airflow's own set-failed leaves it NULL (DagRun.set_state, QUEUED -> FAILED sets only
+                # end_date), and Airflow 3.0.6-3.3.2 then answer HTTP 500 for every asset event the run
+                # consumed, the kept run's too (apache/airflow#71360, docs/remediation.md).
+                .values(state="failed", start_date=func.coalesce(dr.c.start_date, now), end_date=now, updated_at=now)
             )
         self._upsert_note(conn, work.run_pk, action.note, now)
 
@@ -161,7 +169,7 @@ class DbBackend:
         # Never touch a finished TI, and never one that started unless the operator opted in.
         excluded = set(FINISHED_TI_STATES)
         if not self.remediate_started:
-            excluded |= {"running", "deferred", "up_for_reschedule", "up_for_retry", "restarting", "awaiting_input"}
+            excluded |= STARTED_TI_STATES
         state_ok = (
             ti.c.state.in_(sorted(only_from))
             if only_from is not None

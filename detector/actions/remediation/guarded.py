@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 
 from detector import logs
 from detector.core.fence import LeadershipLost
-from detector.core.model import STARTED_TI_STATES
+from detector.core.model import ti_started
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import RemediationResult, Result, StartedTask
 from detector.metadb import queries
@@ -59,6 +59,9 @@ class Work:
     to_fail: tuple[TaskState, ...]  # fail mode: running-like tasks (only with remediate_started)
     to_skip: tuple[TaskState, ...]  # every other unfinished task
     fail_run: bool
+    # every task that had started when judged (only with remediate_started), whether the write acts on
+    # it or it had already finished: the read-back reports each as having run (never ``done``)
+    ran: tuple[TaskState, ...] = ()
 
     def describe(self) -> str:
         parts = []
@@ -99,7 +102,7 @@ def judge(action: Action, current: RunState | None, *, remediate_started: bool) 
     """
     if current is None or current.id != action.run.id:
         return Verdict(Result.GONE, "the run no longer exists")
-    started = [t for t in current.tasks if t.state in STARTED_TI_STATES]
+    started = [t for t in current.tasks if ti_started(t.state, t.pid, t.last_heartbeat_at)]
     if started and not remediate_started:
         names = ", ".join(f"{_ti_name(t)}={t.state}" for t in started)
         if not any(_worker_ran(t) for t in started):
@@ -119,7 +122,9 @@ def judge(action: Action, current: RunState | None, *, remediate_started: bool) 
         return Verdict(Result.ALREADY, "the run already finished")
     to_fail = tuple(t for t in unfinished if mode is Mode.FAIL and t.state in FAIL_AS_FAILED_STATES)
     to_skip = tuple(t for t in unfinished if t not in to_fail)
-    work = Work(mode=mode, run_pk=current.id, to_fail=to_fail, to_skip=to_skip, fail_run=mode is Mode.FAIL)
+    work = Work(
+        mode=mode, run_pk=current.id, to_fail=to_fail, to_skip=to_skip, fail_run=mode is Mode.FAIL, ran=tuple(started)
+    )
     return Verdict(None, work.describe(), work)
 
 
@@ -346,7 +351,8 @@ class GuardedRemediator:
             ).inc()
             if applied.committed_at is not None:
                 self.metrics.remediation_latency.observe(elapsed)
-        level = "warning" if applied.result in (Result.FAILED, Result.TOO_LATE, Result.CAUGHT_AFTER_START) else "info"
+        warn = (Result.FAILED, Result.TOO_LATE, Result.CAUGHT_AFTER_START, Result.UNKNOWN)
+        level = "warning" if applied.result in warn else "info"
         getattr(log, level)(
             "remediation",
             result=applied.result.value,

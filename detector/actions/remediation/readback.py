@@ -21,6 +21,12 @@ A task instance the write acted on "had started before the write" when the read-
    with the API server's clock and the scheduler bumps the second when it schedules, not when a
    task runs.
 
+A task that had already started when the guard judged (only with ``remediate_started``; "started"
+is ``detector.core.model.ti_started``, the one definition) counts too, whether the write acted on it
+(``up_for_retry``, ``restarting``, ``awaiting_input`` are then skipped, yet a try ran) or it had
+already finished (``success``, ``failed``: left as they are): the result is ``caught_after_start``
+naming it, never ``done``.
+
 A task instance still unfinished after the write (e.g. put back to ``scheduled`` by the scheduler)
 means the write did not hold: that is reported as ``failed``, never as ``done``.
 """
@@ -29,15 +35,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from detector.core.model import STARTED_TI_STATES
+from detector.core.model import STARTED_TI_STATES, ti_started
 from detector.core.plan import Mode
 from detector.core.ports import Result, StartedTask
 from detector.metadb.queries import RunState, TaskState
 
+# What a run failed through the API before it started lacks (issue 22 §5): Airflow's set-failed sets
+# only end_date (DagRun.set_state, QUEUED -> FAILED), no public endpoint can set start_date
+# (DAGRunPatchBody is state and note, 3.0.6-3.3.2), and without one Airflow answers HTTP 500 for its
+# asset events (apache/airflow#71360). Said in every such result of the api backend
+# (the alert shows it) and by check-config.
+NO_START_DATE = (
+    "; Airflow leaves its start_date empty, so until apache/airflow#71360 is fixed its asset events "
+    "answer HTTP 500 in Airflow's API and UI (the db backend or the in-scheduler guard set it)"
+)
+
 # airflow/utils/state.py State.finished (kept here so this module stays a leaf).
 _FINISHED = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
-# What set_dag_run_state_to_failed marks FAILED rather than SKIPPED (mark_tasks.py, facts §4.2).
-_RUNNING_LIKE = frozenset({"running", "deferred", "up_for_reschedule"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +68,7 @@ def _key(t: TaskState) -> tuple[str, int]:
 
 
 def _ran(before: TaskState, after: TaskState) -> bool:
-    if before.state in _RUNNING_LIKE:  # only with remediate_started: it was running when judged
+    if ti_started(before.state, before.pid, before.last_heartbeat_at):  # only with remediate_started
         return True
     if after.state in STARTED_TI_STATES:
         return True
@@ -63,13 +77,28 @@ def _ran(before: TaskState, after: TaskState) -> bool:
     )
 
 
-def read_back(mode: Mode, acted_on: tuple[TaskState, ...], written: str, after: RunState | None) -> ReadBack:
+def read_back(
+    mode: Mode,
+    acted_on: tuple[TaskState, ...],
+    written: str,
+    after: RunState | None,
+    *,
+    ran: tuple[TaskState, ...] = (),
+) -> ReadBack:
     """Judge the write of ``written`` (``Work.describe()``) on ``acted_on`` (the TIs as the guard read
-    them) from ``after``, the run read again once the write committed."""
+    them) from ``after``, the run read again once the write committed; ``ran`` (``Work.ran``): the
+    tasks that had started when the guard judged."""
+    acted = {_key(t) for t in acted_on}
+    now = {_key(t): t for t in after.tasks} if after is not None else {}
+    started = [
+        StartedTask(t.task_id, t.map_index, t.state, now[_key(t)].state if _key(t) in now else t.state)
+        for t in ran
+        if _key(t) not in acted
+    ]
     if after is None:
+        if started:
+            return ReadBack(Result.CAUGHT_AFTER_START, f"caught after start: {written} (then deleted)", tuple(started))
         return ReadBack(Result.DONE, f"{written} (the run was deleted right after the write)")
-    now = {_key(t): t for t in after.tasks}
-    started: list[StartedTask] = []
     held_open: list[str] = []
     for before in acted_on:
         current = now.get(_key(before))

@@ -41,8 +41,9 @@ from typing import Any, TypeVar, cast
 from detector.airflowapi.client import Gone
 from detector.core.decisions import decisions_from_notes, decisions_from_roles
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
-from detector.core.model import GUARD_NOTE_PREFIX, Decisions, Finding, Run, TaskProgress
+from detector.core.model import GUARD_NOTE_PREFIX, NO_DECISIONS, Decisions, Finding, Run, TaskProgress
 from detector.sources.api.reader import ApiRun, ConsumedEvents, Reader, progress_of
+from detector.sources.disputes import report_disputed
 
 MAX_HOPS = 3
 PARALLEL = 8  # requests of one judgement sent at once: one round trip for events, list and task instances
@@ -223,7 +224,7 @@ class Judge:
         by_id = {run.id: key for key, run in runs.items()}
         run_events = {runs[k].id: events[k].event_ids for k in runs if k in events}
         progress = self._progress(candidates, runs, now, tasks)
-        prior = self._prior(candidates, runs)
+        prior = self._prior(candidates, runs, progress)
         findings = find_duplicates(
             runs.values(),
             run_events,
@@ -302,12 +303,14 @@ class Judge:
         with ThreadPoolExecutor(max_workers=min(PARALLEL, len(items))) as pool:
             return list(pool.map(call, items))
 
-    def _prior(self, candidates: Mapping[RunKey, ApiRun], runs: Mapping[RunKey, Run]) -> Decisions:
+    def _prior(
+        self, candidates: Mapping[RunKey, ApiRun], runs: Mapping[RunKey, Run], progress: Mapping[int, TaskProgress]
+    ) -> Decisions:
         notes = {run.id: note for key, run in runs.items() if (note := candidates[key].note)}
-        prior = decisions_from_notes(runs.values(), notes)
-        if self.roles is None:
-            return prior
-        return prior | decisions_from_roles(runs.values(), self.roles(list(runs)))
+        roles = decisions_from_roles(runs.values(), self.roles(list(runs))) if self.roles is not None else NO_DECISIONS
+        prior = decisions_from_notes(runs.values(), notes, progress, ledger_kept=roles.kept) | roles
+        report_disputed(prior, runs.values(), notes)
+        return prior
 
 
 def suspect(

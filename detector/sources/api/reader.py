@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from detector.airflowapi.client import Gone, Transient
-from detector.core.model import STARTED_TI_STATES, TaskProgress
+from detector.core.model import TaskProgress, ti_started
 from detector.core.plan import Action
 from detector.errors import AirflowApiError
 from detector.metadb.queries import RunState, TaskState
@@ -314,7 +314,7 @@ def progress_of(tasks: list[dict[str, Any]], now: datetime, *, guarded: bool) ->
     for ti in tasks:
         total += 1
         state = ti.get("state")
-        if state in STARTED_TI_STATES:
+        if ti_started(state, ti.get("pid")):
             started += 1
             start = parse_time(ti.get("start_date"))
             if start is not None:

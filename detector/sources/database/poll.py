@@ -16,25 +16,26 @@ duplicate whose first run is far below the watermark is still found.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
-from detector.core.model import ASSET_TRIGGERED, NO_DECISIONS, Decisions, Finding, Run
+from detector.core.model import ASSET_TRIGGERED, NO_DECISIONS, Decisions, Finding, Run, TaskProgress
 from detector.core.reprocess import needs_origins, refine_partitioned
 from detector.metadb import queries
 from detector.metadb.prepared import TopRunId
 from detector.metadb.schema import AirflowTables
+from detector.sources.database.prior import notes_readable
 
 DEFAULT_GRACE = timedelta(seconds=60)
 DEFAULT_MAX_GAPS = 10_000
 DEFAULT_BATCH = 1_000
 MAX_HOPS = 3  # sibling-of-sibling lookups when a new run has siblings
 # Earlier keep decisions about a group's runs (detector.sources.database.prior): read just before it is judged.
-PriorSource = Callable[[Connection, Sequence[Run]], Decisions]
+PriorSource = Callable[[Connection, Sequence[Run], Mapping[int, TaskProgress]], Decisions]
 DEFAULT_LATE_HORIZON = timedelta(hours=1)
 DEFAULT_LATE_EVERY = timedelta(seconds=1)
 
@@ -199,8 +200,9 @@ class IncrementalDetector:
             events.update(queries.consumed_events(conn, t, list(found)))
             frontier = list(found.values())
         ids = list(candidates)
-        prior = self.prior(conn, list(candidates.values())) if self.prior is not None else NO_DECISIONS
-        progress = queries.task_progress(conn, t, ids, now)
+        with notes_readable():  # task_progress reads the guard's notes: the missing grant is named
+            progress = queries.task_progress(conn, t, ids, now)
+        prior = self.prior(conn, list(candidates.values()), progress) if self.prior is not None else NO_DECISIONS
         findings = find_duplicates(
             candidates.values(),
             events,

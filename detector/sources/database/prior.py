@@ -8,22 +8,38 @@ The keep rule itself stays in the pure core (``detect.keep_order``), which takes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import ProgrammingError
 
 from detector.core.decisions import decisions_from_notes, decisions_from_roles
-from detector.core.model import Decisions, Run
+from detector.core.model import Decisions, Run, TaskProgress
 from detector.core.ports import Ledger
 from detector.errors import DatabaseError
 from detector.metadb import queries
 from detector.metadb.schema import AirflowTables
+from detector.sources.disputes import report_disputed
 
 MISSING_GRANT = (
     "permission denied for table dag_run_note: GRANT SELECT ON dag_run_note TO the dupguard role "
     "(the notes on stopped runs keep earlier keep decisions final; no group is judged without them)"
 )
+
+
+@contextmanager
+def notes_readable() -> Iterator[None]:
+    """Around every read of ``dag_run_note`` (the notes here, the guard's in ``task_progress``).
+
+    Judging without the notes could keep a run dupguard stopped and stop the kept one, so the poll
+    fails instead (loudly, naming the grant; rewound and retried, nothing lost)."""
+    try:
+        yield
+    except ProgrammingError as exc:
+        if "permission denied" in str(exc.orig):
+            raise DatabaseError(MISSING_GRANT) from None
+        raise
 
 
 class PriorDecisions:
@@ -33,14 +49,11 @@ class PriorDecisions:
         self.tables = tables
         self.ledger = ledger
 
-    def __call__(self, conn: Connection, runs: Sequence[Run]) -> Decisions:
-        try:
+    def __call__(self, conn: Connection, runs: Sequence[Run], progress: Mapping[int, TaskProgress]) -> Decisions:
+        with notes_readable():
             notes = queries.run_notes(conn, self.tables, [r.id for r in runs])
-        except ProgrammingError as exc:
-            # Judging without the notes could keep a run dupguard stopped and stop the kept one, so
-            # the poll fails instead (loudly, naming the grant; rewound and retried, nothing lost).
-            if "permission denied" in str(exc.orig):
-                raise DatabaseError(MISSING_GRANT) from None
-            raise
         roles = self.ledger.on(conn).decisions([(r.dag_id, r.run_id) for r in runs])  # on the caller's connection
-        return decisions_from_notes(runs, notes) | decisions_from_roles(runs, roles)
+        recorded = decisions_from_roles(runs, roles)
+        prior = decisions_from_notes(runs, notes, progress, ledger_kept=recorded.kept) | recorded
+        report_disputed(prior, runs, notes)
+        return prior
