@@ -54,7 +54,8 @@ LOCK_RELEASE_WAIT = 2.0  # seconds shutdown waits for a running leader check bef
 
 
 class Leadership(Protocol):
-    problem: LockProblem | None  # why this replica can neither lead nor trust another leader
+    @property
+    def problem(self) -> LockProblem | None: ...  # why this replica can neither lead nor trust another leader
 
     def ensure(self, now: datetime) -> bool: ...
     def is_leader(self, now: datetime) -> bool: ...
