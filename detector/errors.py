@@ -7,7 +7,8 @@ DupguardError
 ├── AirflowApiError           the Airflow REST API refused or failed a call
 │   ├── AirflowAuthError      wrong credentials or token; not retried
 │   └── AirflowUnreachable    the REST API does not answer (``--source api``: exit code 3, like the database)
-└── AlertDeliveryError        Slack or the webhook could not take an alert
+├── AlertDeliveryError        Slack or the webhook could not take an alert
+└── LedgerError               the ledger cannot record (e.g. its state file's volume is full); the cause is kept
 """
 
 from __future__ import annotations
@@ -47,3 +48,7 @@ class AirflowUnreachable(AirflowApiError):
 
 class AlertDeliveryError(DupguardError):
     """An alert could not be delivered."""
+
+
+class LedgerError(DupguardError):
+    """The ledger could not record a claim or note; the message names the cause (e.g. no space left)."""

@@ -41,6 +41,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.pg import FIXTURES, ROOT, Templates, database_url, execute_admin
+from tests.trickle import http_answer, trickle
 
 USERS = {"admin": "admin", "viewer": "viewer"}
 JWT_SECRET = "dupguard-test-jwt-secret-" + "x" * 48  # >= 64 bytes: no InsecureKeyLengthWarning
@@ -302,6 +303,8 @@ class CountingProxy:
         # run once before forwarding a matching request; "PATCH /api/…" matches that method only
         self.hooks: list[tuple[str, Callable[[], None]]] = []
         self.outage = 0  # while non-zero, every request is answered with this status (the API is down)
+        self.trickle: set[str] = set()  # path prefixes whose answers are sent one byte a second
+        self._stop = threading.Event()
         self.answers: list[tuple[str, int, str, bytes]] = []  # (path prefix, status, Content-Type, body), once
         self._lock = threading.Lock()
         proxy = self
@@ -350,6 +353,12 @@ class CountingProxy:
                         return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in {"host", "connection"}}
                 answer, data = self._forward(body, headers)
+                if any(path.startswith(p) for p in proxy.trickle):
+                    trickle(
+                        self.wfile, http_answer(answer.status, data, {"Content-Type": "application/json"}), proxy._stop
+                    )
+                    self.close_connection = True
+                    return
                 self.send_response(answer.status)
                 for k, v in answer.getheaders():
                     if k.lower() not in {"transfer-encoding", "connection", "content-length"}:
@@ -414,6 +423,7 @@ class CountingProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
         self.server.shutdown()
         self.server.server_close()
 

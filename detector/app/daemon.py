@@ -147,6 +147,8 @@ class Daemon:
         self._mode = Mode(config.remediation)
         self._outcomes: dict[str, _GroupOutcome] = {}
         self._outcomes_lock = threading.Lock()
+        # groups alerted while the ledger could not record them: not alerted again once it can
+        self._unrecorded: dict[str, None] = {}
         # Workers: bounded by the engine's pool (2 + 2 overflow), as each remediation re-reads the run.
         self._dispatcher = RemediationDispatcher(
             parts.remediator,
@@ -186,9 +188,12 @@ class Daemon:
         return time.monotonic() - self.last_tick < allowed
 
     def ready(self) -> tuple[bool, str]:
-        """Ready = up (``detector.app.status``): leading and polling, or standing by behind a live leader."""
+        """Ready = up (``detector.app.status``): leading and polling, or standing by behind a live leader.
+        Alerts a channel could not deliver are named too (they do not make a replica unready)."""
         status = self.status.current
-        return status.up, f"{status.state.value}: {status.reason}"
+        trouble = getattr(self.parts.alerter, "trouble", None)  # optional for simple Alerter fakes
+        note = trouble() if trouble is not None else None
+        return status.up, f"{status.state.value}: {status.reason}" + (f"; alerts undelivered: {note}" if note else "")
 
     def refresh_status(self) -> None:
         self.status.update(
@@ -388,7 +393,7 @@ class Daemon:
         n = self._consecutive_failures
         if n == 1 or n % 100 == 0:
             log.warning("poll_failed", error=error, consecutive=n)
-        if self._poll_error is None:
+        if error != self._poll_error:  # the latest cause, not the first of the streak (a blip, then a full disk)
             self._poll_error = error
             self.refresh_status()
         return False
@@ -423,6 +428,7 @@ class Daemon:
         """
         ledger = ledger or self.parts.ledger  # the source's own connection when it offers one
         queued: list[Job] = []
+        failed: Exception | None = None  # the ledger's failure: the poll fails (and is retried) after the alerts
         for finding in findings:
             actions = plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started)
             # Undecided actions claim nothing: a later verdict on the same group may still act.
@@ -430,13 +436,19 @@ class Daemon:
             # Every run of the group, the kept one too: a run that joins and takes the keep (it consumed
             # every event) is the news, not the old kept run that became a duplicate.
             seen = [f"detected:{r.run_id}" for r in finding.runs]
-            won = ledger.claim_all(finding.key, ["detected", *seen, *(f"action:{a.run.run_id}" for a in decided)])
+            try:
+                won = ledger.claim_all(finding.key, ["detected", *seen, *(f"action:{a.run.run_id}" for a in decided)])
+            except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
+                failed = failed or exc
+                self._alert_unrecorded(finding, actions, now, exc)
+                continue
             todo = [a for a in decided if f"action:{a.run.run_id}" in won]
             if todo:
                 ledger.record_decision((finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo])
                 self._track(finding, actions, todo)
             if "detected" in won:
-                self._report_detected(finding, actions, now)
+                if self._unrecorded.pop(finding.key, False) is False:  # else announced while unrecorded
+                    self._report_detected(finding, actions, now)
             elif len(finding.runs) > 2:  # a pair never grows; >2: runs joined an announced group
                 joined = tuple(r.run_id for r in finding.runs if f"detected:{r.run_id}" in won)
                 if joined:
@@ -451,6 +463,23 @@ class Daemon:
             for job in queued:  # a new leader picks these up if this process dies first
                 if job.action.writes:
                     ledger.add_pending(Pending(job.finding.key, job.action.dag_id, job.action.run.run_id))
+        if failed is not None:
+            raise failed
+
+    def _alert_unrecorded(self, finding: Finding, actions: list[Action], now: datetime, exc: Exception) -> None:
+        """The ledger cannot record the group's claims (issue 23 §3). Its remediation waits: nothing
+        is acted on without a claim, and the failed poll is retried until the ledger takes it. Its
+        alert does not: it goes out once per process, saying it may repeat (another replica, or this
+        one after a restart, cannot know it was sent)."""
+        if finding.key in self._unrecorded:
+            return
+        self._unrecorded[finding.key] = None
+        if len(self._unrecorded) > 10_000:
+            self._unrecorded.pop(next(iter(self._unrecorded)))
+        cause = getattr(exc, "orig", None) or exc  # a driver error names the cause (e.g. disk full)
+        reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
+        log.warning("ledger_claim_failed", group_key=finding.key, dag_id=finding.dag_id, error=reason)
+        self._report_detected(finding, actions, now, unrecorded=reason)
 
     def _submit(self, job: Job) -> Job:
         if not self._dispatcher.submit(job):
@@ -474,7 +503,12 @@ class Daemon:
                 group.unseen |= runs
 
     def _report_detected(
-        self, finding: Finding, actions: list[Action], now: datetime, joined: tuple[str, ...] = ()
+        self,
+        finding: Finding,
+        actions: list[Action],
+        now: datetime,
+        joined: tuple[str, ...] = (),
+        unrecorded: str | None = None,
     ) -> None:
         """The DETECTED alert: a group's first, or (``joined``) again for the runs that joined it since."""
         m = self.parts.metrics
@@ -493,6 +527,7 @@ class Daemon:
                 mode=self._mode.value,
                 actions=tuple(actions),
                 new_runs=joined,
+                unrecorded=unrecorded,
             )
         )
 

@@ -45,7 +45,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
 from detector.core.ports import Pending
-from detector.errors import ConfigError, DatabaseError
+from detector.errors import ConfigError, DatabaseError, LedgerError
 from detector.metadb.engine import connect, describe_error
 
 SCHEMA = "dupguard"
@@ -185,7 +185,10 @@ class FileLedger(MemoryLedger):
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            self._save()  # fail at start, not at the first claim, if the folder is not writable
+            try:
+                self._save()  # fail at start, not at the first claim, if the folder is not writable
+            except LedgerError as exc:
+                raise ConfigError([str(exc)]) from None
             return
         except (OSError, ValueError) as exc:
             raise ConfigError([f"DUPGUARD_STATE_FILE {self.path}: unreadable ({_reason(exc)})"]) from None
@@ -214,7 +217,8 @@ class FileLedger(MemoryLedger):
                     os.fsync(out.fileno())
                 os.replace(temp, self.path)
             except OSError as exc:
-                raise ConfigError([f"DUPGUARD_STATE_FILE {self.path}: cannot write ({_reason(exc)})"]) from None
+                # the cause (e.g. "No space left on device") is the message's point: never dropped
+                raise LedgerError(f"DUPGUARD_STATE_FILE {self.path}: cannot write ({_reason(exc)})") from None
 
     def _claim_saved(self, rows: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         """Claims that hold only once written: if the write fails they are given back, so the retry
@@ -223,7 +227,7 @@ class FileLedger(MemoryLedger):
         if won:
             try:
                 self._save()
-            except ConfigError:
+            except LedgerError:
                 with self._lock:
                     for row in won:
                         self._claims.pop(row, None)

@@ -160,6 +160,8 @@ class AlertEvent:
     # DETECTED again for a group announced before: the run ids that joined it since (a group
     # that grows is never silent; empty on a group's first alert)
     new_runs: tuple[str, ...] = ()
+    # Why the ledger could not record this alert (it is sent anyway, and says it may repeat); None: recorded
+    unrecorded: str | None = None
 
 
 class Alerter(Protocol):

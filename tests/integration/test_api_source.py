@@ -518,3 +518,105 @@ def test_an_answer_that_is_not_json_says_so(af: AirflowServer, content_type: str
     assert code == 3 and "Traceback" not in out, out
     assert f"HTTP 200 answer is not JSON (Content-Type {content_type}, {len(body)} bytes)" in out, out
     assert "total_entries" not in out
+
+
+def _serve(url: str, state: Path, log: Path, port: int, hook: Any, **settings: str) -> subprocess.Popen[bytes]:
+    """`dupguard run` on ``url`` with health on ``port``, alerts to ``hook``'s JSON webhook and
+    ``settings`` (names without DUPGUARD_), its log in ``log``; returned once /readyz is green."""
+    extra = {f"DUPGUARD_{k}": v for k, v in settings.items()}
+    env = _env(
+        url,
+        state,
+        DUPGUARD_HTTP_PORT=str(port),
+        DUPGUARD_LEADER_CHECK_INTERVAL="200ms",
+        DUPGUARD_WEBHOOK_URL=hook.generic_url,
+        **extra,
+    )
+    with log.open("wb") as out:
+        proc = subprocess.Popen([DUPGUARD, "run"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    wait_for(lambda: _ready(port)[0] == 200, timeout=60, what="/readyz green")
+    return proc
+
+
+def _stopped(proc: subprocess.Popen[bytes], hook: Any, log: Path) -> str:
+    """Stop what ``_serve`` started (and the webhook receiver); the log, which holds no traceback."""
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=15)
+    hook.stop()
+    text = log.read_text()
+    assert "Traceback" not in text
+    return text
+
+
+def test_an_api_that_trickles_is_cut_at_the_deadline_loudly(af: AirflowServer, tmp_path: Path) -> None:
+    """Issue 23 §2: a proxy forwards the run list one byte a second (no read ever waits long enough
+    for --airflow-timeout, 3 s, to fire). Each poll is cut at the deadline: /readyz turns red naming
+    it, dupguard_deadline_exceeded_total{peer="airflow_api"} counts it, a poll_failed line says it.
+    Then the API answers again and a duplicate appears while the JSON webhook trickles: the group is
+    found, and /readyz (green) names the webhook's undelivered alert and its deadline."""
+    from tests.integration.test_run_process import metric
+    from tests.slack_server import SlackServer
+
+    af.reset(SUCCESSIVE)
+    port, log, hook = free_port(), tmp_path / "run.log", SlackServer()
+    with CountingProxy(af.port) as proxy:
+        proc = _serve(proxy.url, tmp_path / "state.json", log, port, hook, AIRFLOW_TIMEOUT="3s", ALERT_TIMEOUT="3s")
+        try:
+            proxy.trickle.add("/api/v2/dags/~/dagRuns")
+            cut = "no complete answer within 3 s (--airflow-timeout)"
+            wait_for(lambda: cut in _ready(port)[1], timeout=90, what="/readyz naming the deadline")
+            assert _ready(port)[0] == 503
+            assert (metric(port, 'dupguard_deadline_exceeded_total{peer="airflow_api"}') or 0) >= 1
+            hook.trickle_next(3)  # the group's alert: its first try and both retries
+            af.reset(OVERLAP)
+            proxy.trickle.clear()
+            wait_for(lambda: len(_events(log.read_text(), "duplicate_detected")) == 1, timeout=60, what="the group")
+            undelivered = "alerts undelivered: webhook: 1 in the last 15 min (latest: webhook: timed out: no complete"
+            wait_for(lambda: undelivered in _ready(port)[1], timeout=90, what="/readyz naming the webhook")
+            assert _ready(port)[0] == 200  # an alert that failed does not stop detection
+            assert (metric(port, 'dupguard_deadline_exceeded_total{peer="webhook"}') or 0) == 3
+        finally:
+            text = _stopped(proc, hook, log)
+    assert any(cut in str(e.get("error")) for e in _events(text, "poll_failed"))
+    [alert] = _events(text, "alert_undelivered")
+    assert "no complete answer within 3 s" in alert["error"]
+
+
+def test_a_full_state_volume_alerts_anyway_and_remediates_once_it_can_record(af: AirflowServer, tmp_path: Path) -> None:
+    """Issue 23 §3, on a really full filesystem under DUPGUARD_STATE_FILE: three duplicates appear.
+    Each is alerted at once (log and webhook), once, saying it may repeat; none is remediated while
+    its claim cannot be recorded; /readyz names the cause (no space left), not "invalid
+    configuration:". Once space is freed each is stopped, and the alerts are not sent again."""
+    from tests.full_volume import fill, small_volume
+    from tests.integration.test_run_process import metric
+    from tests.slack_server import SlackServer
+
+    af.reset(SUCCESSIVE)
+    port, log, hook = free_port(), tmp_path / "run.log", SlackServer()
+    with small_volume(tmp_path / "volume") as volume, CountingProxy(af.port) as proxy:
+        proc = _serve(proxy.url, volume / "state.json", log, port, hook, REMEDIATION="fail")
+        try:
+            filler = fill(volume)
+            url = af.reset(FANOUT)
+            before = db_state(url)
+            detected = lambda: [p for p in hook.generic_payloads if p["type"] == "detected"]  # noqa: E731
+            wait_for(lambda: len(detected()) == 3, timeout=60, what="three alerts while the volume is full")
+            wait_for(lambda: "No space left on device" in _ready(port)[1], timeout=30, what="/readyz naming it")
+            assert _ready(port)[0] == 503
+            polls = metric(port, "dupguard_poll_errors_total") or 0
+            wait_for(lambda: (metric(port, "dupguard_poll_errors_total") or 0) >= polls + 3, 90, "retried polls")
+            assert len(detected()) == 3 and all(p["group"]["may_repeat"] for p in detected())
+            assert all("May repeat: the ledger could not record" in p["text"] for p in detected())
+            assert sum(n for (m, _), n in proxy.requests.items() if m == "PATCH") == 0
+            assert db_state(url) == before
+            filler.unlink()
+            outcomes = lambda: [p for p in hook.generic_payloads if p["type"] == "outcome"]  # noqa: E731
+            wait_for(lambda: len(outcomes()) == 3, timeout=90, what="the three stops, announced")
+            wait_for(lambda: _ready(port)[0] == 200, timeout=30, what="/readyz green again")
+            _assert_stopped_exactly(url, FANOUT, before)
+            assert len(detected()) == 3
+        finally:
+            text = _stopped(proc, hook, log)
+    assert len(_events(text, "duplicate_detected")) == 3
+    assert len(_events(text, "ledger_claim_failed")) == 3
+    assert all("No space left on device" in e["error"] for e in _events(text, "ledger_claim_failed"))

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from detector.app.ledger import FileLedger
-from detector.errors import ConfigError
+from detector.errors import LedgerError
+from tests.full_volume import fill, small_volume
 
 
 def test_threads_claiming_at_once_all_reach_the_file(tmp_path: Path) -> None:
@@ -47,11 +48,25 @@ def test_a_claim_whose_write_failed_is_not_taken(tmp_path: Path) -> None:
     folder.mkdir()
     ledger = FileLedger(str(folder / "state.json"))
     shutil.rmtree(folder)
-    with pytest.raises(ConfigError, match="cannot write"):
+    with pytest.raises(LedgerError, match="cannot write"):
         ledger.claim_all("group", ["detected", "action:run-2"])
-    with pytest.raises(ConfigError, match="cannot write"):
+    with pytest.raises(LedgerError, match="cannot write"):
         ledger.claim("group", "alert:slack")
     folder.mkdir()
     assert ledger.claim_all("group", ["detected", "action:run-2"]) == {"detected", "action:run-2"}
     assert ledger.claim("group", "alert:slack")
     assert not FileLedger(str(folder / "state.json")).claim("group", "detected")
+
+
+def test_a_full_volume_is_named_as_the_cause(tmp_path: Path) -> None:
+    """On a really full filesystem a claim raises LedgerError whose first line (what a failed poll,
+    /readyz and the log show) names the cause; it was "invalid configuration:" with the cause on a
+    later line, dropped. Once space is freed the claim is taken."""
+    with small_volume(tmp_path / "volume") as volume:
+        ledger = FileLedger(str(volume / "state.json"))
+        filler = fill(volume)
+        with pytest.raises(LedgerError) as err:
+            ledger.claim_all("group", ["detected", "x" * 8192])
+        assert "No space left on device" in str(err.value).splitlines()[0]
+        filler.unlink()
+        assert ledger.claim_all("group", ["detected"]) == {"detected"}

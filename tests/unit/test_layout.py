@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "detector"
-FOUNDATIONS = {"detector", "detector.errors", "detector.durations", "detector.redact", "detector.logs", "detector.deadline"}
+FOUNDATIONS = {
+    "detector",
+    "detector.errors",
+    "detector.durations",
+    "detector.redact",
+    "detector.logs",
+    "detector.deadline",
+}
 
 # layer -> what it may import besides itself and the foundations
 ALLOWED: dict[str, set[str]] = {

@@ -18,8 +18,8 @@ seconds and sent as one follow-up too, never one message per group.
 Counting: ``dupguard_alerts_total{outcome="sent"}`` counts the messages and payloads that were
 delivered; a digest too big for one webhook payload is several, and each part that cannot be
 delivered is counted ``failed`` and logged ``alert_undelivered`` with its own groups, while the
-other parts are still sent. The last failure of each channel shows in ``trouble()`` (``/readyz``'s
-body) until that channel delivers again.
+other parts are still sent. Undelivered alerts of the last 15 minutes are named by ``trouble()``
+(``/readyz``'s body).
 
 Exactly once per channel: before a channel sends a group's first alert it claims
 ``(group_key, "alert:<channel>")`` in the ledger; a lost claim (another replica, or this group
@@ -40,7 +40,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -78,6 +78,7 @@ SLACK_TS = "slack_ts"
 SLACK_CHANNEL_ID = "slack_channel_id"
 SLACK_DIGEST = "slack_digest"
 DIGESTED_KEPT = 100_000  # digested groups whose later outcomes are digested too
+TROUBLE_WINDOW = 900.0  # seconds an undelivered alert stays named in /readyz
 
 
 # --- work items -----------------------------------------------------------------------------------
@@ -305,7 +306,8 @@ class Dispatcher:
         self._digested: OrderedDict[str, None] = OrderedDict()
         self._late: list[AlertEvent] = []  # outcomes of digested groups, after their digest went out
         self._late_deadline: float | None = None
-        self._trouble: dict[str, str] = {}  # channel -> its last delivery failure, until it delivers again
+        self._failures: dict[str, deque[float]] = {}  # channel -> when its alerts went undelivered lately
+        self._last_failure: dict[str, str] = {}  # channel -> why the latest did
         self._closed = False
         self._abandoned = False
         self._router: threading.Thread | None = None
@@ -323,9 +325,15 @@ class Dispatcher:
         return [lane.channel.name for lane in self._lanes]
 
     def trouble(self) -> str | None:
-        """Channels whose last delivery failed, and why (None: every channel delivered its last alert)."""
-        found = dict(self._trouble)
-        return "; ".join(f"{name}: {error}" for name, error in sorted(found.items())) or None
+        """Channels with alerts undelivered in the last ``TROUBLE_WINDOW`` seconds, and the latest
+        reason (None: none). Shown in ``/readyz``'s body, which stays green: detection goes on."""
+        shown = []
+        for name, times in sorted(self._failures.items()):
+            recent = [t for t in list(times) if t > time.monotonic() - TROUBLE_WINDOW]
+            if recent:
+                why = self._last_failure.get(name, "")
+                shown.append(f"{name}: {len(recent)} in the last {TROUBLE_WINDOW / 60:g} min (latest: {why})")
+        return "; ".join(shown) or None
 
     # -- Alerter -----------------------------------------------------------------------------------
 
@@ -499,7 +507,8 @@ class Dispatcher:
             logs.get(LOGGER).info("alert_deduplicated", channel=channel.name, alert=alert, group_key=key)
         return won
 
-    def _claim(self, channel: Channel, event: AlertEvent) -> bool:
+    def _claim(self, channel: Channel, event: AlertEvent) -> AlertEvent | None:
+        """``event`` to send (marked as possibly repeating when the ledger failed), or None: claimed before."""
         subject = f"alert:{channel.name}"
         if event.kind is AlertKind.OUTCOME:
             subject += f":outcome:{outcome_signature(event)}"
@@ -507,15 +516,19 @@ class Dispatcher:
             subject += f":joined:{joined_signature(event)}"
         try:
             won = self.ledger.claim(event.finding.key, subject)
-        except Exception:  # noqa: BLE001 - without a ledger, alert anyway: a repeat beats silence
-            logs.get(LOGGER).exception("alert_claim_failed", channel=channel.name, group_key=event.finding.key)
-            return True
+        except Exception as exc:  # noqa: BLE001 - without a ledger, alert anyway: a repeat beats silence
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            logs.get(LOGGER).warning(
+                "alert_claim_failed", channel=channel.name, group_key=event.finding.key, error=reason
+            )
+            return replace(event, unrecorded=event.unrecorded or reason)
         if not won:
             self.metrics.alerts.labels(channel=channel.name, outcome="deduplicated").inc()
             logs.get(LOGGER).info(
                 "alert_deduplicated", channel=channel.name, alert=event.kind.value, group_key=event.finding.key
             )
-        return won
+            return None
+        return event
 
     def _deliver(self, channel: Channel, item: Item) -> None:
         if isinstance(item, SplitNotice):
@@ -523,14 +536,15 @@ class Dispatcher:
                 return
             channel.split(item)
         elif isinstance(item, Single):
-            if not self._claim(channel, item.event):
+            event = self._claim(channel, item.event)
+            if event is None:
                 return
-            if item.event.kind is AlertKind.DETECTED:
-                channel.detected(item.event)
+            if event.kind is AlertKind.DETECTED:
+                channel.detected(event)
             else:
-                channel.outcome(item.event)
+                channel.outcome(event)
         else:
-            claimed = tuple(e for e in item.events if self._claim(channel, e))
+            claimed = tuple(e for e in (self._claim(channel, e) for e in item.events) if e is not None)
             if not claimed:
                 return
             part = Digest if isinstance(item, Digest) else DigestOutcomes
@@ -550,7 +564,6 @@ class Dispatcher:
         if not payloads:
             return
         kind, keys, _ = _describe(item)
-        self._trouble.pop(channel.name, None)
         self.metrics.alerts.labels(channel=channel.name, outcome="sent").inc(payloads)
         logs.get(LOGGER).info(
             "alert_sent", channel=channel.name, alert=kind, groups=len(keys), payloads=payloads, group_keys=keys[:20]
@@ -558,7 +571,9 @@ class Dispatcher:
 
     def _undelivered(self, channel: Channel, item: Item, error: str) -> None:
         kind, keys, events = _describe(item)
-        self._trouble[channel.name] = error
+        times = self._failures.setdefault(channel.name, deque(maxlen=10_000))
+        times.append(time.monotonic())
+        self._last_failure[channel.name] = error
         self.metrics.alerts.labels(channel=channel.name, outcome="failed").inc()
         logs.get(LOGGER).error(
             "alert_undelivered",

@@ -260,7 +260,17 @@ def plain_text(event: AlertEvent, ui_url: str | None = None) -> str:
     lines.append(f"remediation mode {event.mode}: {status_of(event.results).label}")
     if f.confidence is Confidence.SUSPECTED:
         lines.append(_SUSPECTED_NOTE)
+    if event.unrecorded:
+        lines.append(may_repeat(event.unrecorded))
     return "\n".join(lines)
+
+
+def may_repeat(reason: str) -> str:
+    """What an alert says when the ledger could not record it (issue 23 §3): it is sent anyway."""
+    return (
+        f"May repeat: the ledger could not record this alert ({reason}); another replica or a restart "
+        "may send it again. Nothing is remediated until the ledger records the group."
+    )
 
 
 _SUSPECTED_NOTE = (
@@ -321,6 +331,8 @@ def _group_blocks(event: AlertEvent, ui_url: str | None, results: Sequence[Remed
     if suspected:
         remediation += f"\n{_SUSPECTED_NOTE}"
     blocks.append(_section(remediation))
+    if event.unrecorded:
+        blocks.append(_context(":warning: " + escape(clip(may_repeat(event.unrecorded), SECTION_LIMIT - 20))))
     blocks.append(_context(f"Detected {_iso(event.detected_at)} · group `{_name(f.key)}` · dupguard"))
     return blocks
 
@@ -386,6 +398,9 @@ def digest_message(events: Sequence[AlertEvent], ui_url: str | None = None) -> M
             "Every group is logged in full as `duplicate_detected`."
         ),
     ]
+    unrecorded = next((e.unrecorded for e in events if e.unrecorded), None)
+    if unrecorded:
+        blocks.append(_context(":warning: " + escape(clip(may_repeat(unrecorded), SECTION_LIMIT - 20))))
     room = BLOCK_LIMIT - len(blocks) - 1  # one block kept for "… and N more"
     sections: list[list[str]] = [[]]
     size = shown = 0
@@ -463,6 +478,7 @@ def group_json(event: AlertEvent, ui_url: str | None = None) -> dict[str, Any]:
         "duplicates": [_run_json(r, ui_url) for r in f.duplicates],
         "new_run_ids": list(event.new_runs),
         "detected_at": _iso(event.detected_at),
+        "may_repeat": event.unrecorded is not None,
     }
 
 
