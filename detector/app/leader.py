@@ -167,7 +167,8 @@ class AdvisoryLock:
             except SQLAlchemyError as exc:
                 reason = describe_error(exc, self.engine.url)
                 log.warning("leader_lost", reason=reason)
-                self._report(LockProblem(LOCK_UNAVAILABLE, f"the lock check failed: {reason}"))
+                lost = LockProblem(LOCK_UNAVAILABLE, f"the lock check failed: {reason}")
+                self._report(STANDBY_PROBLEM if isinstance(exc, InRecovery) else lost)
                 self._drop()
             return self.is_leader(now)
         return self._try_acquire(now)
@@ -270,8 +271,7 @@ class AdvisoryLock:
     def _heartbeat(self, conn: Connection) -> None:
         """The leader's round trip, which also asks whether the server is in recovery now."""
         if queries.in_recovery(conn):
-            self._report(STANDBY_PROBLEM)
-            raise InRecovery(STANDBY_PROBLEM.reason)
+            raise InRecovery(STANDBY_PROBLEM.reason)  # ``ensure`` reports it as lock_on_standby
 
     def _report(self, problem: LockProblem | None) -> None:
         if problem is not None and (self._problem is None or self._problem.code != problem.code):
