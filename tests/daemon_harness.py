@@ -106,10 +106,13 @@ def start_daemon(
     dispatch_options: dict[str, Any] | None = None,
     backend_options: dict[str, Any] | None = None,
     wrap_remediator: Callable[[Remediator], Remediator] | None = None,
+    takeover_wait: timedelta | None = None,
     **overrides: Any,
 ) -> Running:
     """A daemon in a thread. ``real_remediation``: the remediator the settings ask for (``db`` writes,
-    or a real Airflow API server), instead of the recording fake."""
+    or a real Airflow API server), instead of the recording fake. ``takeover_wait``: instead of the
+    production one (lease + write timeout) before a term's first write, for a test about something else
+    whose only replica has no predecessor."""
     settings: dict[str, Any] = {
         "database_url": url,
         "poll_interval": timedelta(milliseconds=20),
@@ -123,6 +126,8 @@ def start_daemon(
         init_db(engine)
     lock = build_leadership(config, engine)  # the lock the daemon gets: lease, takeover wait, fence
     assert isinstance(lock, AdvisoryLock)
+    if takeover_wait is not None:
+        lock.takeover_wait = takeover_wait
     metrics, alerter = Metrics(), RecordingAlerter()
     db = open_airflow_db(engine)
     acting: Remediator

@@ -76,6 +76,10 @@ def test_detection_keeps_its_cadence_while_the_api_hangs(pg_templates: Templates
             airflow_api_url=hanging.url,
             airflow_token="static-token",  # no token request: the PATCH itself hangs
             airflow_timeout=timedelta(seconds=30),
+            # a lease longer than the timeout, so each PATCH hangs its whole 30 s (a write is cut at the
+            # end of the lease: docs/remediation.md, Leadership and fencing); one replica: no takeover wait
+            leader_check_interval=timedelta(seconds=20),
+            takeover_wait=timedelta(0),
         )
         daemons.append(d)
         wait_for(d.is_leader, what="leadership")
@@ -113,6 +117,10 @@ def _settings(proxy: CountingProxy, dag_id: str, **more: Any) -> dict[str, Any]:
         "startup_lookback": LONG_AGO,
         "backend_options": {"attempts": 1},
         "dispatch_options": FAST_RETRIES,
+        # a lease (3 s) longer than a PATCH under load: a write is cut at the end of the lease; no
+        # predecessor's writes to wait for (the takeover wait has its own tests: test_fencing.py)
+        "leader_check_interval": timedelta(seconds=1),
+        "takeover_wait": timedelta(0),
     } | more
 
 

@@ -107,3 +107,12 @@ def test_a_write_refused_by_the_fence_waits_for_leadership_then_is_rejudged() ->
         dispatcher.close()
     assert results == [(Result.DONE, True)], "the refused attempt is no result"
     assert len(rejudged) == 1 and backend.calls == 2
+
+
+def test_a_leader_waiting_to_act_is_up_and_says_so() -> None:
+    """The takeover wait is its own state (dupguard_state, /readyz): up, since it detects and alerts."""
+    from detector.app.status import State, evaluate
+
+    status = evaluate(db_error=None, leader=True, poll_error=None, lock=None, waiting=2.5)
+    assert status.state is State.WAITING_TO_ACT and status.up and "2.5 s" in status.reason
+    assert evaluate(db_error=None, leader=True, poll_error=None, lock=None).state is State.LEADING
