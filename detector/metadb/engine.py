@@ -266,7 +266,7 @@ def is_pinned(conn: Connection) -> bool:
         other = conn.engine.connect()
     except SQLAlchemyError:
         return False
-    with other:
+    try:
         for _ in range(PIN_ROUNDS):
             try:
                 seen = queries.session_mark(other)
@@ -279,7 +279,11 @@ def is_pinned(conn: Connection) -> bool:
             conn.commit()
             if again != (pid, nonce):
                 return False  # our next transaction ran in another server session
-    return True
+        return True
+    finally:  # closed, never pooled: no idle connection kept for a check made once per reconnect
+        with contextlib.suppress(SQLAlchemyError):
+            other.invalidate()
+        other.close()
 
 
 @dataclass(frozen=True)
