@@ -17,10 +17,11 @@ fi
 DUPGUARD_TEST_DATABASE_URL="$(scripts/postgres.sh start)"
 export DUPGUARD_TEST_DATABASE_URL
 rm -rf mutants  # mutmut keeps results between runs; a score is only meaningful for this tree
-.venv/bin/mutmut run --max-children "${MUTMUT_CHILDREN:-2}" >mutants.log 2>&1 || {
-  tail -n 40 mutants.log >&2
+log="$(mktemp)"  # mutmut redraws a progress line many times a second: kept, not shown
+.venv/bin/mutmut run --max-children "${MUTMUT_CHILDREN:-2}" >"$log" 2>&1 || {
+  tail -n 40 "$log" >&2
   exit 1
 }
-mv mutants.log mutants/run.log
+mv "$log" mutants/run.log
 .venv/bin/mutmut results --all true >mutants/results.txt
 .venv/bin/python scripts/mutation_score.py mutants/results.txt
