@@ -49,13 +49,17 @@ class Replica:
         """The URL of the same database on the standby."""
         return make_url(primary_database_url).set(port=self.port).render_as_string(hide_password=False)
 
+    def execute(self, statement: str) -> None:
+        """Run ``statement`` on the standby, e.g. ``SELECT pg_wal_replay_pause()``."""
+        with _connect(self.url(self.primary_url)) as standby:
+            _scalar(standby, statement)
+
     def wait_caught_up(self, timeout: float = 120.0) -> None:
         """Until the standby has replayed everything the primary had written when this was called."""
         with _connect(self.primary_url) as primary:
             target = _scalar(primary, "SELECT pg_current_wal_lsn()")
-        standby_url = make_url(self.primary_url).set(port=self.port).render_as_string(hide_password=False)
         deadline = time.monotonic() + timeout
-        with _connect(standby_url) as standby:
+        with _connect(self.url(self.primary_url)) as standby:
             while time.monotonic() < deadline:
                 if _scalar(standby, f"SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"):
                     return

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg2
 import pytest
 
 from detector.actions.remediation.guarded import GuardedRemediator
@@ -189,21 +188,11 @@ def paused(af312: AirflowServer, replica: Replica) -> Iterator[str]:
     af312.reset(SCENARIO)
     replica.wait_caught_up()
     standby = replica.url(af312.db_url)
-    _standby_sql(replica, "SELECT pg_wal_replay_pause()")
+    replica.execute("SELECT pg_wal_replay_pause()")
     try:
         yield standby
     finally:
-        _standby_sql(replica, "SELECT pg_wal_replay_resume()")
-
-
-def _standby_sql(replica: Replica, statement: str) -> None:
-    conn = psycopg2.connect(replica.url(replica.primary_url))
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement)
-    finally:
-        conn.close()
+        replica.execute("SELECT pg_wal_replay_resume()")
 
 
 @pytest.mark.airflow
