@@ -203,26 +203,35 @@ def _run_trial(
         trial = Trial(server, rng, cut=lambda: _terminate_lock_backend(url))
         settings = _settings(proxy, backend)
         if backend == "api":
-            # every write held by the proxy for a random while (never longer than one call timeout)
-            holds = [rng.uniform(0.3, TIMEOUT.total_seconds() * 0.9) for _ in range(30)]
-            trial.max_hold = max(holds)
-            proxy.inject = [("/api/v2/dags/", 0, h) for h in holds]
-            proxy.hooks.append(("PATCH /api/v2/dags/", trial.fire))
+            _hold_writes(proxy, trial)
         else:
             settings["backend_options"] = {"clock": _FiresAtFirstWrite(trial).clock}
         _replicas(url, ledger, settings, daemons)
-        wait_for(trial.fired.is_set, timeout=60, what=f"{label}: the first write")
-        for thread in list(trial.threads):
-            thread.join(10)
-        assert not trial.errors, f"{label}: {trial.errors!r}"
-        wait_for(lambda: _settled(url, trial), timeout=60, what=f"{label}: every unstarted duplicate stopped")
-        # Writes still held by the proxy (or a transaction still open) land within its longest hold:
-        # wait that out, then judge what Airflow recorded.
-        time.sleep(trial.max_hold + 0.5)
-        _check(url, trial, label)
+        _judge(url, trial, label)
     for d in list(daemons):
         d.stop()
         daemons.remove(d)
+
+
+def _hold_writes(proxy: CountingProxy, trial: Trial) -> None:
+    """Every write held by the proxy for a random while (never longer than one call timeout); the
+    first one fires the trial."""
+    holds = [trial.rng.uniform(0.3, TIMEOUT.total_seconds() * 0.9) for _ in range(30)]
+    trial.max_hold = max(holds)
+    proxy.inject = [("/api/v2/dags/", 0, h) for h in holds]
+    proxy.hooks.append(("PATCH /api/v2/dags/", trial.fire))
+
+
+def _judge(url: str, trial: Trial, label: str) -> None:
+    """Once the trial fired and every unstarted duplicate is stopped, and the longest hold is over (a
+    write still held by the proxy, or a transaction still open, lands within it), what Airflow recorded."""
+    wait_for(trial.fired.is_set, timeout=60, what=f"{label}: the first write")
+    for thread in list(trial.threads):
+        thread.join(20)
+    assert not trial.errors, f"{label}: {trial.errors!r}"
+    wait_for(lambda: _settled(url, trial), timeout=60, what=f"{label}: every unstarted duplicate stopped")
+    time.sleep(trial.max_hold + 0.5)
+    _check(url, trial, label)
 
 
 def _settings(proxy: CountingProxy, backend: str) -> dict[str, Any]:
@@ -270,16 +279,7 @@ def test_a_pgbouncer_restart_during_the_remediation_never_stops_both_runs(
     url = af312.reset(FANOUT)
     with pgbouncer.pgbouncer(url, "transaction") as bounced, CountingProxy(af312.port) as proxy:
         trial = Trial(af312, rng, cut=lambda: pgbouncer.restart(bounced))
-        holds = [rng.uniform(0.3, TIMEOUT.total_seconds() * 0.9) for _ in range(30)]
-        trial.max_hold = max(holds)
-        proxy.inject = [("/api/v2/dags/", 0, h) for h in holds]
-        proxy.hooks.append(("PATCH /api/v2/dags/", trial.fire))
+        _hold_writes(proxy, trial)
         settings = _settings(proxy, "api") | {"lock_database_url": bounced}
         _replicas(url, "memory", settings, daemons)
-        wait_for(trial.fired.is_set, timeout=60, what="the first write")
-        for thread in list(trial.threads):
-            thread.join(20)
-        assert not trial.errors, repr(trial.errors)
-        wait_for(lambda: _settled(url, trial), timeout=60, what="every unstarted duplicate stopped")
-        time.sleep(trial.max_hold + 0.5)
-        _check(url, trial, f"seed {SEED + len(COMBOS)}, PgBouncer restart")
+        _judge(url, trial, f"seed {SEED + len(COMBOS)}, PgBouncer restart")
