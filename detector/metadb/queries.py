@@ -168,6 +168,25 @@ def new_runs(conn: Connection, t: AirflowTables, above: int, gaps: Sequence[int]
     return [_run(r) for r in conn.execute(_new_runs_statement(t, bool(gaps)), params)]
 
 
+def unfinished_asset_runs(conn: Connection, t: AirflowTables, above: int, upto: int, limit: int) -> list[Run]:
+    """Asset runs with ``above`` < id <= ``upto`` still queued or running: the only ones a stop can
+    still act on. Airflow's partial indexes on queued and running runs (idx_dag_run_queued_dags,
+    idx_dag_run_running_dags) and dag_run_pkey answer it without reading finished history."""
+    dr = t.dag_run
+    query = (
+        _run_select(t)
+        .where(
+            dr.c.id > above,
+            dr.c.id <= upto,
+            dr.c.run_type == ASSET_TRIGGERED,
+            dr.c.state.in_(("queued", "running")),
+        )
+        .order_by(dr.c.id)
+        .limit(limit)
+    )
+    return [_run(r) for r in conn.execute(query)]
+
+
 def first_run_id_since(conn: Connection, t: AirflowTables, since: datetime, not_below: int) -> int | None:
     """Lowest id > not_below of a run queued at or after ``since`` (pkey range, bounded by not_below)."""
     dr = t.dag_run

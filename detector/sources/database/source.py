@@ -45,6 +45,8 @@ class DatabaseSource:
         self.probe_prepared: bool | None = None  # logged when it changes
         self._saved: resume.TrackerState | None = None
         self._progress = resume.Progress()  # what the next term need not judge again
+        self._inherited: list[Finding] = []  # groups a resumed term judges again (``_unfinished_before``)
+        self._saved_inherited: list[Finding] = []
         self.coverage_gap: str | None = None  # the last gap a term start reported (a health reason)
         self._advanced = False  # the last poll saw new runs: the watermark moves once they are handled
         self._filter = DagFilter(config.dags, config.exclude_dags)
@@ -94,6 +96,8 @@ class DatabaseSource:
                 state, gap = (top if first is None else first - 1, {}, {}), None
             else:
                 state, gap = resume.bounded(conn, t, state, top)
+                if not self.ledger.durable and self.config.remediation in {"fail", "skip"}:
+                    self._inherited = self._unfinished_before(conn, state[0], now)
         if gap is not None:
             self._report_gap(gap)
         high, gaps, late = state
@@ -120,15 +124,21 @@ class DatabaseSource:
         assert detector is not None, "start() opens a term before the first poll"
         tracker = detector.tracker
         self._saved = (tracker.high, tracker.gaps.copy(), tracker.late.copy())
+        self._saved_inherited = self._inherited
         conn = self._poll_connection()
+        inherited = self._inherited
         result = detector.poll(conn, now, self._probe)
+        self._inherited = []  # restored by ``failed`` if these findings are not handled
         if result is IDLE:
+            if inherited:
+                return Polled(new_runs=0, findings=inherited, ledger=self.ledger.on(conn))
             return NOTHING_NEW
         self._report_late(result.late, result.abandoned)
         self._advanced = bool(result.new_runs)
         # The ledger's statements on the poll connection: no pool checkout on the detection path.
-        ledger = self.ledger.on(conn) if result.findings else None
-        return Polled(new_runs=len(result.new_runs), findings=result.findings, more=result.batch_full, ledger=ledger)
+        findings = inherited + result.findings
+        ledger = self.ledger.on(conn) if findings else None
+        return Polled(new_runs=len(result.new_runs), findings=findings, more=result.batch_full, ledger=ledger)
 
     def commit(self) -> None:
         if self._advanced and self.ledger.durable and self.detector is not None:
@@ -142,6 +152,7 @@ class DatabaseSource:
             tracker = self.detector.tracker
             tracker.high, tracker.gaps, tracker.late = self._saved
             tracker.found_late = []  # restored late ids are found again by the next pass
+            self._inherited = self._saved_inherited
         self._saved = None
         if isinstance(exc, SQLAlchemyError):
             return describe_error(exc, self.db.engine.url)
@@ -154,6 +165,25 @@ class DatabaseSource:
             if run is None:
                 return None
             return self._rejudger.judge(conn, [run], now)
+
+    def _unfinished_before(self, conn: Connection, resumed_at: int, now: datetime) -> list[Finding]:
+        """The groups of the look-back's runs up to ``resumed_at`` that are still queued or running.
+
+        Without a durable ledger nothing lists the stops a previous leader could not finish (its write
+        refused by the fence, its process gone): a term that resumes past its predecessor's ids would
+        leave those duplicates running. Only unfinished runs can still be stopped, so only their groups
+        are judged again (an index read, not the look-back's history), and only where dupguard writes:
+        alerting alone has nothing to finish. Their alerts may repeat, as the README says for the
+        in-memory ledger."""
+        since = queries.database_now(conn) - self.config.startup_lookback
+        floor = queries.first_run_id_since(conn, self.db.tables, since, max(0, resumed_at - resume.CATCH_UP_LIMIT))
+        if floor is None or floor > resumed_at:
+            return []
+        runs = queries.unfinished_asset_runs(conn, self.db.tables, floor - 1, resumed_at, resume.CATCH_UP_LIMIT)
+        findings = self._rejudger.judge(conn, runs, now) if runs else []
+        if findings:
+            log.info("resumed_unfinished_groups", groups=len(findings), runs=len(runs), upto_id=resumed_at)
+        return findings
 
     def summary(self) -> dict[str, object]:
         tracker = self.detector.tracker if self.detector else None
