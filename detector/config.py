@@ -183,7 +183,8 @@ SETTINGS: tuple[Setting, ...] = (
         "auto",
         _choice("auto", "session", "transaction"),
         "Leader lock: auto (session lock on a session proven pinned, else transaction lock), session "
-        "(refused on a session not proven pinned), transaction (lock held in an open transaction; works through PgBouncer).",
+        "(refused on a session not proven pinned), transaction (lock held in an open transaction; works "
+        "through PgBouncer).",
     ),
     Setting("lock_key", 7_355_608_201, _lock_key, "PostgreSQL advisory lock key, a bigint (Airflow uses 1 and 2)."),
     Setting(
