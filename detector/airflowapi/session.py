@@ -17,9 +17,11 @@ Every text is built from the status and the body's ``detail`` with secrets withh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -60,6 +62,10 @@ class Session:
         self.tokens = tokens
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        # The API server's clock minus this host's, in seconds, from the last answer's Date header: the
+        # REST source measures ages of Airflow's timestamps on the server's clock, not on a host clock
+        # that may be off (issue 23 §6). None until an answer carried a Date.
+        self.clock_offset: float | None = None
 
     @classmethod
     def from_config(
@@ -169,6 +175,7 @@ class Session:
                 response = send({"Authorization": f"Bearer {token}"})
                 data = response.data  # reads the body (and releases the connection to the pool)
             wait = retry_after(response.headers.get("Retry-After"), time.time())
+            self._note_clock(response.headers.get("Date"))
             return int(response.status), bytes(data or b""), wait
         except deadlines.DeadlineExceeded as exc:
             raise Transient(f"{what}: {exc} (--airflow-timeout)") from None
@@ -176,6 +183,12 @@ class Session:
             raise Transient(f"{what}: {transport(exc)}", refused=refused(exc)) from None
         except ApiException as exc:
             raise AirflowApiError(f"{what}: {api_exception(exc)}") from None
+
+    def _note_clock(self, date: str | None) -> None:
+        if not date:
+            return
+        with contextlib.suppress(TypeError, ValueError, IndexError):
+            self.clock_offset = parsedate_to_datetime(date).timestamp() - time.time()
 
 
 def _not_json(what: str, response: Any) -> str | None:

@@ -248,9 +248,9 @@ def _scan_api(args: argparse.Namespace) -> int:
     cfg = config.load(flags, None, args.config)
     reader = Reader(Session.from_config(cfg))
     now = datetime.now(UTC)
-    since = None if args.since is None else now - args.since
     try:
         version = reader.version()
+        since = None if args.since is None else reader.server_now(now) - args.since  # Airflow's clock (§6)
         result = scan_api(
             reader,
             now=now,

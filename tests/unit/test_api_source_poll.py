@@ -30,6 +30,7 @@ class FakeAirflow:
     runs: list[dict[str, Any]] = field(default_factory=list)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     deleted: set[str] = field(default_factory=set)  # listed, then gone before the next read (HTTP 404)
+    clock_offset: float | None = 0.0  # the server's clock minus the host's (a real server's Date header)
 
     def add(
         self,

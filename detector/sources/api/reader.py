@@ -25,10 +25,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from detector import logs
 from detector.airflowapi.client import Gone, Transient
 from detector.core.model import TaskProgress, ti_started
 from detector.core.plan import Action
@@ -48,6 +49,8 @@ PAGE = 100
 MAX_PAGES = 1000  # a runaway list (100,000 runs) is an error, never an endless loop
 ASSET_TRIGGERED = "asset_triggered"
 
+log = logs.get("dupguard.source.api")
+
 
 class Http(Protocol):
     """``detector.airflowapi.session.Session``: one authenticated JSON call, failures classified."""
@@ -57,6 +60,10 @@ class Http(Protocol):
     ) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
+
+    @property
+    def clock_offset(self) -> float | None:
+        """The server's clock minus this host's (seconds), from its last answer; None if unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +137,19 @@ class Reader:
         with self._count_lock:
             self.requests += 1
         return self.http.request("GET", path, query=query, needs=needs)
+
+    def server_now(self, now: datetime) -> datetime:
+        """``now`` (this host's clock) on the API server's clock: the Date of its last answer, or of a
+        ``GET /api/v2/version`` when none came yet. The host's clock, said once, if it sends none."""
+        if self.http.clock_offset is None:
+            self.version()
+        offset = self.http.clock_offset
+        if offset is None:
+            log.warning(
+                "server_clock_unknown", reason="the Airflow API sent no Date header: ages use this host's clock"
+            )
+            return now
+        return now + timedelta(seconds=offset)
 
     def version(self) -> str:
         """Airflow's version (``GET /api/v2/version``); a 404 means no API v2 (Airflow 2 or not Airflow)."""

@@ -142,7 +142,9 @@ class ApiSource:
 
     def start(self, now: datetime) -> None:
         saved = parse_time(self.ledger.recall(CURSOR_KEY, CURSOR_NAME)) if self.ledger.durable else None
-        cursor = saved if saved is not None else now - self.config.startup_lookback + TAIL_OVERLAP
+        cursor = (
+            saved if saved is not None else self.reader.server_now(now) - self.config.startup_lookback + TAIL_OVERLAP
+        )
         self.tail = _Tail(cursor=cursor)
         log.info(
             "watching",
