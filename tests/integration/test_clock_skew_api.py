@@ -20,7 +20,7 @@ import psycopg2
 import pytest
 
 from tests.airflow_server import AirflowServer, airflow_api_server, start_queued_runs
-from tests.pg import Templates, database_url
+from tests.pg import Templates
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
