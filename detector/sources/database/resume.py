@@ -16,8 +16,8 @@ only serves a process that never watched (its first start, without a durable wat
 A gap is bounded by what can still be judged, and never silent (one ``coverage_gap`` warning, the
 ``dupguard_coverage_gaps_total`` count and the health reason name its ids): ids deleted from
 ``dag_run`` before they were judged (``airflow db clean``: the table's lowest id is above the
-watermark), and ids more than ``CATCH_UP_LIMIT`` below the newest (judged at about 1.2 ms a run, the
-limit keeps a term's catch-up near two minutes, during which new runs wait; ``dupguard scan --since``
+watermark), and ids more than ``CATCH_UP_LIMIT`` below the newest (judged at about 2 ms a run, the
+limit keeps a term's catch-up to a few minutes, during which new runs wait; ``dupguard scan --since``
 audits the rest).
 """
 
