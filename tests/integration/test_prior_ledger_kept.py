@@ -1,0 +1,41 @@
+"""``PriorDecisions`` (the database source's earlier decisions): a kept role in the ledger wins over a
+note in dupguard's words on the same run, even where Airflow's record agrees with the note (the run
+failed), on a real PostgreSQL with the Airflow 3.1.2 schema (issue 22 §4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from detector.app.ledger import MemoryLedger
+from detector.core.plan import Mode
+from detector.sources.database.prior import PriorDecisions
+from tests.airflow_server import sql
+from tests.integration.test_remediation_db import Db
+from tests.integration.test_remediation_proof import _note
+from tests.pg import Templates
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def fanout(pg_templates: Templates) -> Iterator[Db]:
+    db = Db(pg_templates.clone("3.1.2", "race_asset_fanout"))
+    yield db
+    db.engine.dispose()
+
+
+def test_a_run_the_ledger_kept_is_not_stopped_by_a_note_on_it(fanout: Db) -> None:
+    """The run failed and carries dupguard's note (copied from its duplicate); the ledger recorded it
+    kept: it stays kept, and the note is disputed, not a decision that it was stopped."""
+    action = fanout.actions(Mode.FAIL)[0]
+    sql(fanout.url, "UPDATE dag_run SET state='failed' WHERE run_id=:r", r=action.run.run_id)
+    _note(fanout.url, action.run.run_id, action.note)
+    failed = replace(action.run, state="failed")
+    ledger = MemoryLedger()
+    ledger.record_decision((failed.dag_id, failed.run_id), [])
+    with fanout.engine.connect() as conn:
+        prior = PriorDecisions(fanout.db.tables, ledger)(conn, [failed], {})
+    assert prior.kept == {failed.id} and prior.stopped == frozenset() and prior.disputed == {failed.id}
