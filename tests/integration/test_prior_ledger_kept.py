@@ -4,7 +4,6 @@ failed), on a real PostgreSQL with the Airflow 3.1.2 schema (issue 22 §4)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -15,16 +14,8 @@ from detector.sources.database.prior import PriorDecisions
 from tests.airflow_server import sql
 from tests.integration.test_remediation_db import Db
 from tests.integration.test_remediation_proof import _note
-from tests.pg import Templates
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def fanout(pg_templates: Templates) -> Iterator[Db]:
-    db = Db(pg_templates.clone("3.1.2", "race_asset_fanout"))
-    yield db
-    db.engine.dispose()
 
 
 def test_a_run_the_ledger_kept_is_not_stopped_by_a_note_on_it(fanout: Db) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,13 +46,6 @@ class Db:
         remediator = build_remediator(Config.of(**settings), self.engine, self.db.tables, Metrics())
         assert isinstance(remediator, GuardedRemediator)
         return remediator
-
-
-@pytest.fixture
-def fanout(pg_templates: Templates) -> Iterator[Db]:
-    db = Db(pg_templates.clone("3.1.2", "race_asset_fanout"))
-    yield db
-    db.engine.dispose()
 
 
 def _unchanged_except(before: dict[str, Any], after: dict[str, Any], targets: set[str]) -> None:

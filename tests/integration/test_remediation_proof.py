@@ -7,7 +7,6 @@ the result says is checked against what Airflow recorded afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -21,16 +20,8 @@ from detector.metrics import Metrics
 from detector.sources.database.source import DatabaseSource
 from tests.airflow_server import db_state, sql
 from tests.integration.test_remediation_db import Db
-from tests.pg import Templates
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def fanout(pg_templates: Templates) -> Iterator[Db]:
-    db = Db(pg_templates.clone("3.1.2", "race_asset_fanout"))
-    yield db
-    db.engine.dispose()
 
 
 # (state, pid) of ``extract`` as Airflow leaves it: a try that ran and waits to retry, a task cleared
