@@ -303,6 +303,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("airflow_verify_tls", True, _bool, "Verify the API's TLS certificate."),
     Setting("airflow_timeout", timedelta(seconds=5), _positive_duration, "Timeout of each Airflow API call."),
     Setting("airflow_ui_url", None, _url, "Airflow UI base URL for links in alerts."),
+    Setting(
+        "runbook_url",
+        None,
+        _url,
+        "URL of dupguard's docs/runbooks.md (alerts link `<url>#<alert name>`); unset: they name the file.",
+    ),
+    Setting("grafana_dashboard_url", None, _url, "URL of dupguard's Grafana dashboard, linked from Slack alerts."),
     Setting("slack_bot_token", None, str, "Slack bot token (chat.postMessage, threads, updates).", secret=True),
     Setting("slack_channel", None, str, "Slack channel for the bot token."),
     Setting("slack_webhook_url", None, _url, "Slack incoming webhook URL (alternative to the bot).", secret=True),
@@ -357,6 +364,8 @@ class Config:
     airflow_verify_tls: bool
     airflow_timeout: timedelta
     airflow_ui_url: str | None
+    runbook_url: str | None
+    grafana_dashboard_url: str | None
     slack_bot_token: str | None = field(repr=False)
     slack_channel: str | None
     slack_webhook_url: str | None = field(repr=False)
