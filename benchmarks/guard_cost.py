@@ -42,6 +42,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks.provenance import provenance
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 MODES = ("none", "noop-hook", "guard-before", "guard")
@@ -303,7 +305,9 @@ def main() -> None:
 
     summary = report(results, args)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps({"summary": summary, "raw": results}, indent=2) + "\n")
+    (RESULTS / f"{args.name}.json").write_text(
+        json.dumps({"summary": summary, "provenance": provenance(), "raw": results}, indent=2) + "\n"
+    )
 
 
 def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:

@@ -47,6 +47,10 @@ import psycopg2
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script (benchmarks/ first on the path) or imported as benchmarks.history
+
+from benchmarks.provenance import provenance  # noqa: E402
+
 SCHEMA = ROOT / "tests" / "fixtures" / "schema" / "airflow-3.1.2.sql"
 RESULTS = ROOT / "benchmarks" / "results"
 BENCH_PORT = "55450"
@@ -504,12 +508,17 @@ def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "memory": mem.split(":", 1)[-1].strip(), "postgres": version, "settings": settings}
 
 
-def save(name: str, sizes: dict[str, Any], render: Callable[[dict[str, Any]], str]) -> str:
-    """Merge this run's per-size results into benchmarks/results/<name>.json and rewrite <name>.md.
+def save(name: str, sizes: dict[str, Any], render: Callable[[dict[str, Any]], str], tag: str = "") -> str:
+    """Merge this run's per-size results into benchmarks/results/<name>[-<tag>].json and rewrite its .md.
 
-    Merging lets a quick ``--sizes 100k`` run refresh one row without erasing the others.
+    Merging lets a quick ``--sizes 100k`` run refresh one row without erasing the others; each size
+    keeps the commit it was measured on (``provenance``), so merged rows of older code show as such.
+    A ``tag`` starts a file of its own instead.
     """
     RESULTS.mkdir(parents=True, exist_ok=True)
+    name = f"{name}-{tag}" if tag else name
+    for measured in sizes.values():
+        measured["provenance"] = provenance()
     path = RESULTS / f"{name}.json"
     doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     merged = dict(doc.get("sizes", {}))

@@ -484,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="what-if: run the poll with sibling_runs replaced by the UNION rewrite (results/poll_cost_rewrite.*)",
     )
+    parser.add_argument("--tag", default="", help="write results/<script>-<tag>.* instead of merging")
     args = parser.parse_args(argv)
     name = "poll_cost"
     if args.sibling_rewrite:
@@ -492,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         queries.sibling_runs = sibling_runs_union  # type: ignore[assignment]  # benchmark what-if only
         name = "poll_cost_rewrite"
     done = {size: measure(size, args.iterations, args.warmup) for size in history.parse_sizes(args.sizes)}
-    print(history.save(name, done, render))
+    print(history.save(name, done, render, args.tag))
     return 0
 
 

@@ -9,7 +9,7 @@ window). Each sample includes the guard's re-read; for ``api`` it includes the H
     .venv/bin/python -m benchmarks.remediation_latency [--samples 50]
     .venv/bin/python -m benchmarks.remediation_latency --gap --label after [--samples 50]
 
-Prints a table and writes benchmarks/results/remediation_latency.json.
+Prints a table and writes benchmarks/results/remediation_latency.json (``--name`` for another file).
 
 ``--gap`` (issue 11 §2) measures the ``api`` backend's window between the guard's re-read and the
 moment Airflow's write acts on the task instances, in which a task can still start. Phases, on one
@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.provenance import provenance
 from detector.actions.remediation.api import ApiBackend
 from detector.actions.remediation.db import DbBackend
 from detector.actions.remediation.guarded import GuardedRemediator
@@ -272,6 +273,7 @@ def main() -> None:
     parser.add_argument("--version", default="3.1.2")
     parser.add_argument("--gap", action="store_true", help="measure the api backend's re-read -> write gap")
     parser.add_argument("--label", default="current", help="with --gap: the key of this run in the results")
+    parser.add_argument("--name", default="remediation_latency", help="results file (benchmarks/results/NAME.json)")
     args = parser.parse_args()
     if args.gap:
         gap_main(args)
@@ -305,9 +307,8 @@ def main() -> None:
             f"{r['p99_ms']:>8} {r['max_ms']:>8}"
         )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "remediation_latency.json").write_text(
-        json.dumps({"airflow_version": args.version, "scenario": SCENARIO, "rows": rows}, indent=2) + "\n"
-    )
+    doc = {"airflow_version": args.version, "scenario": SCENARIO, "provenance": provenance(), "rows": rows}
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(doc, indent=2) + "\n")
 
 
 if __name__ == "__main__":

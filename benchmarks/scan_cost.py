@@ -257,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="100k,1m,10m", help="comma-separated: 100k,1m,10m")
     parser.add_argument("--repeat", type=int, default=5, help="runs of each timed step")
     parser.add_argument("--repeat-full", type=int, default=3, help="runs of the full-history CLI scan")
+    parser.add_argument("--tag", default="", help="write results/<script>-<tag>.* instead of merging")
     args = parser.parse_args(argv)
     done = {s: measure(s, args.repeat, args.repeat_full) for s in history.parse_sizes(args.sizes)}
-    print(history.save("scan_cost", done, render))
+    print(history.save("scan_cost", done, render, args.tag))
     return 0
 
 
