@@ -42,8 +42,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.provenance import provenance
-
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 MODES = ("none", "noop-hook", "guard-before", "guard")
@@ -304,6 +302,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
     summary = report(results, args)
+    from benchmarks.provenance import provenance  # here: the worker runs as a script in Airflow's venv
+
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(
         json.dumps({"summary": summary, "provenance": provenance(), "raw": results}, indent=2) + "\n"

@@ -282,20 +282,20 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     try:
         with airflow_api_server(args.version, [SCENARIO], templates, Path(tempfile.mkdtemp())) as server:
-            for backend in ("db", "api"):
-                for mode in (Mode.FAIL, Mode.SKIP):
-                    ms = [x * 1000 for x in measure(server, backend, mode, args.samples)]
-                    rows.append(
-                        {
-                            "backend": backend,
-                            "mode": mode.value,
-                            "samples": len(ms),
-                            "p50_ms": round(statistics.median(ms), 1),
-                            "p90_ms": round(percentile(ms, 90), 1),
-                            "p99_ms": round(percentile(ms, 99), 1),
-                            "max_ms": round(max(ms), 1),
-                        }
-                    )
+            # skip through the API is refused on Airflow 3.1 (its scheduler can put skipped tasks back)
+            for backend, mode in (("db", Mode.FAIL), ("db", Mode.SKIP), ("api", Mode.FAIL)):
+                ms = [x * 1000 for x in measure(server, backend, mode, args.samples)]
+                rows.append(
+                    {
+                        "backend": backend,
+                        "mode": mode.value,
+                        "samples": len(ms),
+                        "p50_ms": round(statistics.median(ms), 1),
+                        "p90_ms": round(percentile(ms, 90), 1),
+                        "p99_ms": round(percentile(ms, 99), 1),
+                        "max_ms": round(max(ms), 1),
+                    }
+                )
     finally:
         templates.drop_all()
     header = f"{'backend':8} {'mode':5} {'n':>4} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}"

@@ -53,3 +53,27 @@ def test_report_pools_one_cell_across_tags_and_keeps_cells_apart(
     assert cells[8] == "2"  # n: the api cell's runs of both tags
     assert cells[10] == "10" and cells[16] == "9"  # groups, stopped before start: summed
     assert "90 %" in cells[20] and "(83 %-100 %)" in cells[20]  # pooled rate, per-run range
+
+
+def test_a_tail_over_fewer_than_100_samples_is_called_max(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nearest-rank p99 of n < 100 values is the largest one: the table says max (issue 24 §7)."""
+    monkeypatch.setattr(e2e_catch_rate, "RESULTS", tmp_path)
+    few = _run("few", backend="api", duplicates=40, stopped=40, seed=1)
+    few["samples_ms"] = {"detection": [float(x) for x in range(1, 41)]}
+    many = _run("many", backend="db", duplicates=200, stopped=200, seed=2)
+    many["samples_ms"] = {"detection": [float(x) for x in range(1, 201)]}
+    (tmp_path / "e2e_t.json").write_text(json.dumps({"meta": {"tag": "t"}, "runs": [few, many]}))
+
+    assert e2e_catch_rate.main(["--report", "t"]) == 0
+
+    out = capsys.readouterr().out
+    assert "p50 / p99 or max ms" in out  # the header says which
+    rows = {
+        line.split("|")[2].strip(): [c.strip() for c in line.split("|")]
+        for line in out.splitlines()
+        if line.startswith("| database")
+    }
+    assert rows["api"][21] == "20 / max 40"
+    assert rows["db"][21] == "100 / 198"
