@@ -38,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from benchmarks.provenance import provenance
 from detector.durations import parse_duration
 from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server
 from tests.pg import Templates
@@ -301,6 +302,7 @@ def main() -> None:
         templates.drop_all()
     RESULTS.mkdir(parents=True, exist_ok=True)
     doc = {"benchmark": "api_source", "at": datetime.now(UTC).isoformat(), "args": vars(args), "results": results}
+    doc["provenance"] = provenance()
     tag = datetime.now(UTC).strftime("%Y%m%d-%H%M")
     for name in ("api_source.json", f"api_source-{tag}.json"):
         (RESULTS / name).write_text(json.dumps(doc, indent=2) + "\n")

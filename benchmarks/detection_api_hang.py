@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.detection_latency import ROOT, fresh_db, pct, start_cluster, stop_cluster
+from benchmarks.provenance import provenance
 from tests.writer import AirflowWriter
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -147,6 +148,8 @@ def main() -> None:
         hanging.close()
         stop_cluster(data)
     RESULTS.mkdir(parents=True, exist_ok=True)
+    for row in rows:
+        row["provenance"] = provenance()
     (RESULTS / "detection_api_hang.json").write_text(json.dumps(rows, indent=2) + "\n")
     header = ["daemon", "detected", "remediations_finished", "p50_ms", "p99_ms", "max_ms"]
     header.append("stopped_within_15s_of_sigterm")

@@ -48,6 +48,7 @@ from typing import Any
 
 import psycopg2
 
+from benchmarks.provenance import provenance
 from tests.pg import schema_sql
 from tests.writer import AirflowWriter
 
@@ -420,6 +421,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw_path = RESULTS / f"detection_latency-{args.tag}.json"
     meta = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(), "args": vars(args)}
+    meta["provenance"] = provenance()
     try:
         for interval in args.intervals.split(","):
             for mode in ("poll", "failover"):

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.detection_latency import CLK, cpu_seconds, daemon_env, fresh_db
+from benchmarks.provenance import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -103,6 +104,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"standby_cost-{args.tag}.json"
     meta = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "args": vars(args)}
+    meta["provenance"] = provenance()
     out.write_text(json.dumps({"meta": meta, "runs": runs, "summary": summary}, indent=1) + "\n")
     print("| variant | " + " | ".join(keys) + " |")
     for name, row in summary.items():
