@@ -1,5 +1,9 @@
-"""Durations as people write them in flags and env vars: ``90s``, ``15m``, ``1h30m``, ``1d``, ``0.02``;
-and as servers write them in ``Retry-After``."""
+"""Durations as people write them in flags, env vars and the config file: ``500ms``, ``90s``, ``15m``,
+``1h30m``, ``1d``; and as servers write them in ``Retry-After``.
+
+A bare number is refused (``0`` aside, the same in every unit): dupguard's durations range from
+milliseconds (``poll_interval``, default ``10ms``) to minutes, so ``10`` alone could mean either, and
+reading it as seconds made ``--poll-interval 10`` a thousand times the default (issue 24)."""
 
 from __future__ import annotations
 
@@ -16,16 +20,20 @@ MAX_DURATION = timedelta(days=36_500)
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse ``text``; a bare number means seconds. Raises ValueError with the offending text.
+    """Parse ``text``, numbers with units (``1h30m``) or a bare ``0``. Raises ValueError with the offending
+    text; for a bare number, one that suggests both readings (``10ms`` or ``10s``).
 
     Only durations from 0 to ``MAX_DURATION`` (100 years) are accepted.
     """
     raw = text.strip().lower()
     try:
-        return _bounded(float(raw), text)
-    except ValueError as exc:
-        if "duration" in str(exc):
-            raise
+        bare = float(raw)
+    except ValueError:
+        bare = None
+    if bare is not None:
+        if bare > 0 and math.isfinite(bare):
+            raise ValueError(f"{text!r} has no unit: write {bare:g}ms or {bare:g}s (or another unit: m, h, d)")
+        return _bounded(bare, text)  # 0; a negative, NaN or infinite number raises
     pos, total = 0, 0.0
     for match in _PART.finditer(raw):
         if match.start() != pos:

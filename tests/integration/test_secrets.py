@@ -227,7 +227,7 @@ def test_no_token_command_secret_in_any_output(pg_templates: Templates, tmp_path
             DUPGUARD_LOG_FORMAT="json",
             DUPGUARD_LOG_LEVEL="debug",
             DUPGUARD_HTTP_PORT="0",
-            DUPGUARD_STARTUP_LOOKBACK=str(10 * 365 * 86400),  # the scenario's runs were made long ago
+            DUPGUARD_STARTUP_LOOKBACK=f"{10 * 365}d",  # the scenario's runs were made long ago
         )
         # 1. A command that fails after printing something on stdout: one line, retried, no secret.
         failing = f"MARK={cmd_marker}; echo {stdout_marker}; echo 'no credentials' >&2; exit 4"

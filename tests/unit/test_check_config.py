@@ -58,3 +58,36 @@ def test_help_shows_env_var_and_default() -> None:
             if s.secret:
                 assert f"{s.env}_FILE" in text
         assert "default 10ms" in text and "default 9469" in text and "default dry-run" in text
+
+
+def test_bare_number_durations_refused_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A duration without a unit, as a flag, an env var or in the config file, is refused: exit 2, each
+    problem naming its setting and suggesting ms or s (issue 24: `--poll-interval 10` meant 10 s)."""
+    for s in SETTINGS:
+        monkeypatch.delenv(s.env, raising=False)
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("gap_grace: 60\nsplit_grace: 1.5\n")
+    monkeypatch.setenv("DUPGUARD_DB_TIMEOUT", "5")
+    argv = ["check-config", "--config", str(cfg_file), "--database-url", "sqlite:////x/airflow.db"]
+    assert main([*argv, "--poll-interval", "10"]) == 2
+    problems = capsys.readouterr().err.splitlines()
+    for origin, number in [
+        ("--poll-interval", "10"),
+        ("DUPGUARD_DB_TIMEOUT", "5"),
+        ("config file key gap_grace", "60"),
+        ("config file key split_grace", "1.5"),
+    ]:
+        line = next((p for p in problems if origin in p), "")
+        assert f"{number}ms" in line and f"{number}s" in line, (origin, problems)
+
+
+@pytest.mark.parametrize("flag", ["--since", "--suspect-window", "--split-grace"])
+def test_scan_refuses_bare_number_durations(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`scan`'s duration flags refuse a bare number too (argparse's usage error, exit 2)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["scan", "--database-url", "sqlite:////x/airflow.db", flag, "10"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err and "10ms" in err and "10s" in err

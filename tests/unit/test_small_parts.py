@@ -15,11 +15,21 @@ from detector.metadb.versions import family_from_columns, identify
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("90s", 90), ("15m", 900), ("1h30m", 5400), ("1d", 86400), ("0.02", 0.02), ("500ms", 0.5)],
+    [("90s", 90), ("15m", 900), ("1h30m", 5400), ("1d", 86400), ("0.02s", 0.02), ("500ms", 0.5), ("0", 0)],
 )
 def test_durations(text: str, expected: float) -> None:
-    """Durations in the forms flags and env vars use."""
+    """Durations in the forms flags and env vars use (a bare 0 is the same in every unit)."""
     assert parse_duration(text) == timedelta(seconds=expected)
+
+
+@pytest.mark.parametrize("bare", ["10", "0.02", " 10 ", "1e3", "0.5"])
+def test_bare_numbers_are_refused(bare: str) -> None:
+    """A number without a unit is refused (issue 24: `--poll-interval 10`, meaning 10 ms like the default,
+    was read as 10 s); the error suggests both readings."""
+    with pytest.raises(ValueError, match="has no unit") as err:
+        parse_duration(bare)
+    number = f"{float(bare):g}"  # 1e3 -> 1000
+    assert f"{number}ms" in str(err.value) and f"{number}s" in str(err.value)
 
 
 @pytest.mark.parametrize("bad", ["", "1x", "h", "1h 30m", "-5m"])
