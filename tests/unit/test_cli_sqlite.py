@@ -30,6 +30,18 @@ def test_demo_prints_groups_and_plan(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "prevented by the in-scheduler guard" in out
 
 
+def test_demo_prevented_run_is_listed_as_guard_leaves_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run the plan calls prevented is listed finished, as the guard leaves it (state success, every task
+    skipped: docs/guard.md); it was listed `running` beside "prevented by the in-scheduler guard" (issue 24)."""
+    assert main(["demo", "--db", str(tmp_path / "d.db")]) == 0
+    out = capsys.readouterr().out
+    prevented = [line.split("; leave ")[1].split()[0] for line in out.splitlines() if "prevented by" in line]
+    assert len(prevented) == 1
+    listed = [line.split() for line in out.splitlines() if prevented[0] in line and "state=" in line]
+    assert listed == [["duplicate", prevented[0], "state=success", "job=101", "on", "airflow-scheduler-7d9f-0",
+                       "tasks", "started", "0/1"]]  # fmt: skip
+
+
 def test_scan_json_contract(demo_db: str, capsys: pytest.CaptureFixture[str]) -> None:
     """JSON has the documented keys; look-alikes in the demo are not flagged; exit 1 when found."""
     assert main(["scan", "--database-url", demo_db, "--format", "json"]) == 1
