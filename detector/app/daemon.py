@@ -436,13 +436,21 @@ class Daemon:
             # Every run of the group, the kept one too: a run that joins and takes the keep (it consumed
             # every event) is the news, not the old kept run that became a duplicate.
             seen = [f"detected:{r.run_id}" for r in finding.runs]
+            # An undecided outcome is counted once per run and outcome, however often the group is judged.
+            left = [f"{a.outcome.value}:{a.run.run_id}" for a in actions if a.outcome in UNDECIDED]
             try:
-                won = ledger.claim_all(finding.key, ["detected", *seen, *(f"action:{a.run.run_id}" for a in decided)])
+                won = ledger.claim_all(
+                    finding.key, ["detected", *seen, *(f"action:{a.run.run_id}" for a in decided), *left]
+                )
             except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
                 failed = failed or exc
                 self._alert_unrecorded(finding, actions, now, exc)
                 continue
             todo = [a for a in decided if f"action:{a.run.run_id}" in won]
+            for action in actions:
+                left_alone = passive_result(action)
+                if left_alone is not None and f"{action.outcome.value}:{action.run.run_id}" in won:
+                    self._record(left_alone)
             if todo:
                 ledger.record_decision((finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo])
                 self._track(finding, actions, todo)
@@ -456,7 +464,7 @@ class Daemon:
             for action in todo:
                 result = passive_result(action)
                 if result is not None:
-                    self._on_result(Job(finding, action), result, True)
+                    self._decided(Job(finding, action), result)
                 else:
                     queued.append(self._submit(Job(finding, action)))
         if ledger.durable:
@@ -484,12 +492,19 @@ class Daemon:
     def _submit(self, job: Job) -> Job:
         if not self._dispatcher.submit(job):
             log.error("remediation_queue_full", dag_id=job.action.dag_id, run_id=job.action.run.run_id)
-            self._on_result(
-                job,
-                RemediationResult(job.action, Result.FAILED, "remediation queue full: not attempted"),
-                True,
-            )
+            self._decided(job, RemediationResult(job.action, Result.FAILED, "remediation queue full: not attempted"))
         return job
+
+    def _decided(self, job: Job, result: RemediationResult) -> None:
+        """A final result no remediation attempt produced: counted and logged like an executed one
+        (the alert rules and docs/remediation.md count on every outcome), then reported."""
+        self._record(result)
+        self._on_result(job, result, True)
+
+    def _record(self, result: RemediationResult) -> None:
+        record = getattr(self.parts.remediator, "record", None)  # optional: simple fakes count nothing
+        if record is not None:
+            record(result)
 
     def _track(self, finding: Finding, actions: list[Action], todo: list[Action]) -> None:
         runs = {a.run.run_id for a in todo}
@@ -572,10 +587,13 @@ class Daemon:
         and (unless opted in) not started, is acted on; anything else ends the job."""
         verdict = self._rejudge(job.action.dag_id, job.action.run.run_id, self.clock())
         if isinstance(verdict, str):
-            return RemediationResult(job.action, Result.SKIPPED if verdict != "gone" else Result.GONE, verdict)
+            dropped = RemediationResult(job.action, Result.SKIPPED if verdict != "gone" else Result.GONE, verdict)
+            self._record(dropped)  # final: the dispatcher reports it without an attempt
+            return dropped
         finding, action = verdict
         passive = passive_result(action)
         if passive is not None:
+            self._record(passive)
             return passive
         return finding, action
 
@@ -587,7 +605,7 @@ class Daemon:
             for action in plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started):
                 if (action.dag_id, action.run.run_id) == (dag_id, run_id):
                     return finding, action
-        return "re-judged: no longer a duplicate in a group: left alone"
+        return "re-judged: no longer a duplicate in a group"
 
     def _pick_up_pending(self) -> None:
         """A new leader term: remediations an earlier leader decided but did not finish (durable ledger)."""
@@ -616,6 +634,6 @@ class Daemon:
             self._track(finding, [action], [action])
             result = passive_result(action)
             if result is not None:
-                self._on_result(job, result, True)
+                self._decided(job, result)
             else:
                 self._submit(job)

@@ -344,6 +344,11 @@ class GuardedRemediator:
             f"would {'fail the run' if mode is Mode.FAIL else 'skip its tasks'}: {verdict.work.describe()}",
         )
 
+    def record(self, result: RemediationResult) -> None:
+        """Count and log a result no attempt of ``execute`` produced (the planner's, a full queue's, a
+        re-judgement's): every outcome gives one increment and one ``remediation`` line."""
+        self._record(result.action, Applied(result.result, result.detail), 0.0)
+
     def _record(self, action: Action, applied: Applied, elapsed: float) -> None:
         if self.metrics is not None:
             self.metrics.remediations.labels(
