@@ -6,7 +6,7 @@ trying every ``leader_check_interval`` takes over within about a second. ``trans
 ``pg_try_advisory_xact_lock`` inside a transaction kept open, which PgBouncer's transaction pooling
 pins to one server connection. A session lock through transaction pooling is taken on whichever
 server connection the statement landed on and is then shared with other clients: two replicas both
-"hold" it (facts §6, the official chart's ``pgbouncer.enabled``).
+"hold" it (docs/airflow-internals.md §6, the official chart's ``pgbouncer.enabled``).
 
 Pooler detection, at every (re)connect of the lock connection: the session is *pinned* when it is
 proven to stay on one server session across transactions while another client of the same URL runs

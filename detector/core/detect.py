@@ -3,7 +3,7 @@
 No clock, no environment, no I/O. The same function serves the one-shot history scan and the
 daemon's incremental poll, which passes only the neighbourhood of newly seen runs.
 
-Why these rules (see shared/airflow-facts.md §2):
+Why these rules (see docs/airflow-internals.md §2):
 - 3.0/3.1 (apache/airflow#54491, #63507): the second scheduler acts on a stale, unlocked read of
   ``asset_dag_run_queue`` and creates a run with the *same* ``run_after`` (max queue created_at) and
   the *same* consumed events -- or, when its stale snapshot is *older* than the first scheduler's

@@ -1,7 +1,7 @@
 """The Airflow tables dupguard reads, declared explicitly (SQLAlchemy Core) per schema family.
 
 Only the columns dupguard needs are declared; Airflow owns the tables. Column sets per version come
-from shared/airflow-facts.md §1 and the committed ``airflow db migrate`` fixtures.
+from docs/airflow-internals.md §1 and the committed ``airflow db migrate`` fixtures.
 """
 
 from __future__ import annotations
@@ -158,7 +158,8 @@ def airflow_tables(family: Family) -> AirflowTables:
     )
     partition_dag_run = partition_key_log = None
     if family.has_partitions:
-        # Only PK(id) on asset_partition_dag_run; 3.3.2 adds idx_pakl_apdr_id on the log (facts §1.3).
+        # Only PK(id) on asset_partition_dag_run; 3.3.2 adds idx_pakl_apdr_id on the log
+        # (docs/airflow-internals.md §1.3).
         partition_dag_run = Table(
             "asset_partition_dag_run",
             md,

@@ -93,13 +93,13 @@ def test_the_checker_finds_what_github_would_not(tmp_path: Path) -> None:
         "[ok](#the-dupguardalertv1-payload-v1) [second](#cost-1) [gone](#coverage-measured)\n\n"
         "`[span](#nowhere)`\n\n    [indented](#nowhere)\n\n"
         "[b](docs/b.md#b) [raw](docs/b.md#raw) [ref][r] [missing](docs/c.md) [web](https://x.org/#y)\n\n"
-        "[out](../shared/airflow-facts.md)\n\n[r]: docs/b.md#nope\n"
+        "[out](../elsewhere/notes.md)\n\n[r]: docs/b.md#nope\n"
     )
     ids = [github_slug(h, Counter()) for h in ("Why it works", "3.0.x: exact & overlap", "What's new?")]
     assert ids == ["why-it-works", "30x-exact--overlap", "whats-new"]
     problems = broken_links(doc, root)
     assert [p.split(":")[0] for p in problems] == [
-        "#coverage-measured", "docs/b.md#nope", "docs/c.md", "../shared/airflow-facts.md"
+        "#coverage-measured", "docs/b.md#nope", "docs/c.md", "../elsewhere/notes.md"
     ]  # fmt: skip
     assert "no heading #coverage-measured in README.md" in problems[0]
     assert "outside the checkout" in problems[3]

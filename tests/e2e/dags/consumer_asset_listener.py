@@ -1,4 +1,5 @@
-"""The user's consumer (shared/seed); only its start_date is fixed: one task that logs its triggering events."""
+"""The consumer DAG of the user's report (apache/airflow#54491); only its start_date is fixed: one task that
+logs its triggering events."""
 
 import pendulum
 from airflow.sdk import Asset, dag, task

@@ -1,4 +1,5 @@
-"""The user's producer (shared/seed), with the sleep shortened: one asset event every few seconds.
+"""The producer DAG of the user's report (apache/airflow#54491), with the sleep shortened: one asset
+event every few seconds.
 
 ``DUPGUARD_E2E_PRODUCER_SLEEP`` (seconds, default 2; the user's DAG slept 30) is read when the task
 runs; the harness sets it on the schedulers, whose LocalExecutor workers run the task.
