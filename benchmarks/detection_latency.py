@@ -218,7 +218,13 @@ def measure_polling(
             peak_rss = rss_mb(proc.pid)
         finally:
             proc.terminate()
-            proc.wait(15)
+            try:
+                proc.wait(15)
+                stopped = True
+            except subprocess.TimeoutExpired:  # recorded as a result of its own, not a crash of the benchmark
+                proc.kill()
+                proc.wait()
+                stopped = False
     latencies = [
         1000 * (e["_ts"] - commits[r])
         for e in log_events(log)
@@ -237,6 +243,7 @@ def measure_polling(
         "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
         "p99_ms": round(pct(latencies, 0.99), 1) if latencies else None,
         "max_ms": round(max(latencies), 1) if latencies else None,
+        "stopped_within_15s_of_sigterm": stopped,
         "idle_cpu_pct_of_core": round(idle_cpu, 2),
         "idle_db_exec_pct_of_core": round(idle_db, 3),
         "idle_db_backend_cpu_pct_of_core": round(idle_backend, 2),
