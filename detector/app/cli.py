@@ -2,7 +2,7 @@
 
 Exit codes (all subcommands):
     0  done; for ``scan``: no duplicate group found (or the database is Airflow 2, which cannot have them)
-    1  ``scan`` found at least one duplicate group
+    1  ``scan`` found at least one duplicate group; ``doctor``: a code path at risk without protection
     2  bad usage or configuration (every problem is listed)
     3  the database is unreachable, failed a query or is not an Airflow metadata database
 """
@@ -75,6 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--once", action="store_true", help="one pass over the look-back window, then exit")
     _add_settings(p_run)
 
+    p_doctor = sub.add_parser(
+        "doctor",
+        help="is this deployment at risk of duplicates, and is dupguard set up right? (read-only, "
+        "the settings of `run`; exit 1: at risk without protection; docs/doctor.md)",
+    )
+    _add_settings(p_doctor)
+    p_doctor.add_argument("--format", choices=("table", "json"), default="table", help="[default: table]")
+    p_doctor.add_argument(
+        "--since",
+        type=_duration,
+        default=timedelta(days=30),
+        help="count duplicates and guard notes this recent [default: 30d]",
+    )
+
     p_check = sub.add_parser(
         "check-config",
         help="print the effective configuration of `run` (secrets redacted); exit 2 listing every problem",
@@ -82,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(p_check)
 
     p_init = sub.add_parser("init-db", help="create dupguard's ledger schema `dupguard` in the metadata DB")
-    p_init.add_argument("--database-url", help=SETTINGS_BY_NAME["database_url"].help_text)
+    # init-db has no --source: it always needs the database (the setting's text is written for `run`).
+    init_url_help = SETTINGS_BY_NAME["database_url"].help_text.replace("Required with --source database.", "Required.")
+    p_init.add_argument("--database-url", help=init_url_help)
     p_init.add_argument("--drop", action="store_true", help="remove the `dupguard` schema instead (uninstall)")
 
     p_guard = sub.add_parser("guard", help="the in-scheduler guard (an Airflow cluster policy)")
@@ -127,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "check-config":
             return _check_config(args)
+        if args.command == "doctor":
+            return _doctor(args)
         if args.command == "init-db":
             return _init_db(args)
         if args.command == "guard":
@@ -140,6 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = EXIT_DB if isinstance(exc, DatabaseError | AirflowApiError) else EXIT_CONFIG
         if args.command == "scan":
             _machine_readable_exit(args.format, code, str(exc))
+        if args.command == "doctor" and args.format == "json":
+            from detector.app.doctor import error_json
+
+            print(error_json(code, str(exc)))
         return code
     parser.error(f"unknown command {args.command}")
     return EXIT_CONFIG  # pragma: no cover - parser.error exits
@@ -312,6 +334,18 @@ def _run(args: argparse.Namespace) -> int:
     from detector.app.run import run_daemon
 
     return run_daemon(_flags(args), config_file=args.config, once=args.once)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """``dupguard doctor``: exit 0 nothing at risk or protected, 1 at risk without protection."""
+    from detector.app import doctor
+
+    doc = doctor.doctor(config.load(_flags(args), None, args.config), now=datetime.now(UTC), lookback=args.since)
+    print(
+        doctor.as_json(doc) if args.format == "json" else doctor.as_table(doc),
+        end="\n" if args.format == "json" else "",
+    )
+    return int(doc["exit_code"])
 
 
 def _check_config(args: argparse.Namespace) -> int:

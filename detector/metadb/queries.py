@@ -2,7 +2,7 @@
 
 SQLAlchemy Core over the tables declared in ``detector.metadb.schema``; read-only; no string-built SQL.
 Rows become frozen ``detector.core.model`` objects here, at the boundary. The index each query relies
-on is named beside it (shared/airflow-facts.md §1.5).
+on is named beside it (docs/airflow-internals.md §1.5).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from sqlalchemy.dialects.postgresql import OID
 from sqlalchemy.exc import NoSuchTableError
 
 from detector.core.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, PartitionRow, Run, TaskProgress, ti_started
-from detector.metadb.schema import AirflowTables, alembic_version_table
+from detector.metadb.schema import AirflowTables, UtcDateTime, alembic_version_table
 
 CHUNK = 500  # ids per IN list: keeps statements small on every backend
 T = TypeVar("T")
@@ -406,7 +406,7 @@ def _partition_columns(t: AirflowTables) -> tuple[Any, ...]:
 def partition_rows_with_pending(conn: Connection, t: AirflowTables) -> list[PartitionRow]:
     """Every pending APDR row, and the newest row of each (DAG, key) that has one.
 
-    APDR has only its primary key (facts §1.3): the pending rows are one sequential scan; when a
+    APDR has only its primary key (docs/airflow-internals.md §1.3): the pending rows are one sequential scan; when a
     row is pending, the newest id of its key a second pass over the rows from the oldest pending
     one on; the newest rows then by primary key. docs/benchmarks.md gives the cost.
     """
@@ -603,8 +603,21 @@ class RunState:
     tasks: tuple[TaskState, ...]
 
 
-def run_state(conn: Connection, t: AirflowTables, dag_id: str, run_id: str, *, lock: bool = False) -> RunState | None:
+@dataclass(frozen=True, slots=True)
+class KeptRun:
+    """The kept run of a remediation as re-read right before the write, with its note."""
+
+    state: RunState
+    note: str | None
+
+
+def run_state(
+    conn: Connection, t: AirflowTables, dag_id: str, run_id: str, *, lock: bool = False, share: bool = False
+) -> RunState | None:
     """The run ``(dag_id, run_id)`` and its task instances' states, or None when it is gone.
+
+    ``share`` takes ``FOR SHARE`` on the dag_run row alone (the kept run, read in the ``db`` backend's
+    write transaction): no writer can change the run until the commit, and its tasks still start.
 
     ``lock`` takes ``FOR UPDATE`` on the dag_run row and then on its task instances, in key order
     (dag_run_dag_id_run_id_key, then ti_dag_run). The scheduler's own selects use ``SKIP LOCKED``
@@ -613,8 +626,8 @@ def run_state(conn: Connection, t: AirflowTables, dag_id: str, run_id: str, *, l
     """
     dr, ti = t.dag_run, t.task_instance
     run_query = select(dr.c.id, dr.c.state).where(dr.c.dag_id == dag_id, dr.c.run_id == run_id)
-    if lock:
-        run_query = run_query.with_for_update()
+    if lock or share:
+        run_query = run_query.with_for_update(read=share and not lock)
     row = conn.execute(run_query).first()
     if row is None:
         return None
@@ -635,3 +648,113 @@ def run_note(conn: Connection, t: AirflowTables, run_pk: int) -> str | None:
     """The note an operator sees on the run page (dag_run_note pkey), or None."""
     note = t.dag_run_note
     return conn.execute(select(note.c.content).where(note.c.dag_run_id == run_pk)).scalar_one_or_none()
+
+
+# --- dupguard doctor (detector/app/doctor.py): read once, nothing written ----------------------------
+
+# Each DAG-count query reads Airflow tables the detection does not (and the README's grant does not
+# name): ``dag``, the schedule references and the watcher links. Their names per version, from the
+# committed ``airflow db migrate`` fixtures: 2.x says dataset, 3.x asset; watchers are asset_trigger
+# in 3.0/3.1 and asset_watcher from 3.2; dag.timetable_partitioned exists from 3.2.
+SCHEDULE_TABLES = ("dag_schedule_asset_reference", "dag_schedule_dataset_reference")
+ALIAS_TABLES = ("dag_schedule_asset_alias_reference", "dag_schedule_dataset_alias_reference")
+WATCHER_TABLES = ("asset_watcher", "asset_trigger")
+
+
+def existing_tables(conn: Connection, names: Iterable[str]) -> set[str]:
+    """Which of ``names`` (``schema.table`` or a table of the default schema) exist."""
+    inspector = inspect(conn)
+    found = set()
+    for name in names:
+        schema, _, bare = name.rpartition(".")
+        if inspector.has_table(bare, schema=schema or None):
+            found.add(name)
+    return found
+
+
+def table_privileges(conn: Connection, checks: Sequence[tuple[str, str]]) -> list[bool]:
+    """For each ``(table, privilege)`` whether the connected role holds it (``has_table_privilege``);
+    the tables must exist. SQLite has no privileges: all True."""
+    if not checks:
+        return []
+    if conn.dialect.name != "postgresql":
+        return [True for _ in checks]
+    row = conn.execute(select(*[func.has_table_privilege(literal(t), literal(p)) for t, p in checks])).one()
+    return [bool(v) for v in row]
+
+
+def can_create_schema(conn: Connection) -> bool:
+    """CREATE on the current database: what ``dupguard init-db`` (or ``DUPGUARD_LEDGER=on``) needs."""
+    if conn.dialect.name != "postgresql":
+        return False
+    check = func.has_database_privilege(func.current_database(), literal("CREATE"))
+    return bool(conn.execute(select(check)).scalar())
+
+
+def can_use_schema(conn: Connection, schema: str) -> bool:
+    return bool(conn.execute(select(func.has_schema_privilege(literal(schema), literal("USAGE")))).scalar())
+
+
+_job_heartbeat = table("job", column("job_type"), column("state"), column("latest_heartbeat", UtcDateTime))
+
+
+def schedulers_alive(conn: Connection, since: datetime) -> int:
+    """Scheduler jobs in state running whose heartbeat is newer than ``since`` (Airflow's own health
+    check: ``[scheduler] scheduler_health_check_threshold``; index job_type_heart)."""
+    job = _job_heartbeat
+    query = select(func.count()).where(
+        job.c.job_type == "SchedulerJob", job.c.state == "running", job.c.latest_heartbeat > since
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def _refs(name: str) -> Any:
+    key = "alias_id" if "alias" in name else ("dataset_id" if "dataset" in name else "asset_id")
+    return table(name, column("dag_id"), column(key)), key
+
+
+def _live_dags(dag_columns: set[str]) -> tuple[Any, list[Any]]:
+    """The ``dag`` table and the filter for DAGs that can get runs: not paused, not stale (2.x: active)."""
+    dag = table("dag", *[column(c) for c in ("dag_id", "is_paused", "is_stale", "is_active", "timetable_partitioned")])
+    where = [dag.c.is_paused.is_(False)]
+    where.append(dag.c.is_stale.is_(False) if "is_stale" in dag_columns else dag.c.is_active.is_(True))
+    return dag, where
+
+
+def scheduled_dag_count(conn: Connection, dag_columns: set[str], refs: Sequence[str]) -> int:
+    """Live DAGs scheduled on an asset or an asset alias (any of the ``refs`` tables)."""
+    dag, where = _live_dags(dag_columns)
+    ids = union(*[select(_refs(name)[0].c.dag_id) for name in refs]).subquery()
+    return int(conn.execute(select(func.count()).where(*where, dag.c.dag_id.in_(select(ids.c.dag_id)))).scalar_one())
+
+
+def partitioned_dag_counts(conn: Connection, dag_columns: set[str], ref: str) -> tuple[int, int]:
+    """(live partitioned DAGs, those scheduled on 2+ assets): 3.2+, ``dag.timetable_partitioned``."""
+    dag, where = _live_dags(dag_columns)
+    refs, key = _refs(ref)
+    per_dag = select(refs.c.dag_id, func.count(refs.c[key]).label("n")).group_by(refs.c.dag_id).subquery()
+    query = (
+        select(func.count(), func.count().filter(per_dag.c.n >= 2))
+        .select_from(dag.outerjoin(per_dag, per_dag.c.dag_id == dag.c.dag_id))
+        .where(*where, dag.c.timetable_partitioned.is_(True))
+    )
+    row = conn.execute(query).one()
+    return int(row[0]), int(row[1])
+
+
+def watcher_fed_dag_count(conn: Connection, dag_columns: set[str], ref: str, watchers: str) -> int:
+    """Live DAGs scheduled on an asset that has a watcher (an event-driven trigger feeding it)."""
+    dag, where = _live_dags(dag_columns)
+    refs, _ = _refs(ref)
+    links = table(watchers, column("asset_id"))
+    fed = select(refs.c.dag_id).join(links, links.c.asset_id == refs.c.asset_id)
+    return int(conn.execute(select(func.count()).where(*where, dag.c.dag_id.in_(fed))).scalar_one())
+
+
+def guard_notes_since(conn: Connection, t: AirflowTables, since: datetime) -> int:
+    """Runs the in-scheduler guard stopped since ``since`` (its note, GUARD_NOTE_PREFIX)."""
+    note = t.dag_run_note
+    query = select(func.count()).where(
+        note.c.content.startswith(GUARD_NOTE_PREFIX, autoescape=True), note.c.created_at >= since
+    )
+    return int(conn.execute(query).scalar_one())
