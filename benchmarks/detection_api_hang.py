@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.detection_latency import ROOT, fresh_db, pct, start_cluster, stop_cluster
+from benchmarks.detection_latency import ROOT, fresh_db, pct, start_cluster, stop_cluster, wait_watching
 from benchmarks.provenance import provenance
 from tests.writer import AirflowWriter
 
@@ -86,7 +86,7 @@ def measure(
         proc = subprocess.Popen([sys.executable, "-m", "detector", "run"], env=env, stdout=out, stderr=out, cwd=code)
     commits: dict[str, float] = {}
     try:
-        time.sleep(3)  # start-up, leadership, first polls
+        wait_watching(proc, log)
         writer, rng = AirflowWriter(db_url, seed=1), random.Random(2)
         for i in range(pairs):
             time.sleep(rng.uniform(0.2, 1.0))

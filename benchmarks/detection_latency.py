@@ -171,6 +171,17 @@ def daemon_env(db_url: str, interval: str, variant: str = "this") -> dict[str, s
     }  # fmt: skip
 
 
+def wait_watching(proc: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> None:
+    """Until the daemon logs ``watching``: on a loaded host its start-up can take several seconds, and
+    pairs written before it watches are judged by the start-up look-back, not timed as detections."""
+    deadline = time.monotonic() + timeout
+    while not any(e.get("event") == "watching" for e in log_events(log)):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"dupguard did not start:\n{log.read_text()[-2000:]}")
+        time.sleep(0.2)
+    time.sleep(0.5)  # its first polls
+
+
 def log_events(log: Path) -> list[dict[str, Any]]:
     events = []
     for line in log.read_text().splitlines():
@@ -194,7 +205,7 @@ def measure_polling(
         proc = subprocess.Popen([sys.executable, "-m", "detector", "run"], env=daemon_env(db_url, interval, variant),
                                 stdout=out, stderr=out, cwd=CODE[variant])  # fmt: skip
         try:
-            time.sleep(3)  # start-up, leadership, first polls
+            wait_watching(proc, log)
             admin(url, "SELECT pg_stat_statements_reset()", db=name)
             cpu0, t0, db0 = cpu_seconds(proc.pid), time.monotonic(), db_ms(url, name)
             be0 = backend_cpu_seconds(url, name)
