@@ -27,6 +27,8 @@ from detector.core.model import GUARD_NOTE_PREFIX
 from tests.airflow_server import AirflowServer, airflow_api_server, db_state, sql, start_queued_runs
 from tests.integration.test_grants import documented_grants
 from tests.pg import ROOT, Templates, database_url, execute_admin, ground_truth
+from tests.pg_replica import streaming_replica
+from tests.pgbouncer import pgbouncer
 
 pytestmark = pytest.mark.integration
 ALL_HISTORY = "3650d"  # the fixtures' runs are from 2026-11: a fixed look-back would age them out
@@ -271,3 +273,29 @@ def test_the_rest_source_unreachable_exits_3() -> None:
         "--source", "api", "--airflow-api-url", "http://127.0.0.1:9", "--airflow-token", "t", "--airflow-timeout", "1s"
     )
     assert code == 3 and doc["exit_code"] == 3
+
+
+# --- what the URLs go through: PgBouncer, a hot standby -------------------------------------------------
+
+
+@pytest.mark.parametrize(("pool_mode", "pinned"), [("transaction", False), ("session", True)])
+def test_a_pooler_in_transaction_mode_is_named(pg_templates: Templates, pool_mode: str, pinned: bool) -> None:
+    url = pg_templates.clone("3.1.2", "race_asset")
+    with pgbouncer(url, pool_mode) as bounced:
+        code, doc = doctor("--database-url", bounced, "--lock-database-url", url)
+    assert doc["database"]["session_pinned"] is pinned
+    assert doc["lock_database"] == {
+        "server": {"role": "primary", "replay_lag_seconds": None}, "session_pinned": True, "error": None,
+    }  # fmt: skip
+    assert code == 1 and doc["duplicates"]["groups"] == 1  # detection reads through it all the same
+
+
+def test_a_standby_is_named_and_the_db_backend_refused_there(pg_templates: Templates) -> None:
+    with streaming_replica() as replica:
+        url = pg_templates.clone("3.1.2", "race_asset")
+        replica.wait_caught_up()
+        code, doc = doctor("--database-url", replica.url(url), "--remediation", "fail", "--remediation-backend", "db")
+    assert doc["database"]["server"]["role"] == "standby"
+    assert any("standby" in p for p in doc["remediation"]["problems"])
+    assert doc["remediation"]["can_act"] is False
+    assert code == 1 and doc["duplicates"]["groups"] == 1
