@@ -17,6 +17,10 @@ script merges instead:
 * ``airflowLocalSettings``: the dupguard guard snippet first (it starts with ``from __future__``, which
   Python accepts only at the top), then your code, with an earlier copy of the snippet removed.
 
+An overlay may also be the dupguard chart's ConfigMap ``<fullname>-airflow-values`` as ``helm template
+... --show-only templates/airflow-values.yaml`` prints it (GitOps, no cluster access): its ``values.yaml``
+is the overlay.
+
 It refuses, with a one-line error and exit 2, what it cannot merge safely: your code defining its own
 ``task_instance_mutation_hook`` without calling ``_dupguard_task_instance_mutation_hook`` (the later
 definition wins, so the guard would be silently off), your code's own ``from __future__`` imports, or a
@@ -110,6 +114,14 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _str)
 
 
+def load_overlay(text: str) -> Any:
+    """An overlay file's values: the file itself, or the values.yaml of the dupguard chart's ConfigMap."""
+    values = yaml.safe_load(text) or {}
+    if isinstance(values, dict) and values.get("kind") == "ConfigMap" and "values.yaml" in values.get("data", {}):
+        return yaml.safe_load(values["data"]["values.yaml"]) or {}
+    return values
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: merge_values.py YOUR_VALUES.yaml OVERLAY.yaml [OVERLAY.yaml ...]", file=sys.stderr)
@@ -117,7 +129,7 @@ def main(argv: list[str]) -> int:
     try:
         merged: Any = yaml.safe_load(Path(argv[0]).read_text()) or {}
         for name in argv[1:]:
-            merged = merge(merged, yaml.safe_load(Path(name).read_text()) or {})
+            merged = merge(merged, load_overlay(Path(name).read_text()))
     except (OSError, yaml.YAMLError, MergeError) as exc:
         print(f"merge_values.py: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

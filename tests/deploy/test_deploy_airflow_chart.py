@@ -5,13 +5,17 @@ beside the checkout, else a pull from the official repository; without one every
 (tests/deploy/support.py ``locate_airflow_chart``). Ground truth comes from what the chart renders: the
 metadata Secret it creates, the scheduler pod it builds, the PgBouncer ini it writes.
 
-Combinations: sidecar overlay, guard overlay, both; release ``airflow`` / ``prod``; ``useStandardNaming``
-on/off; ``pgbouncer.enabled`` on/off; LocalExecutor / CeleryExecutor; ``networkPolicies.enabled`` on/off;
-with and without a user's own ``scheduler.extraContainers``/``extraVolumes`` and ``airflowLocalSettings``
-(merged with deploy/helm/merge_values.py, the documented recipe). The full product is 192 renders; the
-tests render an all-pairs sample (every value of every factor meets every value of every other factor
-at least once: 8 renders) and validate every object with kubernetes-validate --strict for Kubernetes
-1.30 and the newest bundled version.
+The sidecar overlay is what the companion chart renders from its own values (ConfigMap
+``<fullname>-airflow-values``), with the companion chart's defaults or with custom values (another
+release name, image, an existing Secret read whole and a secretKeyRef, another port).
+
+Combinations: sidecar overlay, guard overlay, both; companion defaults / custom; release ``airflow`` /
+``prod``; ``useStandardNaming`` on/off; ``pgbouncer.enabled`` on/off; LocalExecutor / CeleryExecutor;
+``networkPolicies.enabled`` on/off; with and without a user's own ``scheduler.extraContainers``/
+``extraVolumes`` and ``airflowLocalSettings`` (merged with deploy/helm/merge_values.py, the documented
+recipe). The full product is 384 renders; the tests render an all-pairs sample (every value of every
+factor meets every value of every other factor at least once) and validate every object with
+kubernetes-validate --strict for Kubernetes 1.30 and the newest bundled version.
 """
 
 from __future__ import annotations
@@ -52,8 +56,24 @@ USER_VALUES: dict[str, Any] = {
     "airflowLocalSettings": "import logging\n\nUSER_SETTING = 'kept'\nlogging.getLogger(__name__).info('loaded')\n",
 }
 
+# The companion chart's release and values the sidecar overlay is rendered from.
+COMPANIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "defaults": ("dupguard", {}),
+    "custom": (
+        "dg",
+        {
+            "image": {"repository": "registry.example.com/data/airflow-dupguard", "tag": "0.1.0-rc1"},
+            "existingSecret": "corp-dupguard",
+            "secretKeyRefs": {"DUPGUARD_SLACK_BOT_TOKEN": {"name": "slack", "key": "bot-token"}},
+            "slack": {"channel": "#airflow"},
+            "http": {"port": 9470},
+        },
+    ),
+}
+
 FACTORS: dict[str, list[Any]] = {
     "overlays": ["sidecar", "guard", "both"],
+    "companion": list(COMPANIONS),
     "release": ["airflow", "prod"],
     "standard_naming": [False, True],
     "pgbouncer": [False, True],
@@ -87,7 +107,8 @@ COMBINATIONS = all_pairs(FACTORS)
 
 def combo_id(c: dict[str, Any]) -> str:
     flags = [k for k in ("standard_naming", "pgbouncer", "network_policies", "user_values") if c[k]]
-    return "-".join([c["overlays"], c["release"], c["executor"].removesuffix("Executor").lower(), *flags])
+    parts = [c["overlays"], c["companion"], c["release"], c["executor"].removesuffix("Executor").lower()]
+    return "-".join([*parts, *flags])
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +124,20 @@ def _merge_module() -> Any:
     return module
 
 
+def companion_values(combo: dict[str, Any], **more: Any) -> tuple[str, dict[str, Any]]:
+    """The companion release and values of a combination (it names the Airflow release it serves)."""
+    release, values = COMPANIONS[combo["companion"]]
+    sidecar = {"airflowRelease": combo["release"], "airflowNetworkPolicies": combo["network_policies"]}
+    return release, _merge_module().merge(values, {"sidecar": sidecar, **more})
+
+
+def sidecar_overlay(values: dict[str, Any], release: str = "dupguard") -> dict[str, Any]:
+    """The Airflow values the companion chart renders for these values (its -airflow-values ConfigMap)."""
+    (config,) = [d for d in render_companion(values, release) if d["metadata"]["name"].endswith("-airflow-values")]
+    overlay: dict[str, Any] = yaml.safe_load(config["data"]["values.yaml"])
+    return overlay
+
+
 def airflow_values(combo: dict[str, Any]) -> dict[str, Any]:
     """What the operator passes to the Airflow chart: their values, then the overlays (merged)."""
     merge = _merge_module().merge
@@ -116,9 +151,10 @@ def airflow_values(combo: dict[str, Any]) -> dict[str, Any]:
             "networkPolicies": {"enabled": combo["network_policies"]},
         },
     )
-    overlays = {"sidecar": [SIDECAR_OVERLAY], "guard": [GUARD_OVERLAY], "both": [SIDECAR_OVERLAY, GUARD_OVERLAY]}
-    for overlay in overlays[combo["overlays"]]:
-        values = merge(values, yaml.safe_load(overlay.read_text()))
+    sidecar = sidecar_overlay(*reversed(companion_values(combo)))
+    guard = yaml.safe_load(GUARD_OVERLAY.read_text())
+    for overlay in {"sidecar": [sidecar], "guard": [guard], "both": [sidecar, guard]}[combo["overlays"]]:
+        values = merge(values, overlay)
     return values
 
 
@@ -186,6 +222,7 @@ def test_overlays_on_the_real_chart(airflow_chart: Any, combo: dict[str, Any]) -
         assert "pool_mode = transaction" in ini and ":6543/" in connection
 
     if combo["overlays"] in ("sidecar", "both"):
+        assert_sidecar_from_companion_values(pod, combo)
         container = dupguard_container(pod)
         assert_hardened_container(container, "sidecar")
         assert "readinessProbe" not in container and container["livenessProbe"]["httpGet"]["path"] == "/livez"
@@ -199,15 +236,9 @@ def test_overlays_on_the_real_chart(airflow_chart: Any, combo: dict[str, Any]) -
             (True, "prod"): "prod-airflow-metadata",
         }[(combo["standard_naming"], release)]
         assert ref["name"] == expected
-        # Behind PgBouncer's transaction pooling a session advisory lock is not safe (facts §6).
+        # Behind PgBouncer's transaction pooling a session advisory lock is not safe (docs/airflow-internals.md §6).
         assert env["DUPGUARD_LOCK_MODE"]["value"] == ("transaction" if combo["pgbouncer"] else "auto")
-        assert env["DUPGUARD_CONFIG_EXPECTED"]["value"] == "configmap/dupguard"
-        assert pod["metadata"]["labels"]["dupguard-config"] == "dupguard"
-        for source in container["envFrom"]:
-            ref = source.get("configMapRef") or source.get("secretRef")
-            assert ref == {"name": "dupguard", "optional": True}
         assert {"name": "dupguard-tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}} in pod["spec"]["volumes"]
-        assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9469"
     else:
         assert "dupguard" not in names
     if combo["overlays"] in ("guard", "both"):
@@ -223,14 +254,39 @@ def test_overlays_on_the_real_chart(airflow_chart: Any, combo: dict[str, Any]) -
             code = find(docs, "ConfigMap", "-config")["data"]["airflow_local_settings.py"]
             assert "USER_SETTING = 'kept'" in code
     if combo["network_policies"] and combo["overlays"] != "guard":
-        # The companion chart's sidecar policy must select exactly these scheduler pods.
         find(docs, "NetworkPolicy", "-scheduler-policy")
-        companion = render_companion(
-            {"sidecar": {"airflowNetworkPolicies": True, "schedulerPodLabels": {"release": release}}}
-        )
-        (policy,) = [d for d in companion if d["kind"] == "NetworkPolicy"]
-        selector = policy["spec"]["podSelector"]["matchLabels"]
-        assert selector.items() <= pod["metadata"]["labels"].items()
+
+
+def assert_sidecar_from_companion_values(pod: dict[str, Any], combo: dict[str, Any]) -> None:
+    """Nothing edited by hand: the sidecar's image, ConfigMap, Secrets and keys, port and checksum are the
+    companion's; its NetworkPolicy and PodMonitor select these scheduler pods (from sidecar.airflowRelease)."""
+    release, values = companion_values(combo, monitoring={"podMonitor": {"enabled": True}})
+    companion = render_companion(values, release)
+    (config,) = [d for d in companion if d["kind"] == "ConfigMap" and "DUPGUARD_CONFIG_SOURCE" in d["data"]]
+    name = config["metadata"]["name"]
+    assert name == ("dupguard" if release == "dupguard" else f"{release}-dupguard")
+    container = dupguard_container(pod)
+    image = values.get("image", {})
+    assert container["image"] == f"{image.get('repository', 'airflow-dupguard')}:{image.get('tag', '0.1.0')}"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["DUPGUARD_CONFIG_EXPECTED"]["value"] == config["data"]["DUPGUARD_CONFIG_SOURCE"] == f"configmap/{name}"
+    assert pod["metadata"]["labels"]["dupguard-config"] == name
+    secret = {"name": values["existingSecret"]} if "existingSecret" in values else {"name": name, "optional": True}
+    assert container["envFrom"] == [{"configMapRef": {"name": name, "optional": True}}, {"secretRef": secret}]
+    for setting, ref in values.get("secretKeyRefs", {}).items():
+        assert env[setting]["valueFrom"]["secretKeyRef"] == ref
+    port = values.get("http", {}).get("port", 9469)
+    assert env["DUPGUARD_HTTP_PORT"]["value"] == str(port) == pod["metadata"]["annotations"]["prometheus.io/port"]
+    assert container["ports"] == [{"name": "dupguard-http", "containerPort": port, "protocol": "TCP"}]
+    overlay = sidecar_overlay(values, release)
+    checksum = overlay["scheduler"]["podAnnotations"]["checksum/dupguard-config"]
+    assert pod["metadata"]["annotations"]["checksum/dupguard-config"] == checksum
+    (monitor,) = [d for d in companion if d["kind"] == "PodMonitor"]
+    selectors = [monitor["spec"]["selector"]["matchLabels"]]
+    selectors += [d["spec"]["podSelector"]["matchLabels"] for d in companion if d["kind"] == "NetworkPolicy"]
+    assert len(selectors) == 1 + combo["network_policies"]
+    for selector in selectors:
+        assert selector.items() <= pod["metadata"]["labels"].items(), selector
 
 
 def test_plain_overlays_without_merging_drop_user_entries(airflow_chart: Any) -> None:
@@ -240,17 +296,43 @@ def test_plain_overlays_without_merging_drop_user_entries(airflow_chart: Any) ->
     assert "log-shipper" not in [c["name"] for c in pod["spec"]["containers"]]
 
 
-def test_companion_label_redirects_the_sidecar_settings(airflow_chart: Any) -> None:
-    """A companion release named otherwise: one label makes the sidecar read that release's objects."""
-    values = airflow_values({**COMBINATIONS[0], "overlays": "sidecar", "user_values": False})
-    values["scheduler"]["labels"]["dupguard-config"] = "dg-dupguard"
-    container = dupguard_container(scheduler_pod(render_airflow(airflow_chart, values, "airflow")))
-    assert [s.get("configMapRef", s.get("secretRef"))["name"] for s in container["envFrom"]] == ["dg-dupguard"] * 2
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["DUPGUARD_CONFIG_EXPECTED"] == "configmap/dg-dupguard"
-    (config,) = [d for d in render_companion({}, release="dg") if d["kind"] == "ConfigMap"]
-    assert config["metadata"]["name"] == "dg-dupguard"
-    assert config["data"]["DUPGUARD_CONFIG_SOURCE"] == env["DUPGUARD_CONFIG_EXPECTED"]
+def test_a_change_of_dupguards_settings_rolls_the_schedulers(airflow_chart: Any) -> None:
+    """The overlay's checksum annotation: the scheduler pod template changes when a setting, a secret
+    value or a Secret key dupguard reads changes (so `helm upgrade` rolls the schedulers), and only then:
+    the same settings, or a change the sidecar does not read (a PodMonitor), leave it as it was."""
+
+    def scheduler_template(**values: Any) -> dict[str, Any]:
+        return scheduler_pod(render_airflow(airflow_chart, sidecar_overlay(values), "airflow"))
+
+    base = scheduler_template(slack={"channel": "#a"})
+    assert scheduler_template(slack={"channel": "#a"}) == base
+    assert scheduler_template(slack={"channel": "#a"}, monitoring={"podMonitor": {"enabled": True}}) == base
+    changed = [
+        scheduler_template(slack={"channel": "#b"}),
+        scheduler_template(slack={"channel": "#a", "botToken": "xoxb-1"}),
+        scheduler_template(slack={"channel": "#a", "botToken": "xoxb-2"}),
+        scheduler_template(slack={"channel": "#a"}, secretKeyRefs={"DUPGUARD_WEBHOOK_URL": {"name": "w", "key": "a"}}),
+        scheduler_template(slack={"channel": "#a"}, secretKeyRefs={"DUPGUARD_WEBHOOK_URL": {"name": "w", "key": "b"}}),
+        scheduler_template(slack={"channel": "#a"}, remediation={"mode": "off"}),
+    ]
+    checksums = [p["metadata"]["annotations"]["checksum/dupguard-config"] for p in [base, *changed]]
+    assert len(set(checksums)) == len(checksums), checksums
+    assert "xoxb" not in json.dumps(changed), "the checksum, never a secret, reaches the Airflow values"
+
+
+def test_merge_values_takes_the_companions_configmap_as_printed_by_helm_template(tmp_path: Path) -> None:
+    """GitOps without cluster access: `helm template ... --show-only templates/airflow-values.yaml` prints
+    the ConfigMap; merge_values.py takes it as the overlay (its values.yaml), keeping the user's entries."""
+    (config,) = [d for d in render_companion({}, "dg") if d["metadata"]["name"] == "dg-dupguard-airflow-values"]
+    printed, mine = tmp_path / "airflow-values.yaml", tmp_path / "mine.yaml"
+    printed.write_text(yaml.safe_dump(config))
+    mine.write_text(yaml.safe_dump(USER_VALUES))
+    merge = _merge_module()
+    merged = merge.merge(USER_VALUES, merge.load_overlay(printed.read_text()))
+    names = [c["name"] for c in merged["scheduler"]["extraContainers"]]
+    assert names == ["log-shipper", "dupguard"]
+    assert merged["scheduler"]["labels"] == {"team": "data", "dupguard-config": "dg-dupguard"}
+    assert merge.main([str(mine), str(printed)]) == 0
 
 
 def test_sidecar_on_a_mysql_metadata_db_fails_the_render(airflow_chart: Any) -> None:

@@ -89,10 +89,18 @@ def render(values: dict[str, Any], release: str = "dupguard") -> list[dict[str, 
     return docs
 
 
+AIRFLOW_VALUES = "AirflowValues"  # by_kind's name for the sidecar's Airflow values (a second ConfigMap)
+
+
+def kind_of(doc: dict[str, Any]) -> str:
+    airflow_values = doc["kind"] == "ConfigMap" and doc["metadata"]["name"].endswith("-airflow-values")
+    return AIRFLOW_VALUES if airflow_values else str(doc["kind"])
+
+
 def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    kinds = [d["kind"] for d in docs]
+    kinds = [kind_of(d) for d in docs]
     assert len(kinds) == len(set(kinds)), f"one object per kind expected, got {kinds}"
-    return {d["kind"]: d for d in docs}
+    return {kind_of(d): d for d in docs}
 
 
 def test_chart_lints_clean() -> None:
@@ -106,16 +114,22 @@ def test_chart_lints_clean() -> None:
 
 @pytest.mark.timeout(900)
 def test_every_toggle_combination_renders_valid_objects() -> None:
-    """All toggle combinations render; each distinct object passes kubernetes-validate --strict."""
+    """All toggle combinations render (but fail/skip without the Airflow API, refused as dupguard would
+    refuse it); each distinct object passes kubernetes-validate --strict."""
+    helm = require_module("helm_python")
     seen: set[str] = set()
     for label, values in combinations():
+        if values["enabled"] and values["remediation"]["mode"] in ("fail", "skip") and "airflow" not in values:
+            with pytest.raises(helm.HelmError, match="needs DUPGUARD_AIRFLOW_API_URL"):
+                render(values)
+            continue
         docs = render(values)
         if not values["enabled"]:
             assert docs == [], f"{label}: enabled=false must render nothing"
             continue
         kinds = by_kind(docs)
         standalone = values["mode"] == "standalone"
-        expected = {"ConfigMap"}
+        expected = {"ConfigMap"} if standalone else {"ConfigMap", AIRFLOW_VALUES}
         if values.get("slack") and not values.get("existingSecret"):
             expected.add("Secret")
         if standalone:
@@ -141,9 +155,10 @@ def test_enabled_false_renders_nothing_whatever_else_is_set() -> None:
 
 
 def test_defaults_are_sidecar_dry_run() -> None:
-    """Out of the box: sidecar mode, remediation dry-run, only the ConfigMap the sidecar reads."""
+    """Out of the box: sidecar mode, remediation dry-run, only the ConfigMap the sidecar reads and the
+    one holding the Airflow values that add the sidecar."""
     kinds = by_kind(render({}))
-    assert set(kinds) == {"ConfigMap"}
+    assert set(kinds) == {"ConfigMap", AIRFLOW_VALUES}
     data = kinds["ConfigMap"]["data"]
     assert data["DUPGUARD_REMEDIATION"] == "dry-run"
     assert kinds["ConfigMap"]["metadata"]["name"] == "dupguard", "the name the sidecar overlay reads"
@@ -222,7 +237,8 @@ def test_sidecar_network_policy_selects_scheduler_pods() -> None:
     ],
 )
 def test_schema_rejects_bad_values(values: dict[str, Any]) -> None:
-    """values.schema.json turns typos and wrong enums into an error before anything renders."""
+    """values.schema.json and the render checks turn typos and wrong enums into an error before anything
+    is installed."""
     helm = require_module("helm_python")
     with pytest.raises(helm.HelmError):
         helm.Chart.load(CHART).render(values, name="dupguard")
@@ -237,7 +253,7 @@ def test_inline_secrets_and_existing_secret_conflict() -> None:
 
 
 def test_release_name_sets_object_names() -> None:
-    """A release named otherwise gets <release>-dupguard names (the overlay then needs editing)."""
+    """A release named otherwise gets <release>-dupguard names (its Airflow values read them)."""
     kinds = by_kind(render({}, release="guard"))
     assert kinds["ConfigMap"]["metadata"]["name"] == "guard-dupguard"
 
@@ -271,7 +287,6 @@ def test_standalone_lock_mode_reaches_the_configmap() -> None:
     ("values", "message"),
     [
         ({"database": {"lockMode": "transaction"}}, "pgbouncer.enabled"),
-        ({"existingSecret": "my-dupguard-secrets"}, "name your Secret"),
     ],
 )
 def test_sidecar_mode_refuses_settings_the_overlay_would_ignore(values: dict[str, Any], message: str) -> None:
@@ -281,14 +296,36 @@ def test_sidecar_mode_refuses_settings_the_overlay_would_ignore(values: dict[str
         helm.Chart.load(CHART).render({"mode": "sidecar", "database": {}, **values}, name="dupguard")
 
 
-def test_notes_point_the_overlay_at_another_release_name() -> None:
-    """A companion release not named dupguard: NOTES print the label flag and the warning."""
+def test_secret_keys_of_any_secret_reach_the_container_in_both_modes() -> None:
+    """secretKeyRefs: one secretKeyRef per setting, from Secrets of any name and key, in the standalone
+    Deployment and in the sidecar's Airflow values; an existingSecret of any name is read whole by both."""
+    import yaml
+
+    refs = {
+        "DUPGUARD_AIRFLOW_PASSWORD": {"name": "airflow-api-user", "key": "password"},
+        "DUPGUARD_SLACK_BOT_TOKEN": {"name": "slack", "key": "bot-token"},
+    }
+    values = {"secretKeyRefs": refs, "existingSecret": "corp-dupguard", "slack": {"channel": "#airflow"}}
+    standalone = by_kind(render({"mode": "standalone", **values}))
+    validate_objects(list(standalone.values()), "secretKeyRefs")
+    (container,) = standalone["Deployment"]["spec"]["template"]["spec"]["containers"]
+    sidecar = by_kind(render({"mode": "sidecar", **values}))[AIRFLOW_VALUES]["data"]["values.yaml"]
+    (overlay,) = yaml.safe_load(sidecar)["scheduler"]["extraContainers"]
+    for where in (container, overlay):
+        env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in where["env"]}
+        assert {k: env[k] for k in refs} == refs
+        assert {"secretRef": {"name": "corp-dupguard"}} in where["envFrom"]
+
+
+def test_notes_fetch_this_releases_airflow_values() -> None:
+    """Sidecar NOTES: the command that fetches this release's Airflow values and the Airflow release to
+    upgrade with them (sidecar.airflowRelease); no flag to add by hand, whatever the release name."""
     helm = require_module("helm_python")
-    notes = helm.Chart.load(CHART).render({}, name="dg", namespace="airflow")["dupguard/templates/NOTES.txt"]
-    assert "--set-string scheduler.labels.dupguard-config=dg-dupguard" in notes
-    assert "merge_values.py" in notes
-    default = helm.Chart.load(CHART).render({}, name="dupguard", namespace="airflow")["dupguard/templates/NOTES.txt"]
-    assert "dupguard-config" not in default
+    values = {"sidecar": {"airflowRelease": "prod"}}
+    notes = helm.Chart.load(CHART).render(values, name="dg", namespace="data")["dupguard/templates/NOTES.txt"]
+    assert "kubectl -n data get configmap dg-dupguard-airflow-values" in notes
+    assert "helm upgrade prod apache-airflow/airflow --reuse-values -f dupguard-airflow-values.yaml" in notes
+    assert "merge_values.py" in notes and "--set-string" not in notes
 
 
 # --- source: api (managed platforms: no database Secret, one replica, Recreate) ---------------------
@@ -390,12 +427,12 @@ def test_database_source_is_unchanged_by_the_api_switch() -> None:
     ("values", "message"),
     [
         (_merge(json.loads(json.dumps(API)), {"mode": "sidecar"}), "set mode: standalone"),
-        (_api_values("inline-token", **{"remediation.backend": "db"}), "remediation.backend: api"),
-        ({"mode": "standalone", "source": "api", "airflow": {"token": "t"}}, "needs airflow.apiUrl"),
-        (API, "needs a way to authenticate"),
+        (_api_values("inline-token", **{"remediation.backend": "db"}), "use DUPGUARD_REMEDIATION_BACKEND=api"),
+        ({"mode": "standalone", "source": "api", "airflow": {"token": "t"}}, "airflow.apiUrl: DUPGUARD_SOURCE=api"),
+        (API, "DUPGUARD_SOURCE=api needs DUPGUARD_AIRFLOW_TOKEN"),
         (_api_values("token-secret", **{"airflow.token": "t"}), "keep one"),
-        (_api_values("token-command", **{"airflow.token": "t"}), "accepts one of them"),
-        (_api_values("token-command", **{"airflow.password": "p"}), "accepts one of them"),
+        (_api_values("token-command", **{"airflow.token": "t"}), "or DUPGUARD_AIRFLOW_TOKEN, not both"),
+        (_api_values("token-command", **{"airflow.password": "p"}), "or DUPGUARD_AIRFLOW_PASSWORD, not both"),
         ({"source": "graphql"}, "source"),
     ],
     ids=[

@@ -88,3 +88,75 @@ prometheus.io/scrape: "true"
 prometheus.io/port: {{ .Values.http.port | quote }}
 prometheus.io/path: /metrics
 {{- end }}
+
+{{/* The non-secret settings of the ConfigMap, keyed by environment variable name (JSON). */}}
+{{- define "dupguard.settings" -}}
+{{- $settings := dict
+  "DUPGUARD_POLL_INTERVAL" (toString .Values.pollInterval)
+  "DUPGUARD_LOG_LEVEL" .Values.log.level
+  "DUPGUARD_LOG_FORMAT" .Values.log.format
+  "DUPGUARD_LEDGER" .Values.ledger
+  "DUPGUARD_REMEDIATION" .Values.remediation.mode
+  "DUPGUARD_REMEDIATION_BACKEND" .Values.remediation.backend
+  "DUPGUARD_REMEDIATE_STARTED" (toString .Values.remediation.remediateStarted)
+}}
+{{- /* Tells the sidecar which configuration it loaded (compared with DUPGUARD_CONFIG_EXPECTED). */}}
+{{- $_ := set $settings "DUPGUARD_CONFIG_SOURCE" (printf "configmap/%s" (include "dupguard.fullname" .)) }}
+{{- with .Values.database.lockMode }}{{ $_ := set $settings "DUPGUARD_LOCK_MODE" . }}{{ end }}
+{{- if include "dupguard.apiSource" . }}
+{{- $_ := set $settings "DUPGUARD_SOURCE" "api" }}
+{{- /* The database source's 10ms would be 100 API requests a second: the api source has its own. */}}
+{{- $_ := unset $settings "DUPGUARD_POLL_INTERVAL" }}
+{{- with .Values.api.pollInterval }}{{ $_ := set $settings "DUPGUARD_POLL_INTERVAL" (toString .) }}{{ end }}
+{{- if .Values.api.stateVolume.enabled }}
+{{- $_ := set $settings "DUPGUARD_STATE_FILE" "/var/lib/dupguard/state.json" }}
+{{- end }}
+{{- end }}
+{{- with .Values.clusterName }}{{ $_ := set $settings "DUPGUARD_CLUSTER_NAME" . }}{{ end }}
+{{- with .Values.dags }}{{ $_ := set $settings "DUPGUARD_DAGS" . }}{{ end }}
+{{- with .Values.excludeDags }}{{ $_ := set $settings "DUPGUARD_EXCLUDE_DAGS" . }}{{ end }}
+{{- with .Values.airflow.apiUrl }}{{ $_ := set $settings "DUPGUARD_AIRFLOW_API_URL" . }}{{ end }}
+{{- with .Values.airflow.uiUrl }}{{ $_ := set $settings "DUPGUARD_AIRFLOW_UI_URL" . }}{{ end }}
+{{- with .Values.slack.channel }}{{ $_ := set $settings "DUPGUARD_SLACK_CHANNEL" . }}{{ end }}
+{{- if and (eq .Values.mode "standalone") .Values.airflow.caBundle.configMap }}
+{{- $_ := set $settings "DUPGUARD_AIRFLOW_CA_BUNDLE" (printf "/etc/dupguard/ca/%s" .Values.airflow.caBundle.key) }}
+{{- end }}
+{{- toJson $settings }}
+{{- end }}
+
+{{/* Settings read with one secretKeyRef each (airflow.tokenSecret and secretKeyRefs): env name -> {name, key}. */}}
+{{- define "dupguard.secretRefs" -}}
+{{- $refs := dict }}
+{{- with .Values.airflow.tokenSecret.name }}
+{{- $_ := set $refs "DUPGUARD_AIRFLOW_TOKEN" (dict "name" . "key" $.Values.airflow.tokenSecret.key) }}
+{{- end }}
+{{- range $env, $ref := .Values.secretKeyRefs }}
+{{- $_ := set $refs $env (dict "name" $ref.name "key" $ref.key) }}
+{{- end }}
+{{- toJson $refs }}
+{{- end }}
+
+{{/* The env entries of those secretKeyRefs (a YAML list, sorted by name). */}}
+{{- define "dupguard.secretRefEnv" -}}
+{{- range $env, $ref := include "dupguard.secretRefs" . | fromJson }}
+- name: {{ $env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.name }}
+      key: {{ $ref.key }}
+{{- end }}
+{{- end }}
+
+{{/* The Airflow scheduler pods (official chart labels for sidecar.airflowRelease), for selectors. */}}
+{{- define "dupguard.schedulerPodLabels" -}}
+{{- $labels := dict "tier" "airflow" "component" "scheduler" "release" .Values.sidecar.airflowRelease }}
+{{- toYaml (merge (deepCopy .Values.sidecar.schedulerPodLabels) $labels) }}
+{{- end }}
+
+{{/*
+A digest of everything the dupguard container reads at start (settings, the chart's secret values,
+the Secret keys it is pointed at): a pod annotation, so a change of any of them rolls the pods.
+*/}}
+{{- define "dupguard.settingsChecksum" -}}
+{{- list (include "dupguard.settings" .) (include "dupguard.secretData" .) (include "dupguard.secretRefs" .) .Values.existingSecret | toJson | sha256sum }}
+{{- end }}
