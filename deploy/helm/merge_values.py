@@ -1,11 +1,12 @@
 """Merge dupguard's overlays into the values you already give the official Airflow chart, losing nothing.
 
     helm get values airflow -n airflow -o yaml > mine.yaml
-    python deploy/helm/merge_values.py mine.yaml deploy/helm/values-airflow-sidecar.yaml \\
+    python deploy/helm/merge_values.py mine.yaml dupguard-airflow-values.yaml \\
         deploy/helm/values-airflow-guard.yaml > merged.yaml
     helm upgrade airflow apache-airflow/airflow -n airflow -f merged.yaml
 
-Why: Helm merges maps but *replaces* lists and strings, so ``-f values-airflow-sidecar.yaml`` on top of
+(dupguard-airflow-values.yaml: the sidecar's values the companion chart renders, docs/deploy.md 4a.)
+Why: Helm merges maps but *replaces* lists and strings, so ``-f dupguard-airflow-values.yaml`` on top of
 your values drops your own ``scheduler.extraContainers`` / ``extraVolumes`` / ``extraInitContainers``,
 and ``-f values-airflow-guard.yaml`` drops your own ``airflowLocalSettings``, without a word. This
 script merges instead:
