@@ -7,7 +7,8 @@ DATABASE … TEMPLATE`` (~0.2 s). The server's pooled connections die with the o
 Airflow's ``pool_pre_ping`` reconnects, so one server (~20 s to start) serves a whole session.
 
 Auth: simple auth manager with ``admin`` (role admin) and ``viewer`` (role viewer), passwords from a
-file we write (facts §8), ``jwt_issuer`` set (facts §4.3 pitfall: HTTP 500 otherwise).
+file we write (docs/airflow-internals.md §8), ``jwt_issuer`` set (HTTP 500 otherwise: docs/airflow-internals.md
+§4.3).
 
 TLS (``tls=TlsFiles(...)``): ``airflow api-server --ssl-cert/--ssl-key``, ``url`` becomes https; the
 readiness probe verifies the certificate against ``tls.ca_cert``. ``make_test_ca`` writes a throw-away CA
@@ -307,6 +308,8 @@ class CountingProxy:
         self._stop = threading.Event()
         self.answers: list[tuple[str, int, str, bytes]] = []  # (path prefix, status, Content-Type, body), once
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight = 0  # requests received and not answered yet (``quiesce``)
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -316,6 +319,16 @@ class CountingProxy:
                 return
 
             def _handle(self) -> None:
+                with proxy._lock:
+                    proxy._in_flight += 1
+                try:
+                    self._serve()
+                finally:
+                    with proxy._lock:
+                        proxy._in_flight -= 1
+                        proxy._idle.notify_all()
+
+            def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 path = self.path.split("?")[0]
@@ -417,6 +430,14 @@ class CountingProxy:
     def count(self, method: str, path: str) -> int:
         with self._lock:
             return self.requests[(method, path)]
+
+    def quiesce(self, timeout: float) -> None:
+        """Wait until no request is being held or forwarded: a write its client gave up on (timed out)
+        still reaches Airflow when the hold ends, as with a slow server; after this, every request sent
+        so far has landed or failed."""
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._in_flight == 0, timeout):
+                raise AssertionError(f"{self._in_flight} request(s) still in flight after {timeout} s")
 
     def __enter__(self) -> CountingProxy:
         self._thread.start()
@@ -564,8 +585,8 @@ def warm_execution_api(server: AirflowServer) -> None:
 
 def start_task(server: AirflowServer, dag_id: str, run_id: str, task_id: str, *, pid: int = 4242) -> None:
     """Start ``task_id`` of the run as a worker would: the scheduler's steps (run QUEUED -> RUNNING
-    with its start_date, the TI -> QUEUED; facts §3 steps 2-4) as a test-side write, then the worker's
-    ``PATCH /execution/task-instances/{id}/run``, which is Airflow's own QUEUED -> RUNNING transition
+    with its start_date, the TI -> QUEUED; docs/airflow-internals.md §3, steps 2-4) as a test-side write,
+    then the worker's ``PATCH /execution/task-instances/{id}/run``, which is Airflow's own QUEUED -> RUNNING transition
     (execution_api/routes/task_instances.py ``ti_run``; it needs the run's start_date for its answer)."""
     from sqlalchemy import create_engine, text
 

@@ -36,7 +36,7 @@ from detector.core.plan import Action, Mode, Outcome, plan
 from detector.core.ports import Result
 from detector.errors import DatabaseError
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
-from detector.metadb.queries import RunState
+from detector.metadb.queries import KeptRun, RunState
 from detector.metrics import Metrics
 from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server, start_queued_runs
 from tests.pg import Templates
@@ -193,6 +193,9 @@ class _ReadBackFails:
 
     def note(self, action: Action) -> str | None:
         return self.inner.note(action)
+
+    def kept(self, action: Action) -> KeptRun | None:
+        return self.inner.kept(action)
 
 
 def _counted(remediator: GuardedRemediator, result: str) -> float | None:

@@ -17,16 +17,27 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg2
 import pytest
 
-from detector.actions.remediation.guarded import now_utc
+from detector.actions.remediation.guarded import GuardedRemediator, now_utc
+from detector.app.scan import scan
+from detector.app.wiring import api_reader, build_remediator
+from detector.config import Config
+from detector.core.model import Run
+from detector.core.plan import Action, Mode, Outcome, note_for, plan
+from detector.core.ports import Result
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.metadb.schema import Family
+from detector.metrics import Metrics
+from detector.sources.api.reader import ApiRunStates
 from tests import pgbouncer
 from tests.airflow_server import AirflowServer, CountingProxy, _run_payload, _ti_run, airflow_api_server, db_state
 from tests.daemon_harness import Running, start_daemon, wait_for
+from tests.integration.test_half_landed_stop import skip_every_task
 from tests.pg import Templates, ground_truth
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
@@ -207,10 +218,7 @@ def _run_trial(
         else:
             settings["backend_options"] = {"clock": _FiresAtFirstWrite(trial).clock}
         _replicas(url, ledger, settings, daemons)
-        _judge(url, trial, label)
-    for d in list(daemons):
-        d.stop()
-        daemons.remove(d)
+        _judge(url, trial, label, proxy, daemons)
 
 
 def _hold_writes(proxy: CountingProxy, trial: Trial) -> None:
@@ -222,14 +230,20 @@ def _hold_writes(proxy: CountingProxy, trial: Trial) -> None:
     proxy.hooks.append(("PATCH /api/v2/dags/", trial.fire))
 
 
-def _judge(url: str, trial: Trial, label: str) -> None:
-    """Once the trial fired and every unstarted duplicate is stopped, and the longest hold is over (a
-    write still held by the proxy, or a transaction still open, lands within it), what Airflow recorded."""
+def _judge(url: str, trial: Trial, label: str, proxy: CountingProxy, daemons: list[Running]) -> None:
+    """Once the trial fired and every unstarted duplicate is stopped: both replicas stopped, then every
+    write either of them sent has landed (the proxy holds none; a transaction still open ends within
+    the longest hold), and only then what Airflow recorded. Checked any earlier, a write still held
+    would land unseen, in the next trial's database (same run ids), and blame that trial."""
     wait_for(trial.fired.is_set, timeout=60, what=f"{label}: the first write")
     for thread in list(trial.threads):
         thread.join(20)
     assert not trial.errors, f"{label}: {trial.errors!r}"
     wait_for(lambda: _settled(url, trial), timeout=60, what=f"{label}: every unstarted duplicate stopped")
+    for d in list(daemons):
+        d.stop()
+        daemons.remove(d)
+    proxy.quiesce(timeout=30)
     time.sleep(trial.max_hold + 0.5)
     _check(url, trial, label)
 
@@ -282,4 +296,80 @@ def test_a_pgbouncer_restart_during_the_remediation_never_stops_both_runs(
         _hold_writes(proxy, trial)
         settings = _settings(proxy, "api") | {"lock_database_url": bounced}
         _replicas(url, "memory", settings, daemons)
-        _judge(url, trial, f"seed {SEED + len(COMBOS)}, PgBouncer restart")
+        _judge(url, trial, f"seed {SEED + len(COMBOS)}, PgBouncer restart", proxy, daemons)
+
+
+@pytest.mark.parametrize("reread", ["database", "api"])
+def test_the_api_backend_leaves_a_duplicate_alone_once_a_late_write_stopped_its_kept_run(
+    af312: AirflowServer, reread: str
+) -> None:
+    """The trials' failure of 2026-12-01, made deterministic: a deposed leader's PATCH (its own
+    judgement: keep the other run) lands after the new leader judged the group; the new leader's stop
+    of its duplicate — that very kept run's partner — must be refused, whether the guard re-reads the
+    database or, as with ``--source api``, Airflow's REST API. Truth from what Airflow recorded."""
+    url = af312.reset(FANOUT)
+    engine = make_engine(parse_url(url))
+    try:
+        db = open_airflow_db(engine)
+        now = datetime.now(UTC)
+        finding = next(f for f in scan(db, now=now).findings if f.duplicates)
+        kept, [dup] = finding.kept, finding.duplicates
+        settings = Config.of(
+            database_url=url,
+            remediation="fail",
+            airflow_api_url=af312.url,
+            airflow_username="admin",
+            airflow_password="admin",
+        )
+        states = ApiRunStates(api_reader(settings)) if reread == "api" else None
+        if states is None:
+            remediator = build_remediator(settings, engine, db.tables, Metrics())
+        else:
+            remediator = build_remediator(settings, None, None, Metrics(), family=Family.AIRFLOW_3_1, states=states)
+        assert isinstance(remediator, GuardedRemediator)
+
+        def stop(target: Run, keep: Run) -> Action:
+            note = note_for(finding, target, now)
+            return Action(finding.key, finding.dag_id, target, keep.run_id, Outcome.REMEDIATE, Mode.FAIL, note)
+
+        late = remediator.execute(stop(kept, dup))  # the deposed leader's write, through Airflow's API
+        assert late.result is Result.DONE, late.detail
+        before = db_state(url)
+
+        result = remediator.execute(stop(dup, kept))
+
+        assert result.result is Result.SKIPPED and "was stopped as a duplicate" in result.detail, result.detail
+        assert db_state(url) == before
+        assert before[dup.run_id].state == "queued" and before[dup.run_id].note is None
+    finally:
+        engine.dispose()
+
+
+def test_the_api_backend_finishes_a_stop_whose_skips_landed_alone(af312: AirflowServer) -> None:
+    """Seen in the trials: a PATCH whose request failed after set-failed's own sessions committed the
+    skips (3.1.2) left the duplicate queued without its note, and the retry took it for ``already``.
+    Now the retry's PATCH fails it and writes the note (tests/integration/test_half_landed_stop.py)."""
+    url = af312.reset(FANOUT)
+    engine = make_engine(parse_url(url))
+    try:
+        db = open_airflow_db(engine)
+        now = datetime.now(UTC)
+        action = next(a for a in plan(scan(db, now=now).findings, Mode.FAIL, now=now) if a.outcome is Outcome.REMEDIATE)
+        settings = Config.of(
+            database_url=url,
+            remediation="fail",
+            airflow_api_url=af312.url,
+            airflow_username="admin",
+            airflow_password="admin",
+        )
+        remediator = build_remediator(settings, engine, db.tables, Metrics())
+        skip_every_task(url, action.dag_id, action.run.run_id)
+
+        result = remediator.execute(action)
+
+        assert result.result is Result.DONE, result.detail
+        after = db_state(url)[action.run.run_id]
+        assert after.state == "failed" and after.note == action.note
+        assert db_state(url)[action.kept_run_id].state == "queued"
+    finally:
+        engine.dispose()

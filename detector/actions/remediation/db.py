@@ -1,7 +1,7 @@
 """Backend ``db``: the remediation written straight into Airflow's metadata DB, in one short transaction.
 
 The opt-in fast path (no HTTP, no token, no API server in the way). It makes the same state changes
-as Airflow's ``set_dag_run_state_to_failed`` (airflow/api/common/mark_tasks.py, facts §4.2):
+as Airflow's ``set_dag_run_state_to_failed`` (airflow/api/common/mark_tasks.py, docs/airflow-internals.md §4.2):
 
 - ``fail``: running / deferred / up_for_reschedule TIs -> failed, every other unfinished TI ->
   skipped, the run -> failed with ``end_date`` (and ``start_date`` = ``end_date`` if it never
@@ -16,7 +16,8 @@ they had started (only with ``remediate_started``) make the result ``caught_afte
 task left unfinished rolls the transaction back (``failed``).
 
 Safety: the run row and then its TIs are locked ``FOR UPDATE`` and the guard is judged again on
-those locked rows, so a task that started a microsecond before the lock is seen (TOO_LATE) and one
+those locked rows (and the kept run's row ``FOR SHARE``: it must still stand, ``judge_kept``), so a
+task that started a microsecond before the lock is seen (TOO_LATE) and one
 that tries to start after it waits for the commit and then finds itself skipped (the Execution
 API's ``ti_run`` only moves QUEUED -> RUNNING). Every UPDATE also repeats the expected states in
 its WHERE clause. ``lock_timeout`` / ``statement_timeout`` are ``SET LOCAL`` (transaction-scoped,
@@ -48,7 +49,9 @@ from detector.actions.remediation.guarded import (
     Recheck,
     Work,
     judge,
+    judge_kept,
     now_utc,
+    read_kept,
 )
 from detector.actions.remediation.readback import read_back
 from detector.core.fence import UNFENCED, Fence, FenceSource, LeadershipLost
@@ -91,6 +94,8 @@ class DbBackend:
             refuse_standby(conn, "DUPGUARD_DATABASE_URL", "writes")  # loud and retryable (not read-only errors)
             current = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id, lock=True)
             verdict = judge(action, current, remediate_started=self.remediate_started)
+            if verdict.work is not None:  # the kept run too, its row held until the commit
+                verdict = judge_kept(action, read_kept(conn, self.tables, action, lock=True)) or verdict
             if verdict.work is None:
                 assert verdict.result is not None
                 return Applied(verdict.result, verdict.detail + " (re-checked under lock)")

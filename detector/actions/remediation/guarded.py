@@ -8,6 +8,9 @@ the last look before a write and everything around it, for every backend alike:
 - right before acting the duplicate's run and task-instance states are re-read from the metadata
   DB (``queries.run_state``) and judged by ``judge``: gone -> GONE, a task started -> TOO_LATE
   (unless ``remediate_started``), already stopped -> ALREADY;
+- and the kept run is re-read too (``judge_kept``): a duplicate is never stopped once its kept run is
+  gone or was itself stopped before it ran (another writer acted on a judgement made elsewhere, e.g.
+  a deposed leader's late write): stopping it then would leave no run of the group to do the work;
 - one canonical log line and the ``dupguard_remediations_total`` / ``..._latency_seconds``
   metrics per action; ``execute`` never raises.
 
@@ -24,16 +27,17 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from detector import logs
+from detector.core.decisions import NOTE_PREFIXES
 from detector.core.fence import LeadershipLost
 from detector.core.model import ti_started
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import RemediationResult, Result, StartedTask
 from detector.metadb import queries
 from detector.metadb.engine import connect, refuse_standby
-from detector.metadb.queries import RunState, TaskState
+from detector.metadb.queries import KeptRun, RunState, TaskState
 from detector.metadb.schema import AirflowTables
 from detector.metrics import Metrics
 
@@ -41,7 +45,7 @@ log = logs.get("dupguard.remediation")
 
 # airflow/utils/state.py State.finished; everything else (None included) is unfinished.
 FINISHED_TI_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
-# What set_dag_run_state_to_failed marks FAILED rather than SKIPPED (mark_tasks.py, facts §4.2).
+# What set_dag_run_state_to_failed marks FAILED rather than SKIPPED (mark_tasks.py, docs/airflow-internals.md §4.2).
 FAIL_AS_FAILED_STATES = frozenset({"running", "deferred", "up_for_reschedule"})
 # Finished without running user code: a run left with only these did no work.
 NOT_RUN_STATES = frozenset({"skipped", "removed", "upstream_failed"})
@@ -114,7 +118,13 @@ def judge(action: Action, current: RunState | None, *, remediate_started: bool) 
     mode = action.mode
     if mode is Mode.FAIL and current.state == "failed":
         return Verdict(Result.ALREADY, "the run is already failed")
-    if current.tasks and all(t.state in NOT_RUN_STATES for t in current.tasks):
+    # Fail mode with every task skipped but the run unfinished is a stop half landed, not ALREADY: in
+    # 3.0.6-3.2.2 set-failed commits each skip in a session of its own (mark_tasks.py, ti.set_state
+    # without the request's session; fixed in 3.3.2), so a request that fails after it leaves the run
+    # queued without its note. The run is failed and noted now (no task to touch): the note is the
+    # decision's record another leader reads.
+    not_run = bool(current.tasks) and all(t.state in NOT_RUN_STATES for t in current.tasks)
+    if not_run and (mode is Mode.SKIP or current.state == "success"):
         return Verdict(Result.ALREADY, f"every task is already skipped (run state {current.state})")
     if mode is Mode.SKIP and not unfinished:
         return Verdict(Result.ALREADY, f"no unfinished task left (run state {current.state})")
@@ -126,6 +136,34 @@ def judge(action: Action, current: RunState | None, *, remediate_started: bool) 
         mode=mode, run_pk=current.id, to_fail=to_fail, to_skip=to_skip, fail_run=mode is Mode.FAIL, ran=tuple(started)
     )
     return Verdict(None, work.describe(), work)
+
+
+def judge_kept(action: Action, kept: KeptRun | None) -> Verdict | None:
+    """None while the kept run still stands; else the refusal to stop ``action.run``.
+
+    The keep decision was taken on an earlier read; a write made since (a deposed leader's request
+    still landing, an operator, the guard) may have stopped the kept run. Stopping the duplicate too
+    would leave the group's events to no run: never both runs of a group. Airflow's record decides,
+    as for every note (``detector.core.decisions.note_agrees``): the kept run is gone, or it ended
+    stopped (failed, or every task skipped) and either none of its tasks ran or its note says dupguard
+    or its guard stopped it. A kept run that ran and failed on its own did the work: its duplicate is
+    still stopped; a stop note on a run Airflow shows unstopped is no decision (judged afresh).
+    """
+    name = action.kept_run_id
+    if kept is None:
+        return Verdict(Result.SKIPPED, f"refused: the kept run {name} no longer exists; this run is left alone")
+    tasks = kept.state.tasks
+    if not (kept.state.state == "failed" or (tasks and all(t.state in NOT_RUN_STATES for t in tasks))):
+        return None
+    if kept.note is not None and kept.note.startswith(NOTE_PREFIXES):
+        why = "was stopped as a duplicate (its note in dupguard's words)"
+    elif not any(ti_started(t.state, t.pid, t.last_heartbeat_at) for t in tasks):
+        why = "was stopped before any task ran"
+    else:
+        return None
+    return Verdict(
+        Result.SKIPPED, f"refused: the kept run {name} {why}, state {kept.state.state}; this run is left alone"
+    )
 
 
 # --- backends ------------------------------------------------------------------------------------
@@ -172,6 +210,10 @@ class RunStates(Protocol):
 
     def note(self, action: Action) -> str | None: ...
 
+    def kept(self, action: Action) -> KeptRun | None:
+        """The kept run (``action.kept_run_id``) with its note, or None when it is gone."""
+        ...
+
 
 class DbRunStates:
     def __init__(self, engine: Engine, tables: AirflowTables) -> None:
@@ -186,6 +228,18 @@ class DbRunStates:
             refuse_standby(conn, "DUPGUARD_DATABASE_URL", "reads a write back")
             after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
             return queries.run_note(conn, self.tables, after.id) if after is not None else None
+
+    def kept(self, action: Action) -> KeptRun | None:
+        with connect(self.engine) as conn:
+            refuse_standby(conn, "DUPGUARD_DATABASE_URL", "re-reads the kept run before a write")
+            return read_kept(conn, self.tables, action)
+
+
+def read_kept(conn: Connection, tables: AirflowTables, action: Action, *, lock: bool = False) -> KeptRun | None:
+    """The kept run and its note on ``conn``; ``lock`` holds its dag_run row ``FOR SHARE`` (the ``db``
+    backend's write transaction: no other writer can stop it until the commit)."""
+    kept = queries.run_state(conn, tables, action.dag_id, action.kept_run_id, share=lock)
+    return None if kept is None else KeptRun(kept, queries.run_note(conn, tables, kept.id))
 
 
 # --- the executor ---------------------------------------------------------------------------------
@@ -305,7 +359,10 @@ class GuardedRemediator:
         states = self.states
 
         def recheck() -> Verdict:
-            return judge(action, states.state(action), remediate_started=self.remediate_started)
+            verdict = judge(action, states.state(action), remediate_started=self.remediate_started)
+            if verdict.work is None:
+                return verdict
+            return judge_kept(action, states.kept(action)) or verdict
 
         verdict = recheck()
         if verdict.work is None:
@@ -325,6 +382,8 @@ class GuardedRemediator:
             action.finding_key, action.dag_id, action.run, action.kept_run_id, action.outcome, mode, action.note
         )
         verdict = judge(as_if, self.states.state(action), remediate_started=self.remediate_started)
+        if verdict.work is not None:
+            verdict = judge_kept(action, self.states.kept(action)) or verdict
         if verdict.work is None:
             assert verdict.result is not None
             return Applied(verdict.result, verdict.detail)
@@ -357,7 +416,7 @@ class GuardedRemediator:
             if applied.committed_at is not None:
                 self.metrics.remediation_latency.observe(elapsed)
         warn = (Result.FAILED, Result.TOO_LATE, Result.CAUGHT_AFTER_START, Result.UNKNOWN)
-        level = "warning" if applied.result in warn else "info"
+        level = "warning" if applied.result in warn or applied.detail.startswith("refused") else "info"
         getattr(log, level)(
             "remediation",
             result=applied.result.value,

@@ -3,7 +3,7 @@
 Airflow 3's public API v2 (routes in ``airflow/api_fastapi/core_api/routes/public/``):
 
 - ``GET /api/v2/dags/~/dagRuns`` (``get_dag_runs``, 3.1.2 dag_run.py L307): ``~`` is every DAG;
-  filters ``run_type``, ``run_after_gte``/``_lte`` (``idx_dag_run_run_after``, facts §1.5),
+  filters ``run_type``, ``run_after_gte``/``_lte`` (``idx_dag_run_run_after``, docs/airflow-internals.md §1.5),
   ``order_by=id`` (the keep rule's order; the id itself is not in the answer). Each page also runs a
   ``count(*)`` of the filtered rows, so every list here is bounded by a ``run_after`` range.
 - ``GET …/dagRuns/{run_id}/upstreamAssetEvents`` (L218): the run's consumed events; each names the
@@ -34,7 +34,7 @@ from detector.airflowapi.client import Gone, Transient
 from detector.core.model import TaskProgress, ti_started
 from detector.core.plan import Action
 from detector.errors import AirflowApiError
-from detector.metadb.queries import RunState, TaskState
+from detector.metadb.queries import KeptRun, RunState, TaskState
 
 # What a 403 on each call lacks (the minimum permissions, docs/api-source.md).
 READ_RUNS = "read access to DAG Runs (FAB: 'can read on DAG Runs', e.g. role Viewer; simple auth manager: viewer)"
@@ -355,15 +355,24 @@ class ApiRunStates:
         self.reader = reader
 
     def state(self, action: Action) -> RunState | None:
-        run = self.reader.run(action.dag_id, action.run.run_id)
+        found = self._read(action.dag_id, action.run.run_id, action.run.id)
+        return None if found is None else found[0]
+
+    def kept(self, action: Action) -> KeptRun | None:
+        # the kept run's id is not known here and not needed: judge_kept reads states and the note
+        found = self._read(action.dag_id, action.kept_run_id, -1)
+        return None if found is None else KeptRun(*found)
+
+    def _read(self, dag_id: str, run_id: str, pk: int) -> tuple[RunState, str | None] | None:
+        run = self.reader.run(dag_id, run_id)
         if run is None:
             return None
         try:
-            tasks = self.reader.task_states(action.dag_id, action.run.run_id)
+            tasks = self.reader.task_states(dag_id, run_id)
         except Gone:
             return None
         return RunState(
-            id=action.run.id,
+            id=pk,
             dag_id=run.dag_id,
             run_id=run.run_id,
             state=run.state,
@@ -376,7 +385,7 @@ class ApiRunStates:
                 )
                 for ti in tasks
             ),
-        )
+        ), run.note
 
     def note(self, action: Action) -> str | None:
         run = self.reader.run(action.dag_id, action.run.run_id)
