@@ -3,10 +3,12 @@
 Serves ``POST /api/chat.postMessage`` and ``POST /api/chat.update`` (form or JSON bodies, ``Bearer``
 token checked), a Slack incoming webhook at ``/services/...`` and a generic JSON webhook at
 ``/generic/...``. It validates what it receives as Slack would, and more strictly: ``text`` is
-required next to ``blocks``, headers are at most 150 characters, section texts at most 3000, at
-most 50 blocks, a ``thread_ts`` must name a top-level message it issued in that channel, and
-``chat.update`` must target an existing message by channel *id*. Everything accepted is recorded;
-everything rejected lands in ``rejected`` (tests assert it stays empty).
+required next to ``blocks``, every block is checked against Slack's published Block Kit limits
+(``tests/slack_limits.py``, which cites Slack's pages; a violation is answered as Slack answers it,
+``invalid_blocks`` with the JSON pointer of each problem), a ``thread_ts`` must name a top-level
+message it issued in that channel, and ``chat.update`` must target an existing message by channel
+*id*. Everything accepted is recorded; everything rejected lands in ``rejected`` (tests assert it
+stays empty).
 
 Faults for the next K requests: ``fail_next(k, 429, retry_after=1)``, ``fail_next(k, 500)``,
 ``hang_next(k, seconds)`` (the request is held, then the connection dropped without an answer and
@@ -27,10 +29,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
+from tests.slack_limits import block_problems, invalid_blocks, message_problems
 from tests.trickle import http_answer, trickle
 
-HEADER_LIMIT, SECTION_LIMIT, FIELD_LIMIT, BLOCK_LIMIT = 150, 3000, 2000, 50
-BLOCK_TYPES = {"header", "section", "context", "divider", "actions", "image", "rich_text"}
+__all__ = ["Posted", "SlackServer", "block_problems"]
 
 
 @dataclass
@@ -49,46 +51,6 @@ class Fault:
     retry_after: int | None = None
     hang: float | None = None  # hold the request this long, then drop it
     trickle: bool = False  # answer one byte a second (for ten minutes)
-
-
-def block_problems(blocks: Any) -> list[str]:
-    """What Slack would reject in ``blocks`` (and the limits dupguard promises)."""
-    if not isinstance(blocks, list):
-        return ["blocks is not a list"]
-    problems = []
-    if len(blocks) > BLOCK_LIMIT:
-        problems.append(f"{len(blocks)} blocks (max {BLOCK_LIMIT})")
-    for i, b in enumerate(blocks):
-        kind = b.get("type") if isinstance(b, dict) else None
-        if kind not in BLOCK_TYPES:
-            problems.append(f"block {i}: unknown type {kind!r}")
-            continue
-        if kind == "header":
-            t = b.get("text", {})
-            if t.get("type") != "plain_text" or not t.get("text"):
-                problems.append(f"block {i}: header needs plain_text")
-            elif len(t["text"]) > HEADER_LIMIT:
-                problems.append(f"block {i}: header of {len(t['text'])} chars (max {HEADER_LIMIT})")
-        elif kind == "section":
-            t = b.get("text")
-            if t is None and not b.get("fields"):
-                problems.append(f"block {i}: section needs text or fields")
-            if t is not None:
-                if t.get("type") not in {"mrkdwn", "plain_text"} or not t.get("text"):
-                    problems.append(f"block {i}: section text empty or of a bad type")
-                elif len(t["text"]) > SECTION_LIMIT:
-                    problems.append(f"block {i}: section text of {len(t['text'])} chars (max {SECTION_LIMIT})")
-            for f in b.get("fields", []):
-                if len(f.get("text", "")) > FIELD_LIMIT:
-                    problems.append(f"block {i}: field over {FIELD_LIMIT} chars")
-        elif kind == "context":
-            elements = b.get("elements", [])
-            if not elements or len(elements) > 10:
-                problems.append(f"block {i}: context needs 1..10 elements")
-            for e in elements:
-                if e.get("type") in {"mrkdwn", "plain_text"} and not 0 < len(e.get("text", "")) <= SECTION_LIMIT:
-                    problems.append(f"block {i}: context text empty or too long")
-    return problems
 
 
 class SlackServer:
@@ -261,9 +223,9 @@ class SlackServer:
                 p = self._params(raw)
                 if method not in {"chat.postMessage", "chat.update"}:
                     return self._reject(200, "unknown_method", {"ok": False, "error": "unknown_method"})
-                problems = self._message_problems(p)
+                problems = message_problems(p)
                 if problems:
-                    return self._reject(200, "; ".join(problems), {"ok": False, "error": "invalid_blocks"})
+                    return self._reject(200, "; ".join(problems), invalid_blocks(problems))
                 channel = server.channel_id(str(p.get("channel", "")))
                 if not p.get("channel"):
                     return self._reject(200, "channel_not_found", {"ok": False, "error": "channel_not_found"})
@@ -290,15 +252,10 @@ class SlackServer:
                     server._changed.notify_all()
                 self._answer(200, error)
 
-            def _message_problems(self, p: dict[str, Any]) -> list[str]:
-                if not p.get("text"):
-                    return ["no text fallback"]
-                return block_problems(p["blocks"]) if "blocks" in p else []
-
             def _webhook(self, raw: bytes) -> None:
                 p = json.loads(raw or b"{}")
-                problems = self._message_problems(p)
-                if problems:
+                problems = message_problems(p)
+                if problems:  # an incoming webhook answers 400 with the bare error name
                     return self._reject(400, "; ".join(problems), "invalid_blocks")
                 server._record(lambda: server.webhook_messages.append(p))
                 self._answer(200, "ok")

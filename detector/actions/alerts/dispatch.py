@@ -60,6 +60,7 @@ from detector.actions.alerts.format import (
     webhook_payload,
 )
 from detector.actions.alerts.log import LOGGER, log_event
+from detector.actions.alerts.oncall import NO_LINKS, Links
 from detector.actions.alerts.slack import (
     Posted,
     SlackBot,
@@ -164,8 +165,8 @@ class SlackBotChannel:
 
     name = "slack"
 
-    def __init__(self, bot: SlackBot, ledger: Ledger, ui_url: str | None = None) -> None:
-        self.bot, self.ledger, self.ui_url = bot, ledger, ui_url
+    def __init__(self, bot: SlackBot, ledger: Ledger, ui_url: str | None = None, links: Links = NO_LINKS) -> None:
+        self.bot, self.ledger, self.ui_url, self.links = bot, ledger, ui_url, links
 
     def _remember(self, key: str, posted: Posted, digest: bool = False) -> None:
         try:
@@ -183,20 +184,21 @@ class SlackBotChannel:
         return Posted(self.ledger.recall(key, SLACK_CHANNEL_ID) or self.bot.channel, ts)
 
     def detected(self, event: AlertEvent) -> None:
-        self._remember(event.finding.key, self.bot.post(detected_message(event, self.ui_url)))
+        self._remember(event.finding.key, self.bot.post(detected_message(event, self.ui_url, links=self.links)))
 
     def outcome(self, event: AlertEvent) -> None:
         key = event.finding.key
         first = self._thread(key)
         if first is None:  # announced by no one we know of (e.g. a memory ledger after a restart)
-            self.bot.post(outcome_message(event, self.ui_url, threaded=False))
+            self.bot.post(outcome_message(event, self.ui_url, threaded=False, links=self.links))
             return
-        self.bot.post(outcome_message(event, self.ui_url), thread_ts=first.ts, channel=first.channel_id)
+        reply = outcome_message(event, self.ui_url, links=self.links)
+        self.bot.post(reply, thread_ts=first.ts, channel=first.channel_id)
         if self.ledger.recall(key, SLACK_DIGEST) is None:
-            self.bot.update(first, detected_message(event, self.ui_url, event.results))
+            self.bot.update(first, detected_message(event, self.ui_url, event.results, links=self.links))
 
     def digest(self, events: Sequence[AlertEvent]) -> int:
-        posted = self.bot.post(digest_message(events, self.ui_url))
+        posted = self.bot.post(digest_message(events, self.ui_url, links=self.links))
         for e in events:
             self._remember(e.finding.key, posted, digest=True)
         return 1
@@ -209,12 +211,12 @@ class SlackBotChannel:
 
     def _reply(self, first: Posted | None, group: Sequence[AlertEvent]) -> None:
         if first is None:
-            self.bot.post(digest_outcome_message(group))
+            self.bot.post(digest_outcome_message(group, links=self.links))
         else:
-            self.bot.post(digest_outcome_message(group), thread_ts=first.ts, channel=first.channel_id)
+            self.bot.post(digest_outcome_message(group, links=self.links), thread_ts=first.ts, channel=first.channel_id)
 
     def split(self, notice: SplitNotice) -> None:
-        self.bot.post(notice.message)
+        self.bot.post(notice.message(self.ui_url, self.links))
 
 
 class SlackWebhookChannel:
@@ -222,25 +224,25 @@ class SlackWebhookChannel:
 
     name = "slack"
 
-    def __init__(self, hook: SlackWebhook, ui_url: str | None = None) -> None:
-        self.hook, self.ui_url = hook, ui_url
+    def __init__(self, hook: SlackWebhook, ui_url: str | None = None, links: Links = NO_LINKS) -> None:
+        self.hook, self.ui_url, self.links = hook, ui_url, links
 
     def detected(self, event: AlertEvent) -> None:
-        self.hook.send(detected_message(event, self.ui_url))
+        self.hook.send(detected_message(event, self.ui_url, links=self.links))
 
     def outcome(self, event: AlertEvent) -> None:
-        self.hook.send(outcome_message(event, self.ui_url, threaded=False))
+        self.hook.send(outcome_message(event, self.ui_url, threaded=False, links=self.links))
 
     def digest(self, events: Sequence[AlertEvent]) -> int:
-        self.hook.send(digest_message(events, self.ui_url))
+        self.hook.send(digest_message(events, self.ui_url, links=self.links))
         return 1
 
     def digest_outcomes(self, events: Sequence[AlertEvent]) -> int:
-        self.hook.send(digest_outcome_message(events))
+        self.hook.send(digest_outcome_message(events, links=self.links))
         return 1
 
     def split(self, notice: SplitNotice) -> None:
-        self.hook.send(notice.message)
+        self.hook.send(notice.message(self.ui_url, self.links))
 
 
 class WebhookChannel:
@@ -621,7 +623,7 @@ def build_alerter(
             on_retry=counter("slack"),
             retries=retries,
         )
-        channels.append(SlackBotChannel(SlackBot(client, config.slack_channel), ledger, ui))
+        channels.append(SlackBotChannel(SlackBot(client, config.slack_channel), ledger, ui, Links.of(config)))
         if config.slack_webhook_url:
             log.warning("alert_transport_ignored", transport="slack_webhook", reason="a bot token is configured")
     elif config.slack_webhook_url:
@@ -629,7 +631,7 @@ def build_alerter(
         hook = webhook_client or make_webhook_client(
             config.slack_webhook_url, timeout=timeout, on_retry=counter("slack"), retries=retries
         )
-        channels.append(SlackWebhookChannel(SlackWebhook(hook), ui))
+        channels.append(SlackWebhookChannel(SlackWebhook(hook), ui, Links.of(config)))
     if config.webhook_url:
         json_hook = json_webhook or JsonWebhook(
             config.webhook_url, timeout=timeout, retries=retries, on_retry=counter("webhook")

@@ -18,13 +18,32 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
+from detector.actions.alerts.oncall import (
+    DUPLICATE_ALERT,
+    NO_LINKS,
+    Guidance,
+    Links,
+    guidance,
+    guidance_section,
+    icon,
+    links_context,
+)
+
+# re-exported: split.py, alertmanager.py and tests take them from here
+from detector.actions.alerts.text import HEADER_LIMIT as HEADER_LIMIT
+from detector.actions.alerts.text import SECTION_LIMIT as SECTION_LIMIT
+from detector.actions.alerts.text import clip as clip
+from detector.actions.alerts.text import context as _context
+from detector.actions.alerts.text import cut_mrkdwn as _cut_mrkdwn
+from detector.actions.alerts.text import escape as escape
+from detector.actions.alerts.text import header as _header
+from detector.actions.alerts.text import run_url as run_url
+from detector.actions.alerts.text import section as _section
+from detector.actions.alerts.text import slack_date
 from detector.core.model import Confidence, Finding, Run
 from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Result
 
-HEADER_LIMIT = 150
-SECTION_LIMIT = 3000
 BLOCK_LIMIT = 50
 TEXT_LIMIT = 3000  # the notification fallback; Slack accepts 40 000 but truncates much earlier on phones
 SUMMARY_LIMIT = 1024  # PagerDuty's summary limit, a sane bound for any receiver
@@ -68,33 +87,8 @@ PENDING = Status("pending", "remediation pending", "info")
 # --- small helpers -----------------------------------------------------------------------------------
 
 
-def clip(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, the cut marked with an ellipsis."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def escape(text: str) -> str:
-    """Escape Slack mrkdwn control characters (https://api.slack.com/reference/surfaces/formatting)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def _name(text: str, limit: int = _NAME_LIMIT) -> str:
     return escape(clip(text, limit)).replace("`", "'")
-
-
-def _cut_mrkdwn(text: str, limit: int) -> str:
-    """Cut escaped mrkdwn to ``limit`` without splitting an ``&amp;`` escape or a ``<url|label>`` link."""
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    amp, lt = cut.rfind("&"), cut.rfind("<")
-    if amp > cut.rfind(";"):
-        cut = cut[:amp]
-    if lt > cut.rfind(">"):
-        cut = cut[:lt]
-    if cut.count("`") % 2:
-        cut = cut[: cut.rfind("`")]
-    return cut + "…"
 
 
 def _fit(lines: Sequence[str], limit: int = SECTION_LIMIT, what: str = "more") -> str:
@@ -112,13 +106,6 @@ def _fit(lines: Sequence[str], limit: int = SECTION_LIMIT, what: str = "more") -
         out.append(line)
         used += extra
     return "\n".join(out)
-
-
-def run_url(ui_url: str | None, dag_id: str, run_id: str) -> str | None:
-    """The Airflow 3 UI page of one run: ``{ui}/dags/{dag_id}/runs/{run_id}``, both path parts quoted."""
-    if not ui_url:
-        return None
-    return f"{ui_url.rstrip('/')}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -180,12 +167,15 @@ def result_label(result: RemediationResult) -> str:
     label = _RESULT_LABELS[result.result]
     if result.result is Result.SKIPPED:
         label = f"left alone ({result.action.outcome.value.replace('_', ' ')})"
+    detail = result.detail
+    if detail.startswith(label.split(":", 1)[0]):  # "too late: …": the detail says it all, once
+        label, detail = clip(detail, _DETAIL_LIMIT), ""
     if result.started_tasks:  # named first: the detail can be cut, the tasks that ran must not be
         label += " — ran: " + ", ".join(clip(t.describe(), _NAME_LIMIT) for t in result.started_tasks[:10])
         if len(result.started_tasks) > 10:
             label += f" and {len(result.started_tasks) - 10} more"
-    if result.detail:
-        label += f": {clip(result.detail, _DETAIL_LIMIT)}"
+    if detail:
+        label += f": {clip(detail, _DETAIL_LIMIT)}"
     return label
 
 
@@ -286,24 +276,20 @@ def _fallback(text: str) -> str:
 # --- Slack messages ----------------------------------------------------------------------------------
 
 
-def _header(text: str) -> dict[str, Any]:
-    return {"type": "header", "text": {"type": "plain_text", "text": clip(text, HEADER_LIMIT), "emoji": True}}
+def _guidance(event: AlertEvent, ui_url: str | None, results: Sequence[RemediationResult]) -> Guidance:
+    return guidance(event.finding, event.mode, status_of(results).name, results, ui_url)
 
 
-def _section(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": _cut_mrkdwn(text, SECTION_LIMIT)}}
-
-
-def _context(text: str) -> dict[str, Any]:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _cut_mrkdwn(text, SECTION_LIMIT)}]}
-
-
-def _group_blocks(event: AlertEvent, ui_url: str | None, results: Sequence[RemediationResult]) -> list[dict[str, Any]]:
+def _group_blocks(
+    event: AlertEvent, ui_url: str | None, results: Sequence[RemediationResult], links: Links = NO_LINKS
+) -> list[dict[str, Any]]:
     f = event.finding
     by_run = {r.action.run.run_id: r for r in results}
     suspected = f.confidence is Confidence.SUSPECTED
-    icon = ":grey_question:" if suspected else ":rotating_light:"
-    head = f"{icon} {'Suspected duplicate' if suspected else 'Duplicate'} run of {f.dag_id}"
+    advice = _guidance(event, ui_url, results)
+    head = (
+        f"{icon(advice.level)} {advice.level}: {'Suspected duplicate' if suspected else 'Duplicate'} run of {f.dag_id}"
+    )
     facts = [
         f"*DAG:* `{_name(f.dag_id)}`  *Cluster:* {_name(event.cluster, 100)}",
         f"*Confidence:* {f.confidence.value}  *Kind:* {f.kind.value}",
@@ -311,11 +297,12 @@ def _group_blocks(event: AlertEvent, ui_url: str | None, results: Sequence[Remed
     if event.assets:
         facts.append("*Asset(s):* " + ", ".join(f"`{_name(a, _ASSET_LIMIT)}`" for a in event.assets))
     facts.append("*Shared asset event ids:* " + (", ".join(map(str, f.shared_event_ids)) or "none"))
-    facts.append(f"*Run after:* {_iso(f.run_after)}")
+    facts.append(f"*Run after:* {slack_date(f.run_after)}")
     if f.partition_key is not None:
         facts.append(f"*Partition key:* `{_name(f.partition_key)}`")
     blocks = [
         _header(head),
+        guidance_section(advice),
         _section(_fit(facts)),
         _section(_fit(["*Kept run*", _run_line(f.kept, ui_url)])),
         _section(
@@ -333,28 +320,33 @@ def _group_blocks(event: AlertEvent, ui_url: str | None, results: Sequence[Remed
     blocks.append(_section(remediation))
     if event.unrecorded:
         blocks.append(_context(":warning: " + escape(clip(may_repeat(event.unrecorded), SECTION_LIMIT - 20))))
-    blocks.append(_context(f"Detected {_iso(event.detected_at)} · group `{_name(f.key)}` · dupguard"))
+    blocks.append(links_context(DUPLICATE_ALERT, links, ui_url, f.dag_id))
+    blocks.append(_context(f"Detected {slack_date(event.detected_at)} · group `{_name(f.key)}` · dupguard"))
     return blocks
 
 
 def detected_message(
-    event: AlertEvent, ui_url: str | None = None, results: Sequence[RemediationResult] = ()
+    event: AlertEvent, ui_url: str | None = None, results: Sequence[RemediationResult] = (), *, links: Links = NO_LINKS
 ) -> Message:
-    """The first message about a group; with ``results`` it is the updated version showing the outcome."""
+    """The first message about a group; with ``results`` it is the updated version showing the outcome.
+    The fallback ``text`` (what a notification shows) starts with the severity in words."""
     shown = results or event.results
-    blocks = _group_blocks(event, ui_url, shown)
+    blocks = _group_blocks(event, ui_url, shown, links)
     text = plain_text(event if not shown else _with_results(event, shown), ui_url)
-    return Message(text=_fallback(text), blocks=tuple(blocks))
+    return Message(text=_fallback(f"{_guidance(event, ui_url, shown).headline}: {text}"), blocks=tuple(blocks))
 
 
 def _with_results(event: AlertEvent, results: Sequence[RemediationResult]) -> AlertEvent:
     return dataclasses.replace(event, kind=AlertKind.OUTCOME, results=tuple(results))
 
 
-def outcome_message(event: AlertEvent, ui_url: str | None = None, *, threaded: bool = True) -> Message:
+def outcome_message(
+    event: AlertEvent, ui_url: str | None = None, *, threaded: bool = True, links: Links = NO_LINKS
+) -> Message:
     """A remediation follow-up. In a thread it is short; standalone it repeats the whole group."""
     f = event.finding
     status = status_of(event.results)
+    advice = _guidance(event, ui_url, event.results)
     lines = [f"*{escape(status.label.capitalize())}* (mode `{_name(event.mode, 40)}`)"]
     if not threaded:
         lines.insert(
@@ -362,11 +354,20 @@ def outcome_message(event: AlertEvent, ui_url: str | None = None, *, threaded: b
             f"*Follow-up:* duplicate run of `{_name(f.dag_id)}` on {_name(event.cluster, 100)}, "
             f"kept `{_name(f.kept.run_id)}`, group `{_name(f.key)}`",
         )
-    lines += [f"• `{_name(r.action.run.run_id)}`: {escape(result_label(r))}" for r in event.results]
-    text = f"{f.dag_id}: {status.label}\n" + "\n".join(
+    lines += [
+        f"• `{_name(r.action.run.run_id)}`: {escape(result_label(r))}"
+        + (f" (committed {slack_date(r.committed_at)})" if r.committed_at else "")
+        for r in event.results
+    ]
+    text = f"{advice.headline}: {f.dag_id}: {status.label}\n" + "\n".join(
         f"{r.action.run.run_id}: {result_label(r)}" for r in event.results
     )
-    return Message(text=_fallback(text), blocks=(_section(_fit(lines, what="more runs")),))
+    blocks = (
+        guidance_section(advice),
+        _section(_fit(lines, what="more runs")),
+        links_context(DUPLICATE_ALERT, links, ui_url, f.dag_id),
+    )
+    return Message(text=_fallback(text), blocks=blocks)
 
 
 def _digest_line(event: AlertEvent, ui_url: str | None) -> str:
@@ -385,18 +386,22 @@ def _digest_line(event: AlertEvent, ui_url: str | None) -> str:
     return line if len(line) <= _LINK_LINE_LIMIT else _cut_mrkdwn(line, _LINK_LINE_LIMIT)
 
 
-def digest_message(events: Sequence[AlertEvent], ui_url: str | None = None) -> Message:
+def digest_message(events: Sequence[AlertEvent], ui_url: str | None = None, *, links: Links = NO_LINKS) -> Message:
     """One message listing many groups (an alert storm): at most 50 blocks, however many groups."""
     cluster = events[0].cluster if events else ""
     confirmed = sum(1 for e in events if e.finding.confidence is Confidence.CONFIRMED)
     head = f":rotating_light: {len(events)} duplicate DAG run groups on {cluster}"
+    level = "HIGH — duplicate runs detected" if confirmed else "WARNING — suspected duplicate runs"
     blocks: list[dict[str, Any]] = [
         _header(head),
         _section(
+            f"*{level}*\n*What to do now:* watch this thread: each group's outcome follows, and a CRITICAL "
+            "one (both runs executed, or a stop failed) needs its runs checked.\n"
             f"*Alert storm:* {len(events)} groups within a minute ({confirmed} confirmed, "
             f"{len(events) - confirmed} suspected), listed here instead of one message each. "
             "Every group is logged in full as `duplicate_detected`."
         ),
+        links_context(DUPLICATE_ALERT, links),
     ]
     unrecorded = next((e.unrecorded for e in events if e.unrecorded), None)
     if unrecorded:
@@ -437,13 +442,24 @@ def _digest_text(events: Sequence[AlertEvent]) -> str:
     return "\n".join(out)
 
 
-def digest_outcome_message(events: Sequence[AlertEvent]) -> Message:
-    """Remediation outcomes of groups first announced in a digest, as one follow-up."""
-    lines = [f"*Remediation outcomes* ({len(events)} groups)"]
-    for e in events:
-        lines.append(f"• `{_name(e.finding.dag_id, 100)}`: {escape(status_of(e.results).label)}")
-    text = "\n".join(f"{e.finding.dag_id}: {status_of(e.results).label}" for e in events)
-    return Message(text=_fallback(text), blocks=(_section(_fit(lines, what="more groups")),))
+def digest_outcome_message(events: Sequence[AlertEvent], *, links: Links = NO_LINKS) -> Message:
+    """Remediation outcomes of groups first announced in a digest, as one follow-up, each group with its
+    severity in words (the worst first: what on-call handles first)."""
+    ranked = sorted(events, key=lambda e: _LEVELS.index(_guidance(e, None, e.results).level))
+    lines = [
+        f"*Remediation outcomes* ({len(events)} groups)",
+        "*What to do now:* each CRITICAL or HIGH group needs its runs checked or its duplicate stopped by hand "
+        "(the group's `remediation_outcome` log line names them); INFO ones need nothing.",
+    ]
+    for e in ranked:
+        g = _guidance(e, None, e.results)
+        lines.append(f"• *{g.level}* `{_name(e.finding.dag_id, 100)}`: {escape(status_of(e.results).label)}")
+    text = "\n".join(f"{e.finding.dag_id}: {status_of(e.results).label}" for e in ranked)
+    blocks = (_section(_fit(lines, what="more groups")), links_context(DUPLICATE_ALERT, links))
+    return Message(text=_fallback(text), blocks=blocks)
+
+
+_LEVELS = ("CRITICAL", "HIGH", "WARNING", "INFO")
 
 
 # --- generic webhook ---------------------------------------------------------------------------------

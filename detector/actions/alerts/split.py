@@ -8,18 +8,14 @@ at all), so it has its own message and webhook ``type`` ``split_partition`` in t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from detector.actions.alerts.format import (
-    SCHEMA,
-    SUMMARY_LIMIT,
-    TEXT_LIMIT,
-    Message,
-    clip,
-    escape,
-)
+from detector.actions.alerts.format import SCHEMA, SUMMARY_LIMIT, TEXT_LIMIT, Message
+from detector.actions.alerts.oncall import NO_LINKS, SPLIT_ALERT, Guidance, Links, guidance_section, icon, links_context
+from detector.actions.alerts.text import clip, context, escape, grid_url, header, section, slack_date
 from detector.core.split import SplitPartition, split_dict
 
 _ADVICE = (
@@ -35,9 +31,15 @@ class SplitNotice:
 
     key: str
     text: str
-    message: Message
     payload: dict[str, Any]
     log_fields: dict[str, Any]
+    split: SplitPartition
+    cluster: str
+    detected_at: datetime
+
+    def message(self, ui_url: str | None = None, links: Links | None = None) -> Message:
+        """The Slack message, with the links each Slack channel has configured."""
+        return split_message(self, ui_url, links or NO_LINKS)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -49,11 +51,44 @@ def _title(split: SplitPartition, cluster: str) -> str:
     return f"Split partition key {split.partition_key} of DAG {split.dag_id} on {cluster}: {state}"
 
 
-def _row_line(split: SplitPartition, index: int) -> str:
+def _row_line(split: SplitPartition, index: int, when: Callable[[datetime], str | None] = _iso) -> str:
     r = split.rows[index]
     made = "pending" if r.pending else f"made dag_run id {r.created_dag_run_id}"
     events = ", ".join(map(str, r.event_ids)) or "none"
-    return f"row {r.id}: created {_iso(r.created_at)} ({r.age_seconds:.0f} s ago), {made}, asset events {events}"
+    return f"row {r.id}: created {when(r.created_at)} ({r.age_seconds:.0f} s ago), {made}, asset events {events}"
+
+
+def _guidance(split: SplitPartition, ui_url: str | None) -> Guidance:
+    grid = grid_url(ui_url, split.dag_id)
+    where = f" (<{grid}|DAG grid view>)" if grid and len(grid) <= 900 else ""
+    dag, key = f"`{escape(clip(split.dag_id, 250))}`", f"`{escape(clip(split.partition_key, 250))}`"
+    if split.waiting:
+        todo = (
+            f"Check{where} whether {dag} must be triggered for partition key {key} by hand; dupguard changes nothing."
+        )
+        return Guidance("HIGH", "the consumer waits for ever for this partition key", todo)
+    todo = (
+        f"Check{where} whether {dag} ran twice for partition key {key}; if it did, check the downstream effects "
+        "of both runs. dupguard changes nothing."
+    )
+    return Guidance("WARNING", "an orphaned pending row: the consumer may run twice", todo)
+
+
+def split_message(notice: SplitNotice, ui_url: str | None = None, links: Links = NO_LINKS) -> Message:
+    """The Slack message of a split: severity and what to do first, the rows, then the runbook and links."""
+    split = notice.split
+    # ids, counts and dates only: nothing to escape (escaping would break the date tokens)
+    rows = "\n".join(_row_line(split, i, slack_date) for i in range(len(split.rows)))
+    advice = _guidance(split, ui_url)
+    since = f"Split since {slack_date(split.split_at)} · detected {slack_date(notice.detected_at)} · "
+    blocks = (
+        header(f"{icon(advice.level)} {advice.level}: {_title(split, notice.cluster)}"),
+        guidance_section(advice),
+        section(rows + "\n" + escape(_ADVICE)),
+        links_context(SPLIT_ALERT, links, ui_url, split.dag_id),
+        context(since + escape(f"{split.key} · dupguard")),
+    )
+    return Message(text=escape(clip(f"{advice.headline}: {notice.text}", TEXT_LIMIT)), blocks=blocks)
 
 
 def split_text(split: SplitPartition, cluster: str, detected_at: datetime) -> str:
@@ -75,23 +110,6 @@ def split_log_fields(split: SplitPartition, cluster: str, detected_at: datetime)
 def split_notice(split: SplitPartition, cluster: str, detected_at: datetime) -> SplitNotice:
     text = split_text(split, cluster, detected_at)
     title = _title(split, cluster)
-    blocks = (
-        {"type": "header", "text": {"type": "plain_text", "text": clip(":jigsaw: " + title, 150), "emoji": True}},
-        {
-            "type": "section",
-            "text": {
-                "type": "mrkdwn",
-                "text": clip(
-                    escape("\n".join(_row_line(split, i) for i in range(len(split.rows)))) + "\n" + escape(_ADVICE),
-                    3000,
-                ),
-            },
-        },
-        {
-            "type": "context",
-            "elements": [{"type": "mrkdwn", "text": clip(escape(f"{split.key} · dupguard"), 3000)}],
-        },
-    )
     fields = split_log_fields(split, cluster, detected_at)
     payload = {
         "schema": SCHEMA,
@@ -106,7 +124,9 @@ def split_notice(split: SplitPartition, cluster: str, detected_at: datetime) -> 
     return SplitNotice(
         key=split.key,
         text=text,
-        message=Message(text=escape(clip(text, TEXT_LIMIT)), blocks=blocks),
         payload=payload,
         log_fields=fields,
+        split=split,
+        cluster=cluster,
+        detected_at=detected_at,
     )
