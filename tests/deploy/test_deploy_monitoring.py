@@ -20,11 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.support import CHART, DEPLOY, load_documents, require_module, validate_objects
+from tests.deploy.support import CHART, DEPLOY, REPO, load_documents, require_module, validate_objects
 
 RULES = CHART / "files" / "prometheus-rules.yaml"
 DASHBOARD = CHART / "files" / "grafana-dashboard.json"
 RULES_TEST = Path(__file__).parent / "promtool" / "rules-test.yaml"
+RUNBOOKS = REPO / "docs" / "runbooks.md"
+RUNBOOK_PARTS = ("What it means", "How to check", "What to do", "How to silence")
 MONITORING_ON = {
     "monitoring": {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
@@ -67,7 +69,7 @@ def dashboard_expressions() -> list[tuple[str, str]]:
     for variable in dashboard["templating"]["list"]:
         if variable["type"] == "query":
             query = variable["query"]["query"]
-            out.append((f"variable {variable['name']}", re.sub(r"^label_values\((\w+),.*\)$", r"\1", query)))
+            out.append((f"variable {variable['name']}", re.sub(r"^label_values\((.+), \w+\)$", r"\1", query)))
     return out
 
 
@@ -86,13 +88,48 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+def runbook_sections() -> dict[str, str]:
+    """docs/runbooks.md: anchor (an ``<a id>`` before each ``## <alert>`` heading) -> its section."""
+    text = RUNBOOKS.read_text()
+    parts = re.split(r'^<a id="(\w+)"></a>\n', text, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
 def test_alert_rules_pass_promtool_check_and_have_runbooks() -> None:
-    """promtool check rules accepts the rule file and the rules as the PrometheusRule carries them."""
+    """promtool check rules accepts the rule file; every alert's runbook_url names its own section of
+    docs/runbooks.md (as the kube-prometheus mixins do), and that section says what the alert means,
+    how to check, what to do and how to silence it."""
     run_promtool("check", "rules", str(RULES))
+    sections = runbook_sections()
     for group in yaml.safe_load(RULES.read_text())["groups"]:
         for rule in group["rules"]:
-            assert rule["annotations"].get("runbook"), f"{rule['alert']}: runbook line"
+            alert = rule["alert"]
+            assert rule["annotations"].get("runbook_url") == f"docs/runbooks.md#{alert}", alert
             assert rule["labels"]["severity"] in {"critical", "warning"}
+            section = sections.get(alert, "")
+            assert section.startswith(f"## {alert}\n"), f"{alert}: no section in docs/runbooks.md"
+            for part in RUNBOOK_PARTS:
+                assert f"**{part}.**" in section, f"{alert}: runbook section lacks {part!r}"
+    # The Alertmanager sink's alerts (DupguardDuplicateRun, DupguardSplitPartition) have theirs too.
+    assert {"DupguardDuplicateRun", "DupguardSplitPartition"} <= sections.keys()
+
+
+def test_dashboard_filters_every_query_by_cluster_and_namespace() -> None:
+    """The dashboard's cluster and namespace variables (namespace values within the chosen clusters)
+    reach every panel query: each metric selector carries both matchers, so no panel mixes clusters."""
+    variables = {v["name"]: v for v in json.loads(DASHBOARD.read_text())["templating"]["list"]}
+    assert variables["cluster"]["query"]["query"] == "label_values(dupguard_build_info, cluster)"
+    namespace_query = 'label_values(dupguard_build_info{cluster=~"$cluster"}, namespace)'
+    assert variables["namespace"]["query"]["query"] == namespace_query
+    for name in ("cluster", "namespace"):  # a Prometheus without cluster labels: All matches the empty value
+        assert variables[name]["includeAll"] and variables[name]["allValue"] == ".*"
+    matchers = '{cluster=~"$cluster", namespace=~"$namespace"}'
+    for title, expr in dashboard_expressions():
+        if title.startswith("variable "):
+            continue
+        for name in metric_names(expr):
+            uses = re.findall(rf"\b{name}\b(\{{[^}}]*\}})?", expr)
+            assert uses and all(u == matchers for u in uses), f"panel {title!r}: {name} not filtered: {expr}"
 
 
 def test_alert_rules_unit_tests(tmp_path: Path) -> None:
