@@ -135,6 +135,8 @@ def start_daemon(
         acting = build_remediator(config, engine, db.tables, metrics, fence=lock.fence, **(backend_options or {}))
     else:
         acting = remediator = remediator or RecordingRemediator()
+    # as build_parts does: every result's series at 0 from the start (the alert rules' increase() needs it)
+    metrics.init_remediations(config.remediation, getattr(acting, "backend_name", "none"))
     if wrap_remediator is not None:
         acting = wrap_remediator(acting)
     ledger = DbLedger(engine) if durable else MemoryLedger()
