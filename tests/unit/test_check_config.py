@@ -91,3 +91,13 @@ def test_scan_refuses_bare_number_durations(flag: str, capsys: pytest.CaptureFix
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert flag in err and "10ms" in err and "10s" in err
+
+
+def test_init_db_help_names_only_its_own_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """`init-db --help` does not send the reader to a `--source` flag init-db does not have (issue 24)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["init-db", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--source" not in text
+    assert "--database-url" in text and "DUPGUARD_DATABASE_URL_FILE" in text and "Required." in text
