@@ -136,7 +136,7 @@ def pool(reports: list[dict[str, Any]]) -> dict[str, Any]:
         "duplicate_runs",
         "prevented_by_guard",
         "stopped_before_start",
-        "caught_after_start",
+        "detected_but_ran",
         "missed",
         "not_started_not_stopped",
         "failed_by_airflow_before_start",
@@ -191,7 +191,7 @@ def table(reports: list[dict[str, Any]]) -> str:
     head = (
         "| source | backend | mode | pickup | guard | fault inj. | faults | n | events (trigger) | dup. groups "
         "| detected | false pos. | kept runs touched | duplicates | prevented (guard) | stopped before start "
-        "| caught after start | missed | not run, not stopped | catch rate [95 % CI] (per-run range) "
+        "| detected but ran | missed | not run, not stopped | catch rate [95 % CI] (per-run range) "
         "| detection p50 / p99 or max ms | latency p50 / p99 or max ms | deadline p50 / p99 or max ms "
         "| API outage: waiting → stopped / not run / ran |"
     )
@@ -224,16 +224,22 @@ def table(reports: list[dict[str, Any]]) -> str:
                 f"| {', '.join(faults) or '-'} | {n} | {p['asset_events']} ({p['asset_events_from_trigger']}) "
                 f"| {p['duplicate_groups']} | {p['groups_detected']} | {p['false_positives']} "
                 f"| {p['remediations_of_kept_runs']} | {p['duplicate_runs']} | {p['prevented_by_guard']} "
-                f"| {p['stopped_before_start']} | {p['caught_after_start']} | {p['missed']} "
+                f"| {p['stopped_before_start']} | {p['detected_but_ran']} | {p['missed']} "
                 f"| {p['not_started_not_stopped']} | {rate} | {_tail(det)} "
                 f"| {_tail(lat)} | {_tail(dl)} | {outage} |"
             )
     return "\n".join(out) + "\n"
 
 
+OLD_RAN_KEY = "caught_after_start"  # the e2e label "detected but ran" in results stored before issue 24
+
+
 def stored(tag: str) -> list[dict[str, Any]]:
     """The reports of a finished (or interrupted) matrix."""
     runs: list[dict[str, Any]] = json.loads((RESULTS / f"e2e_{tag}.json").read_text())["runs"]
+    for report in runs:  # stored before the label was renamed (it is not the remediation result of that name)
+        if OLD_RAN_KEY in report and "detected_but_ran" not in report:
+            report["detected_but_ran"] = report.pop(OLD_RAN_KEY)
     return runs
 
 

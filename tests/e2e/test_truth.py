@@ -2,7 +2,7 @@
 
 The e2e test's hard guarantees are only as good as this bookkeeping, so each category is pinned
 here: the grouping rule (run_after, or partition_key for partitioned runs), stopped before start,
-prevented by the guard, caught after start, missed, false positive,
+prevented by the guard, detected but ran, missed, false positive,
 and the three ways a kept run can be touched.
 """
 
@@ -92,7 +92,7 @@ def test_the_guard_prevents_and_a_started_duplicate_is_caught_late() -> None:
     tis = [ti(1, "a", "success", 50), ti(2, "a", "skipped", None), ti(3, "b", "success", 60), ti(4, "b", "success", 70)]
     log = [detected("a", 1, 2, kept=1), detected("b", 3, 4, kept=3)]
     r = verdict(runs, [[1, 2], [3, 4]], tis, log)
-    assert (r["prevented_by_guard"], r["caught_after_start"], r["missed"]) == (1, 1, 0)
+    assert (r["prevented_by_guard"], r["detected_but_ran"], r["missed"]) == (1, 1, 0)
     assert r["catch_rate"] == 0.5
 
 
@@ -133,12 +133,12 @@ def test_percentiles_use_nearest_rank() -> None:
 
 def test_a_remediation_that_airflow_overwrote_is_counted() -> None:
     """dupguard's skip of run 2 committed at 50 ms, yet its task started at 200 ms (the scheduler set
-    it back to scheduled): caught after start, and counted as remediated_then_ran."""
+    it back to scheduled): detected but ran, and counted as remediated_then_ran."""
     runs = [run(1, "a"), run(2, "a", note=SIDECAR_NOTE + " ...", end=50)]
     runs[1]["end_date"] = ms(900)  # the run itself finished normally
     tis = [ti(1, "a", "success", 100), ti(2, "a", "success", 200, 300)]
     r = verdict(runs, [[1, 2]], tis, [detected("a", 1, 2, kept=1)])
-    assert (r["caught_after_start"], r["remediated_then_ran"], r["remediated_after_start"]) == (1, 1, 0)
+    assert (r["detected_but_ran"], r["remediated_then_ran"], r["remediated_after_start"]) == (1, 1, 0)
     assert r["remediations_of_kept_runs"] == 0
 
 
@@ -219,11 +219,11 @@ def test_a_task_airflow_failed_before_it_started_did_not_run() -> None:
     """Run 2's task is ``failed`` with no start_date: the executor reported a failure before the
     task's ti_run (its worker could not reach the Execution API during an API outage) and the
     scheduler marked it failed. No task of the duplicate ran and dupguard did not stop it: neither
-    caught after start nor a catch, and the deadline ignores it."""
+    detected but ran nor a catch, and the deadline ignores it."""
     runs = [run(1, "a"), run(2, "a", state="failed")]
     tis = [ti(1, "a", "success", 100), ti(2, "a", "failed", None, 9000)]
     r = verdict(runs, [[1, 2]], tis, [detected("a", 1, 2, kept=1)])
-    assert (r["caught_after_start"], r["stopped_before_start"], r["not_started_not_stopped"]) == (0, 0, 1)
+    assert (r["detected_but_ran"], r["stopped_before_start"], r["not_started_not_stopped"]) == (0, 0, 1)
     assert r["failed_by_airflow_before_start"] == 1
     assert r["catch_rate"] == 0.0
     assert r["deadline_ms"]["n"] == 1
@@ -246,12 +246,12 @@ def test_the_outage_judge_wants_every_duplicate_waiting_at_the_api_return_stoppe
     task has a start_date inside the outage (the worker's first ti_run attempt, accepted only once
     the API answered): it had not started at the return either, and ran: a miss too."""
     dups = [
-        _dup("d1", 0, 500, "caught_after_start"),
+        _dup("d1", 0, 500, "detected_but_ran"),
         _dup("d2", 2000, None, "stopped_before_start"),
-        _dup("d3", 3000, 31000, "caught_after_start"),
+        _dup("d3", 3000, 31000, "detected_but_ran"),
         _dup("d4", 4000, None, "not_started_not_stopped"),
         _dup("d5", 40000, None, "stopped_before_start"),
-        _dup("d6", 5000, 9000, "caught_after_start"),
+        _dup("d6", 5000, 9000, "detected_but_ran"),
     ]
     faults = [
         {"what": "api_down", "at": ms(1000).isoformat()},

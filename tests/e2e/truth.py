@@ -22,9 +22,9 @@ Terms in the report:
   (dupguard's keep rule), else the lowest id;
 * a duplicate is **stopped before start** when no task instance of it ever reached running (or a
   later state: success, failed, up_for_retry, ...) and it carries a dupguard note (sidecar) or the
-  guard's note (**prevented**); **caught after start** when its group was detected but a task ran;
+  guard's note (**prevented**); **detected but ran** when its group was detected but a task ran;
   **missed** when the group was never detected (and the guard did not prevent it);
-* **catch rate** = (prevented + stopped before start) / duplicates; among the caught after start,
+* **catch rate** = (prevented + stopped before start) / duplicates; among the detected but ran,
   ``remediated_then_ran`` counts those whose remediation was committed *before* their first task
   started (Airflow overwrote it) and ``remediated_after_start`` those committed after;
 * **remediations of kept runs** = runs touched by dupguard that were not duplicates: outside every
@@ -32,7 +32,7 @@ Terms in the report:
 * **latency** = the duplicate's ``queued_at`` (its creation) to the committed remediation:
   ``dag_run.end_date`` for ``fail``; the first ``end_date`` of its skipped task instances for
   ``skip`` (the note's ``created_at`` if none), over every duplicate dupguard stopped (a task can
-  start between dupguard's re-read and an API call; such a run counts as caught after start, its
+  start between dupguard's re-read and an API call; such a run counts as detected but ran, its
   latency is still a latency); the **deadline** of the same run is ``queued_at``
   to the first ``start_date`` of a task instance that really started, over every consumer run that ran.
 """
@@ -254,7 +254,7 @@ def judge_faults(report: dict[str, Any], faults: list[dict[str, Any]], log: list
             "ran": [
                 {"dag_id": d["dag_id"], "run_id": d["run_id"], "category": d["category"]}
                 for d in waiting
-                if d["category"] in ("caught_after_start", "missed")
+                if d["category"] in ("detected_but_ran", "missed")
             ],
         }
     return out
@@ -384,7 +384,7 @@ def judge(
             elif rid in sidecar_touched and not ran:
                 cat = "stopped_before_start"
             elif gi in detected_groups and ran:
-                cat = "caught_after_start"
+                cat = "detected_but_ran"
             elif gi not in detected_groups and rid not in guard_touched:
                 cat = "missed"
             else:
@@ -403,7 +403,7 @@ def judge(
                 ms = _ms(committed, r["queued_at"])
                 if ms is not None:
                     latency.append(ms)
-                if cat == "caught_after_start" and committed is not None and first is not None:
+                if cat == "detected_but_ran" and committed is not None and first is not None:
                     # committed before the task started, yet it ran: Airflow overwrote the change
                     # (e.g. schedule_tis' unguarded UPDATE ... SET state='scheduled' after an API skip)
                     counts["remediated_then_ran" if committed < first else "remediated_after_start"] += 1
@@ -479,7 +479,7 @@ def judge(
         "guard_notes_outside_groups": guard_outside,
         "prevented_by_guard": counts["prevented_by_guard"],
         "stopped_before_start": counts["stopped_before_start"],
-        "caught_after_start": counts["caught_after_start"],
+        "detected_but_ran": counts["detected_but_ran"],
         "missed": counts["missed"],
         "remediated_then_ran": counts["remediated_then_ran"],
         "remediated_after_start": counts["remediated_after_start"],
@@ -518,7 +518,7 @@ def summary_line(report: dict[str, Any]) -> str:
         f"groups={report['duplicate_groups']} detected={report['groups_detected']} "
         f"false_positives={report['false_positives']} kept_runs_touched={report['remediations_of_kept_runs']} | "
         f"duplicates={report['duplicate_runs']} prevented_by_guard={report['prevented_by_guard']} "
-        f"stopped_before_start={report['stopped_before_start']} caught_after_start={report['caught_after_start']} "
+        f"stopped_before_start={report['stopped_before_start']} detected_but_ran={report['detected_but_ran']} "
         f"missed={report['missed']} catch_rate={_pct(report['catch_rate'])} | "
         f"latency p50/p99={lat['p50']}/{lat['p99']} ms deadline p50/p99={dl['p50']}/{dl['p99']} ms "
         f"(fault injection {'on' if report['fault_injection'] else 'off'})" + _fault_summary(report)

@@ -26,7 +26,7 @@ def _run(name: str, *, backend: str, duplicates: int, stopped: int, seed: int) -
         "groups_detected": duplicates,
         "duplicate_runs": duplicates,
         "stopped_before_start": stopped,
-        "caught_after_start": duplicates - stopped,
+        "detected_but_ran": duplicates - stopped,
         "catch_rate": stopped / duplicates,
         "samples_ms": {"detection": [10.0, 30.0]},
     }

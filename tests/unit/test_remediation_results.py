@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from detector.actions.alerts.format import result_label, status_of
+from detector.actions.remediation.guarded import judge, passive_result
 from detector.actions.remediation.readback import NO_START_DATE
 from detector.app.cli import main
 from detector.config import SETTINGS
@@ -18,6 +19,7 @@ from detector.core.detect import find_duplicates
 from detector.core.model import Finding, TaskProgress
 from detector.core.plan import Action, Mode, Outcome, note_for, plan
 from detector.core.ports import RemediationResult, Result
+from detector.metadb.queries import RunState, TaskState
 from tests.factories import T0, run
 
 EVENTS = {1: frozenset({7}), 2: frozenset({7})}
@@ -27,6 +29,31 @@ def _action() -> tuple[Finding, Action]:
     [finding] = find_duplicates([run(id=1), run(id=2)], EVENTS, {})
     [action] = plan([finding], Mode.FAIL, now=T0)
     return finding, action
+
+
+def _too_late_results(action: Action) -> list[RemediationResult]:
+    """Every too-late text dupguard writes: the planner's, and both of the re-read's verdicts."""
+    planned = passive_result(replace(action, outcome=Outcome.TOO_LATE))
+    assert planned is not None
+    found = [planned]
+    for ti in (TaskState("extract", -1, "running", pid=42), TaskState("extract", -1, "failed")):
+        state = RunState(action.run.id, action.dag_id, action.run.run_id, "running", (ti,))
+        verdict = judge(action, state, remediate_started=False)
+        assert verdict.result is Result.TOO_LATE
+        found.append(RemediationResult(action, Result.TOO_LATE, verdict.detail))
+    return found
+
+
+def test_a_too_late_label_says_too_late_once() -> None:
+    """Issue 24 §1: the alert's line read "too late: … left alone: too late: … left alone" (the
+    label, then a detail saying the same). Each too-late text now appears once, its reason kept."""
+    _, action = _action()
+    labels = [result_label(r) for r in _too_late_results(action)]
+    assert [label.count("too late") for label in labels] == [1, 1, 1], labels
+    assert [label.count("left alone") for label in labels] == [1, 0, 0], labels
+    assert "its tasks had left queued when planned" in labels[0]
+    assert "both runs executed" in labels[1] and "extract=running" in labels[1]
+    assert "before any worker ran them" in labels[2]
 
 
 def test_unknown_is_its_own_status_and_label() -> None:
