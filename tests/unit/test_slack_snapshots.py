@@ -21,16 +21,20 @@ from typing import Any
 
 import pytest
 
+from detector.actions.alerts.dispatch import build_alerter
 from detector.actions.alerts.format import Message, detected_message, digest_message, digest_outcome_message
 from detector.actions.alerts.format import outcome_message as reply
 from detector.actions.alerts.oncall import Links
 from detector.actions.alerts.slack import SlackBot, make_web_client
 from detector.actions.alerts.split import split_notice
 from detector.actions.remediation.guarded import passive_result
+from detector.app.ledger import MemoryLedger
+from detector.config import Config
 from detector.core.model import Confidence, Finding, Kind, TaskProgress
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Result, StartedTask
 from detector.core.split import SplitPartition, SplitRow
+from detector.metrics import Metrics
 from tests.factories import T0, run
 from tests.slack_server import SlackServer
 
@@ -47,7 +51,7 @@ def _finding(confidence: Confidence = Confidence.CONFIRMED, started: bool = Fals
     dup = replace(run("orders_consumer", id=902, job=12), creator_hostname="scheduler-1")
     progress = {902: TaskProgress(total=3, started=1 if started else 0)}
     return Finding(
-        key="asset:orders_consumer:4711,4712",
+        key=f"asset|orders_consumer|{T0.isoformat()}",  # as detect.py makes it
         kind=Kind.ASSET,
         confidence=confidence,
         dag_id="orders_consumer",
@@ -138,17 +142,20 @@ def _outcome_messages(name: str) -> dict[str, Message]:
     }
 
 
-def _split() -> dict[str, Message]:
+def _split_partition() -> SplitPartition:
     rows = (
         SplitRow(id=7, created_at=T0, created_dag_run_id=None, event_ids=(31,), age_seconds=95.0),
         SplitRow(
             id=8, created_at=T0 + timedelta(seconds=1), created_dag_run_id=None, event_ids=(32,), age_seconds=94.0
         ),
     )
-    split = SplitPartition(
+    return SplitPartition(
         key="split:7", dag_id="daily_report", partition_key="2026-03-12", rows=rows, split_at=rows[1].created_at
     )
-    notice = split_notice(split, "prod-eu", T0 + timedelta(seconds=95))
+
+
+def _split() -> dict[str, Message]:
+    notice = split_notice(_split_partition(), "prod-eu", T0 + timedelta(seconds=95))
     return {"message": notice.message(UI, LINKS), "without_links": notice.message()}
 
 
@@ -178,7 +185,7 @@ def _others() -> Iterator[tuple[str, dict[str, Message]]]:
         },
     )
     yield "split_partition", _split()
-    events = [_event(replace(f, key=f"asset:orders_consumer:{i}")) for i in range(3)]
+    events = [_event(replace(f, key=f"{f.key}#{i}")) for i in range(3)]
     outcomes = [
         replace(e, kind=AlertKind.OUTCOME, results=(OUTCOMES[n][0](e.finding),))
         for e, n in zip(events, ("done", "too_late", "failed"), strict=True)
@@ -316,3 +323,33 @@ def test_times_are_slack_date_tokens_with_the_iso_time_as_fallback(name: str) ->
             assert len(DATE.findall(text)) >= 2, f"{name}: no date tokens"
     if name in ("done", "caught_after_start"):  # the stop's commit time, in the thread reply
         assert DATE.search(_mrkdwn(CASES[name]["thread_reply"]))
+
+
+def test_the_daemons_alerter_sends_the_configured_links(slack: SlackServer) -> None:
+    """build_alerter passes DUPGUARD_RUNBOOK_URL, DUPGUARD_GRAFANA_DASHBOARD_URL and the UI URL to both
+    Slack messages of a group (the first, updated with the outcome, and the thread reply) and to a split."""
+    config = Config.of(
+        slack_bot_token=slack.token,
+        slack_channel="#dupguard",
+        slack_api_url=slack.api_url,
+        airflow_ui_url=UI,
+        runbook_url=LINKS.runbook_url,
+        grafana_dashboard_url=LINKS.grafana_url,
+        cluster_name="prod-eu",
+    )
+    alerter = build_alerter(config, MemoryLedger(), Metrics())
+    first = _event(_finding())
+    alerter.notify(first)
+    assert slack.wait_for(lambda: any(m.channel == "CDUPGUARD" for m in slack.messages.values()))
+    alerter.notify(replace(first, kind=AlertKind.OUTCOME, results=(OUTCOMES["too_late"][0](first.finding),)))
+    alerter.notify_split(split_notice(_split_partition(), "prod-eu", T0))
+    alerter.close(10)
+    posted = [m for m in slack.messages.values() if m.channel == "CDUPGUARD"]
+    sent = [{"text": m.text, "blocks": m.blocks} for m in posted] + [u for m in posted for u in m.updates]
+    assert len(sent) == 4 and slack.rejected == []  # first, reply, split, and the first one's update
+    for message in sent:
+        links = json.dumps(message["blocks"])
+        assert (
+            f"{LINKS.runbook_url}#Dupguard" in links and f"<{LINKS.grafana_url}|" in links and "DAG grid view" in links
+        )
+    assert posted[0].updates[0]["blocks"][1]["text"]["text"].startswith("*CRITICAL — both runs executed*")
