@@ -99,6 +99,18 @@ def _url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _urls(text: str) -> tuple[str, ...]:
+    """A comma-separated list of base URLs (an Alertmanager HA pair: every one gets every alert)."""
+    parts = [u.strip() for u in text.split(",") if u.strip()]
+    if any("@" in u.partition("://")[2].partition("/")[0] for u in parts):
+        # a ConfigError: load() shows a ValueError's raw value, which would show the password
+        raise ConfigError(["credentials in a URL (value hidden): use DUPGUARD_ALERTMANAGER_USERNAME/_PASSWORD"])
+    urls = tuple(_url(u) for u in parts)
+    if len(set(urls)) != len(urls):
+        raise ValueError("a URL is listed twice")
+    return urls
+
+
 def _file(text: str) -> str:
     try:
         ok = Path(text).is_file()
@@ -317,6 +329,33 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "webhook_url", None, _url, "Generic JSON webhook for PagerDuty/Opsgenie/Teams-style receivers.", secret=True
     ),
+    Setting(
+        "alertmanager_urls",
+        (),
+        _urls,
+        "Comma-separated Alertmanager base URLs (API v2); every one gets every alert (an HA pair).",
+    ),
+    Setting("alertmanager_username", None, str, "Alertmanager basic-auth user."),
+    Setting("alertmanager_password", None, str, "Password of that user.", secret=True),
+    Setting(
+        "alertmanager_bearer_token", None, str, "Bearer token for Alertmanager (instead of basic auth).", secret=True
+    ),
+    Setting("alertmanager_ca_bundle", None, _file, "CA bundle file for Alertmanager's TLS certificate."),
+    Setting("alertmanager_verify_tls", True, _bool, "Verify Alertmanager's TLS certificate."),
+    Setting(
+        "alertmanager_resend_interval",
+        timedelta(minutes=1),
+        _positive_duration,
+        "How often an open alert is pushed again (its endsAt is 4 intervals ahead: Alertmanager resolves "
+        "it by itself if dupguard stops).",
+    ),
+    Setting(
+        "alertmanager_resolve_after",
+        timedelta(minutes=5),
+        _positive_duration,
+        "An alert whose outcome is final stays firing this long after its first push (longer than the "
+        "route's group_wait, so it is notified), then resolves.",
+    ),
     Setting("alert_storm_threshold", 5, _positive_int, "More groups than this within a minute become one digest."),
     Setting("alert_timeout", timedelta(seconds=5), _positive_duration, "Timeout of each alert delivery call."),
 )
@@ -371,6 +410,14 @@ class Config:
     slack_webhook_url: str | None = field(repr=False)
     slack_api_url: str | None
     webhook_url: str | None = field(repr=False)
+    alertmanager_urls: tuple[str, ...]
+    alertmanager_username: str | None
+    alertmanager_password: str | None = field(repr=False)
+    alertmanager_bearer_token: str | None = field(repr=False)
+    alertmanager_ca_bundle: str | None
+    alertmanager_verify_tls: bool
+    alertmanager_resend_interval: timedelta
+    alertmanager_resolve_after: timedelta
     alert_storm_threshold: int
     alert_timeout: timedelta
 
@@ -399,6 +446,8 @@ class Config:
                 out[f.name] = _redact.MASK
             elif setting.parse is _url:
                 out[f.name] = _redact.web_url(value)
+            elif setting.parse is _urls:
+                out[f.name] = [_redact.web_url(u) for u in value]
             elif isinstance(value, timedelta):
                 out[f.name] = value.total_seconds()
             else:
@@ -527,7 +576,17 @@ def _cross_checks(v: Mapping[str, Any]) -> list[str]:
         problems.append("DUPGUARD_REMEDIATION_BACKEND=db cannot write to SQLite: dupguard opens SQLite read-only")
     if v.get("slack_bot_token") and not v.get("slack_channel"):
         problems.append("DUPGUARD_SLACK_BOT_TOKEN needs DUPGUARD_SLACK_CHANNEL")
+    problems.extend(_alertmanager_checks(v))
     return problems
+
+
+def _alertmanager_checks(v: Mapping[str, Any]) -> list[str]:
+    """At most one way to authenticate to Alertmanager, and a whole one."""
+    if v.get("alertmanager_bearer_token") and (v.get("alertmanager_username") or v.get("alertmanager_password")):
+        return ["set DUPGUARD_ALERTMANAGER_BEARER_TOKEN or DUPGUARD_ALERTMANAGER_USERNAME/_PASSWORD, not both"]
+    if bool(v.get("alertmanager_username")) != bool(v.get("alertmanager_password")):
+        return ["DUPGUARD_ALERTMANAGER_USERNAME and DUPGUARD_ALERTMANAGER_PASSWORD go together (basic auth)"]
+    return []
 
 
 def api_auth_problems(v: Mapping[str, Any], who: str) -> list[str]:

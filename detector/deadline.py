@@ -23,6 +23,7 @@ import http.client
 import io
 import itertools
 import socket
+import ssl
 import threading
 import time
 import urllib.request
@@ -226,8 +227,8 @@ class _Handler(urllib.request.HTTPHandler):
 
 
 class _SHandler(urllib.request.HTTPSHandler):
-    def __init__(self, peer: str) -> None:
-        super().__init__()
+    def __init__(self, peer: str, context: ssl.SSLContext | None = None) -> None:
+        super().__init__(context=context)
         self.peer = peer
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
@@ -235,10 +236,11 @@ class _SHandler(urllib.request.HTTPSHandler):
         return _bounded(lambda r: self.do_open(_SWatched, r, context=context), req, self.peer)
 
 
-def opener(peer: str) -> urllib.request.OpenerDirector:
+def opener(peer: str, context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
     """urllib's default opener (proxies from the environment, redirects, errors as ``HTTPError``)
-    whose every request with a timeout has that timeout as its whole-request deadline."""
-    return urllib.request.build_opener(_Handler(peer), _SHandler(peer))
+    whose every request with a timeout has that timeout as its whole-request deadline; ``context``:
+    the TLS settings of HTTPS requests (None: the system's CAs, verified)."""
+    return urllib.request.build_opener(_Handler(peer), _SHandler(peer, context))
 
 
 def install(peer: str) -> None:

@@ -48,6 +48,8 @@ from slack_sdk import WebClient
 from slack_sdk.webhook import WebhookClient
 
 from detector import logs
+from detector.actions.alerts.alertmanager import AlertmanagerChannel
+from detector.actions.alerts.alertmanager import build_channels as alertmanager_channels
 from detector.actions.alerts.format import (
     detected_message,
     digest_message,
@@ -375,6 +377,9 @@ class Dispatcher:
         for t in [self._router, *(lane.thread for lane in self._lanes)]:
             if t is not None:
                 t.join(max(0.0, deadline - time.monotonic()))
+        for lane in self._lanes:  # Alertmanager's re-sends: its open alerts then end at their last endsAt
+            if isinstance(lane.channel, AlertmanagerChannel):
+                lane.channel.close()
         if not any(t is not None and t.is_alive() for t in [self._router, *(lane.thread for lane in self._lanes)]):
             return
         self._abandoned = True
@@ -637,6 +642,14 @@ def build_alerter(
             config.webhook_url, timeout=timeout, retries=retries, on_retry=counter("webhook")
         )
         channels.append(WebhookChannel(json_hook, ui))
+    channels.extend(
+        alertmanager_channels(
+            config,
+            timeout=timeout,
+            retries=retries,
+            counter=lambda name, outcome: metrics.alerts.labels(channel=name, outcome=outcome).inc,
+        )
+    )
     log.info(
         "alerts_configured",
         channels=["log", *(c.name for c in channels)],

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import ssl
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -40,7 +41,11 @@ def _retry_after(value: str | None, default: float) -> float:
 
 
 class JsonWebhook:
-    """POSTs JSON payloads to one URL with timeouts and retries."""
+    """POSTs JSON payloads to one URL with timeouts and retries.
+
+    ``name`` opens its error messages (the Alertmanager sink names each of its URLs); ``headers`` are
+    sent with every request (credentials: never logged, never in an error); ``context``: the TLS
+    settings (a CA bundle, or no verification)."""
 
     def __init__(
         self,
@@ -51,22 +56,27 @@ class JsonWebhook:
         backoff: float = 0.5,
         on_retry: OnRetry | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        name: str = "webhook",
+        headers: Mapping[str, str] | None = None,
+        context: ssl.SSLContext | None = None,
     ) -> None:
         if not url.startswith(("http://", "https://")):
-            raise ValueError("the webhook URL must be http:// or https://")
+            raise ValueError(f"the {name} URL must be http:// or https://")
         self._url = url
+        self.name = name
+        self._headers = dict(headers or {})
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
         self.on_retry = on_retry or (lambda: None)
         self.sleep = sleep
         self._quiet_until = 0.0  # time.monotonic() before which the receiver asked not to be called
-        self._opener = deadline.opener("webhook")
+        self._opener = deadline.opener(name, context)
 
     def __repr__(self) -> str:
         return "JsonWebhook(url=***)"
 
-    def send(self, payload: Mapping[str, Any]) -> None:
+    def send(self, payload: Any) -> None:
         """Deliver ``payload`` or raise ``AlertDeliveryError`` after the last attempt."""
         body = json.dumps(payload, default=str).encode()
         problem = "not attempted"
@@ -84,7 +94,7 @@ class JsonWebhook:
                     wait = _retry_after(exc.headers.get("Retry-After"), wait)
                     self._quiet_until = time.monotonic() + wait
                 elif exc.code < 500 and exc.code != 408:
-                    raise AlertDeliveryError(f"webhook rejected the alert: {problem}") from None
+                    raise AlertDeliveryError(f"{self.name} rejected the alert: {problem}") from None
             except deadline.DeadlineExceeded as exc:
                 problem = str(exc)
             except TimeoutError:
@@ -94,14 +104,14 @@ class JsonWebhook:
             if attempt < self.retries:
                 self.on_retry()
                 self.sleep(wait)
-        raise AlertDeliveryError(f"webhook: {problem} after {self.retries + 1} attempts")
+        raise AlertDeliveryError(f"{self.name}: {problem} after {self.retries + 1} attempts")
 
     def _post(self, body: bytes) -> None:
         request = urllib.request.Request(  # noqa: S310 - scheme checked in __init__
             self._url,
             data=body,
             method="POST",
-            headers={"Content-Type": "application/json", "User-Agent": f"dupguard/{__version__}"},
+            headers={"Content-Type": "application/json", "User-Agent": f"dupguard/{__version__}"} | self._headers,
         )
         with self._opener.open(request, timeout=self.timeout) as resp:
             resp.read()
