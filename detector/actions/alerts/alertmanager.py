@@ -280,11 +280,12 @@ class AlertmanagerChannel:
                 self.on_failure()
                 logs.get(LOGGER).warning("alert_resend_failed", channel=self.name, alerts=len(body), error=str(exc))
 
-    def close(self) -> None:
-        """Stop re-sending (the open alerts end in Alertmanager at their last ``endsAt``)."""
+    def close(self, timeout: float = 1.0) -> None:
+        """Stop re-sending (the open alerts end in Alertmanager at their last ``endsAt``); a re-send
+        under way gets ``timeout`` seconds (the thread is a daemon: shutdown does not wait for more)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(self.interval + 1)
+            self._thread.join(timeout)
 
 
 def channel_names(urls: Sequence[str]) -> list[str]:

@@ -379,7 +379,7 @@ class Dispatcher:
                 t.join(max(0.0, deadline - time.monotonic()))
         for lane in self._lanes:  # Alertmanager's re-sends: its open alerts then end at their last endsAt
             if isinstance(lane.channel, AlertmanagerChannel):
-                lane.channel.close()
+                lane.channel.close(max(0.0, deadline - time.monotonic()))
         if not any(t is not None and t.is_alive() for t in [self._router, *(lane.thread for lane in self._lanes)]):
             return
         self._abandoned = True
