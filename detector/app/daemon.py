@@ -541,6 +541,7 @@ class Daemon:
                 cluster=self.config.cluster_name,
                 mode=self._mode.value,
                 actions=tuple(actions),
+                assets=finding.assets,
                 new_runs=joined,
                 unrecorded=unrecorded,
             )
@@ -570,6 +571,7 @@ class Daemon:
                     mode=self._mode.value,
                     actions=tuple(group.actions),
                     results=tuple(group.latest.values()),
+                    assets=group.finding.assets,
                 )
             if not group.open:
                 del self._outcomes[job.finding.key]

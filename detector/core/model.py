@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -151,6 +152,9 @@ class Finding:
     duplicate_task_seconds: float = 0.0
     progress: dict[int, TaskProgress] = field(default_factory=dict, compare=False, hash=False)
     prior: Decisions = field(default=NO_DECISIONS, compare=False, hash=False)
+    # What the alerts name: the assets of the events the group's runs consumed, filled in by the
+    # source after detection (``asset_labels``); not part of what makes the group.
+    assets: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
     @property
     def runs(self) -> tuple[Run, ...]:
@@ -159,6 +163,12 @@ class Finding:
     @property
     def creating_job_ids(self) -> tuple[int | None, ...]:
         return tuple(r.creating_job_id for r in self.runs)
+
+
+def asset_labels(assets: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """How alerts name assets given as (name, uri): each name, with its URI where that says more
+    (Airflow 3 fills ``name`` with the URI when a DAG gives none), sorted, each once."""
+    return tuple(sorted({name if not uri or uri == name else f"{name} ({uri})" for name, uri in assets}))
 
 
 @dataclass(frozen=True, slots=True)

@@ -325,6 +325,16 @@ def consumed_events(conn: Connection, t: AirflowTables, run_ids: Iterable[int]) 
     return {run_id: frozenset(events) for run_id, events in found.items()}
 
 
+def event_assets(conn: Connection, t: AirflowTables, event_ids: Iterable[int]) -> dict[int, tuple[str, str]]:
+    """asset event id -> (name, uri) of its asset (asset_event and asset pkeys): what alerts name."""
+    ae, asset = t.asset_event, t.asset
+    found: dict[int, tuple[str, str]] = {}
+    for part in chunks(sorted(set(event_ids))):
+        query = select(ae.c.id, asset.c.name, asset.c.uri).select_from(ae.join(asset, asset.c.id == ae.c.asset_id))
+        found.update({row.id: (row.name, row.uri) for row in conn.execute(query.where(ae.c.id.in_(part)))})
+    return found
+
+
 def task_progress(conn: Connection, t: AirflowTables, run_ids: Iterable[int], now: datetime) -> dict[int, TaskProgress]:
     """run id -> what its task instances did (ti_dag_run index via the dag_run join), and whether
     the in-scheduler guard made it (its note, dag_run_note pkey)."""

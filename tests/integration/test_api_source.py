@@ -482,6 +482,32 @@ def test_scan_through_the_api_on_partitioned_runs(
     assert [{f: g[f] for f in fields} for g in doc["groups"]] == [{f: g[f] for f in fields} for g in by_db["groups"]]
 
 
+def _webhook_assets(url: str, state: Path) -> list[list[str]]:
+    """``run --once`` through the REST API with a real webhook receiver: each DETECTED payload's assets."""
+    from tests.slack_server import SlackServer
+
+    server = SlackServer()
+    try:
+        code, out = _once(_env(url, state, DUPGUARD_WEBHOOK_URL=server.generic_url))
+        assert code == 0, out
+        return [p["group"]["assets"] for p in server.generic_payloads if p["type"] == "detected"]
+    finally:
+        server.stop()
+
+
+def test_the_webhook_names_the_assets_read_through_the_api(af: AirflowServer, tmp_path: Path) -> None:
+    """Issue 24 §1: the REST source reads each consumed event's asset (name, URI) from
+    upstreamAssetEvents, so the webhook names it (was ``"assets": []``). Airflow 3.1.2, three groups."""
+    af.reset(FANOUT)
+    assert _webhook_assets(af.url, tmp_path / "state.json") == [["orders (s3://warehouse/orders)"]] * 3
+
+
+def test_the_webhook_names_the_partitioned_asset_read_through_the_api(af322: AirflowServer, tmp_path: Path) -> None:
+    """The same on Airflow 3.2.2's partitioned race (an asset whose name is its URI: named once)."""
+    af322.reset("race_partitioned")
+    assert _webhook_assets(af322.url, tmp_path / "state.json") == [["hourly_sales"]]
+
+
 @pytest.fixture(scope="module")
 def af306(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
     yield from _started("3.0.6", STARTED, pg_templates, tmp_path_factory.mktemp("af306-api"))

@@ -41,7 +41,7 @@ from typing import Any, TypeVar, cast
 from detector.airflowapi.client import Gone
 from detector.core.decisions import decisions_from_notes, decisions_from_roles
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
-from detector.core.model import GUARD_NOTE_PREFIX, NO_DECISIONS, Decisions, Finding, Run, TaskProgress
+from detector.core.model import GUARD_NOTE_PREFIX, NO_DECISIONS, Decisions, Finding, Run, TaskProgress, asset_labels
 from detector.sources.api.reader import ApiRun, ConsumedEvents, Reader, progress_of
 from detector.sources.disputes import report_disputed
 
@@ -236,7 +236,9 @@ class Judge:
         new_keys = {r.key for r in new}
         for finding in findings:
             if any(by_id[r.id] in new_keys for r in finding.runs):
-                verdict.findings.append(_stable_key(finding, by_id))
+                consumed = (events[by_id[r.id]] for r in finding.runs if by_id[r.id] in events)
+                named = asset_labels(a for found in consumed for a in found.assets)
+                verdict.findings.append(dataclasses.replace(_stable_key(finding, by_id), assets=named))
         return number
 
     def _linked(self, run: ApiRun, candidates: Iterable[ApiRun]) -> bool:

@@ -91,6 +91,7 @@ class ConsumedEvents:
 
     event_ids: frozenset[int]
     consumers: frozenset[tuple[str, str]]
+    assets: frozenset[tuple[str, str]] = frozenset()  # (name, uri) of the events' assets: what alerts name
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -253,11 +254,14 @@ class Reader:
             return None
         ids: set[int] = set()
         consumers: set[tuple[str, str]] = set()
+        assets: set[tuple[str, str]] = set()
         for event in answer.get("asset_events") or []:
             ids.add(int(event["id"]))
+            if event.get("name") or event.get("uri"):  # AssetEventResponse, 3.0-3.3
+                assets.add((str(event.get("name") or event.get("uri")), str(event.get("uri") or "")))
             for created in event.get("created_dagruns") or []:
                 consumers.add((str(created["dag_id"]), str(created["run_id"])))
-        return ConsumedEvents(frozenset(ids), frozenset(consumers))
+        return ConsumedEvents(frozenset(ids), frozenset(consumers), frozenset(assets))
 
     def event_consumers(self, *, since: datetime | None) -> tuple[dict[int, frozenset[tuple[str, str]]], int]:
         """Every asset event since ``since`` -> the runs that consumed it (``GET /assets/events``,

@@ -17,13 +17,13 @@ duplicate whose first run is far below the watermark is still found.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
 
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
-from detector.core.model import ASSET_TRIGGERED, NO_DECISIONS, Decisions, Finding, Run, TaskProgress
+from detector.core.model import ASSET_TRIGGERED, NO_DECISIONS, Decisions, Finding, Run, TaskProgress, asset_labels
 from detector.core.reprocess import needs_origins, refine_partitioned
 from detector.metadb import queries
 from detector.metadb.prepared import TopRunId
@@ -215,4 +215,12 @@ class IncrementalDetector:
         if suspects:  # rare: partitioned runs of one key with different events (detector.core.reprocess)
             origins = queries.partition_rows_for_runs(conn, t, suspects)
             findings = refine_partitioned(findings, origins, events, progress, suspect_window=self.suspect_window)
-        return [f for f in findings if any(r.id in new_ids for r in f.runs)]
+        return self._named(conn, [f for f in findings if any(r.id in new_ids for r in f.runs)], events)
+
+    def _named(self, conn: Connection, findings: list[Finding], events: Mapping[int, frozenset[int]]) -> list[Finding]:
+        """The groups with the assets their runs' events belong to, for the alerts: one query, sent
+        only when a group was found."""
+        consumed = {f.key: sorted({e for r in f.runs for e in events.get(r.id, ())}) for f in findings}
+        wanted = [e for ids in consumed.values() for e in ids]
+        names = queries.event_assets(conn, self.tables, wanted) if wanted else {}
+        return [replace(f, assets=asset_labels(names[e] for e in consumed[f.key] if e in names)) for f in findings]
