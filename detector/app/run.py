@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 
 from sqlalchemy import Engine
@@ -43,6 +43,28 @@ def run_daemon(
         return EXIT_DB
 
 
+def stop_on_signal(stop: threading.Event) -> Callable[[int, FrameType | None], None]:
+    """The SIGTERM/SIGINT handler: sets ``stop`` from a thread of its own, never from the handler.
+
+    Python runs a handler in the main thread between two bytecodes, and the main thread spends its
+    time in ``stop.wait()`` (the daemon's loop): a signal landing while ``Event.wait`` holds the
+    Event's internal lock (entering or leaving its condition) made ``stop.set()`` wait for that lock,
+    held by the very thread it ran on, and the daemon hung for good after logging ``stopping`` (seen
+    once in three runs under load). A new thread takes the lock once the main thread lets it go; it
+    logs too, as the main thread may be inside a write to the same stream.
+    """
+
+    def stopping(name: str) -> None:
+        logs.get("dupguard.main").info("stopping", signal=name)
+        stop.set()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        threading.Thread(target=stopping, args=(name,), name="dupguard-stop", daemon=True).start()
+
+    return on_signal
+
+
 def _run(
     flags: Mapping[str, str | None],
     config_file: str | None,
@@ -58,11 +80,7 @@ def _run(
 
     stop = stop or threading.Event()
     if install_signals:
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            log.info("stopping", signal=signal.Signals(signum).name)
-            stop.set()
-
+        on_signal = stop_on_signal(stop)
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
 
