@@ -82,7 +82,10 @@ def test_read_only_role_with_the_documented_grant_scans_and_runs(
         lines = [json.loads(line) for line in once.stderr.splitlines() if line.startswith("{")]
         assert sum(e["event"] == "duplicate_detected" for e in lines) == groups
         expected = {"ledger_in_memory", "duplicate_detected"}  # a read-only role has no durable ledger
-        assert [e for e in lines if e["level"] in ("warning", "error") and e["event"] not in expected] == []
+        warned = [e for e in lines if e["level"] in ("warning", "error") and e["event"] not in expected]
+        # a duplicate of these fixtures whose task already ran is reported too_late, a warning (every
+        # outcome gives one remediation line, issue 24 §1): what on-call must hear, not a grant problem
+        assert [e for e in warned if not (e["event"] == "remediation" and e["result"] == "too_late")] == []
         assert "permission denied" not in once.stderr
 
         conn = psycopg2.connect(role_url)  # and it is read-only
