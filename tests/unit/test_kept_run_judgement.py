@@ -96,3 +96,19 @@ def test_one_started_task_is_enough_to_stand() -> None:
     """Every other task skipped, one ran (a heartbeat without pid still proves ti_run)."""
     kept = _kept("failed", TaskState("extract", -1, "failed", None, BEAT), TaskState("load", -1, "skipped"))
     assert judge_kept(ACTION, kept) is None
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        TaskState("extract", -1, "skipped", 4242, None),  # skipped by its own code: ti_run's pid alone
+        TaskState("extract", -1, "skipped", None, BEAT),  # ... or its first heartbeat alone
+        TaskState("extract", -1, "failed", None, None),  # a started state alone (Airflow failed it)
+    ],
+    ids=["pid-only", "heartbeat-only", "started-state-only"],
+)
+def test_each_mark_of_a_start_alone_makes_a_stopped_kept_run_stand(task: TaskState) -> None:
+    """The one definition of started (``ti_started``), each of its three proofs on its own: the kept
+    run ended with every other task skipped, yet one task ran, so it did the work (mutation survivors)."""
+    kept = _kept("failed", task, TaskState("load", -1, "skipped"))
+    assert judge_kept(ACTION, kept) is None
