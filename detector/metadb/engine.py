@@ -174,7 +174,15 @@ def make_engine(
         path = sqlite_path(url)
         if read_only and path is not None:
             uri = f"file:{quote(str(path.absolute()))}?mode=ro"
-            return create_engine(url, creator=lambda: sqlite3.connect(uri, uri=True, timeout=connect_timeout))
+
+            # check_same_thread off, as SQLAlchemy sets it for file databases it opens itself: its
+            # QueuePool hands one connection to one thread at a time, but not always the thread that
+            # made it (a worker's connection back in the pool, then the poll's), which sqlite3's
+            # default refuses: "SQLite objects created in a thread can only be used in that same thread".
+            def open_read_only() -> sqlite3.Connection:
+                return sqlite3.connect(uri, uri=True, timeout=connect_timeout, check_same_thread=False)
+
+            return create_engine(url, creator=open_read_only)
         return create_engine(url, connect_args={"timeout": connect_timeout})
     # Process-wide (psycopg2 has one wait callback); connections without ``call_timeout`` wait unbounded.
     psycopg2.extensions.set_wait_callback(_wait_with_deadline)
