@@ -314,13 +314,7 @@ def test_the_api_backend_leaves_a_duplicate_alone_once_a_late_write_stopped_its_
         now = datetime.now(UTC)
         finding = next(f for f in scan(db, now=now).findings if f.duplicates)
         kept, [dup] = finding.kept, finding.duplicates
-        settings = Config.of(
-            database_url=url,
-            remediation="fail",
-            airflow_api_url=af312.url,
-            airflow_username="admin",
-            airflow_password="admin",
-        )
+        settings = _api_settings(af312, url)
         states = ApiRunStates(api_reader(settings)) if reread == "api" else None
         if states is None:
             remediator = build_remediator(settings, engine, db.tables, Metrics())
@@ -355,13 +349,7 @@ def test_the_api_backend_finishes_a_stop_whose_skips_landed_alone(af312: Airflow
         db = open_airflow_db(engine)
         now = datetime.now(UTC)
         action = next(a for a in plan(scan(db, now=now).findings, Mode.FAIL, now=now) if a.outcome is Outcome.REMEDIATE)
-        settings = Config.of(
-            database_url=url,
-            remediation="fail",
-            airflow_api_url=af312.url,
-            airflow_username="admin",
-            airflow_password="admin",
-        )
+        settings = _api_settings(af312, url)
         remediator = build_remediator(settings, engine, db.tables, Metrics())
         skip_every_task(url, action.dag_id, action.run.run_id)
 
@@ -373,3 +361,14 @@ def test_the_api_backend_finishes_a_stop_whose_skips_landed_alone(af312: Airflow
         assert db_state(url)[action.kept_run_id].state == "queued"
     finally:
         engine.dispose()
+
+
+def _api_settings(server: AirflowServer, url: str) -> Config:
+    """fail mode through the server's API, straight (no proxy)."""
+    return Config.of(
+        database_url=url,
+        remediation="fail",
+        airflow_api_url=server.url,
+        airflow_username="admin",
+        airflow_password="admin",
+    )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import psycopg2
 import pytest
 
 from detector.actions.remediation.guarded import GuardedRemediator
@@ -24,7 +23,7 @@ from detector.core.plan import Mode, Outcome, plan
 from detector.core.ports import Result
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
-from tests.airflow_server import db_state
+from tests.airflow_server import db_state, sql
 from tests.pg import Templates
 
 pytestmark = pytest.mark.integration
@@ -32,16 +31,13 @@ pytestmark = pytest.mark.integration
 
 def skip_every_task(url: str, dag_id: str, run_id: str) -> None:
     """What set-failed's own sessions commit before its request fails: the skips, nothing else."""
-    conn = psycopg2.connect(url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(
-                "UPDATE task_instance SET state = 'skipped', start_date = now(), end_date = now(), duration = 0 "
-                "WHERE dag_id = %s AND run_id = %s",
-                (dag_id, run_id),
-            )
-    finally:
-        conn.close()
+    sql(
+        url,
+        "UPDATE task_instance SET state = 'skipped', start_date = now(), end_date = now(), duration = 0 "
+        "WHERE dag_id = :d AND run_id = :r",
+        d=dag_id,
+        r=run_id,
+    )
 
 
 def test_fail_mode_finishes_a_stop_whose_skips_landed_without_the_run_state_and_note(pg_templates: Templates) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
-import psycopg2
 import pytest
 
 from detector.actions.remediation.guarded import GuardedRemediator
@@ -26,7 +25,7 @@ from detector.core.plan import Action, Mode, Outcome, note_for
 from detector.core.ports import Result
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
-from tests.airflow_server import db_state
+from tests.airflow_server import db_state, sql
 from tests.pg import Templates
 
 pytestmark = pytest.mark.integration
@@ -36,15 +35,6 @@ def _stop(finding: Finding, target: Run, kept: Run, now: datetime) -> Action:
     return Action(
         finding.key, finding.dag_id, target, kept.run_id, Outcome.REMEDIATE, Mode.FAIL, note_for(finding, target, now)
     )
-
-
-def _sql(url: str, statement: str, *args: object) -> None:
-    conn = psycopg2.connect(url)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(statement, args)
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -72,14 +62,19 @@ def _by_reversed_judgement(url: str, remediator: GuardedRemediator, finding: Fin
 def _by_hand(url: str, remediator: GuardedRemediator, finding: Finding) -> None:
     """An operator failed the kept run before it ran (no note): Airflow skips its unfinished tasks."""
     kept = finding.kept
-    _sql(url, "UPDATE dag_run SET state = 'failed', end_date = now() WHERE id = %s", kept.id)
-    _sql(url, "UPDATE task_instance SET state = 'skipped' WHERE dag_id = %s AND run_id = %s", kept.dag_id, kept.run_id)
+    sql(url, "UPDATE dag_run SET state = 'failed', end_date = now() WHERE id = :id", id=kept.id)
+    sql(
+        url,
+        "UPDATE task_instance SET state = 'skipped' WHERE dag_id = :d AND run_id = :r",
+        d=kept.dag_id,
+        r=kept.run_id,
+    )
 
 
 def _deleted(url: str, remediator: GuardedRemediator, finding: Finding) -> None:
     kept = finding.kept
-    _sql(url, "DELETE FROM task_instance WHERE dag_id = %s AND run_id = %s", kept.dag_id, kept.run_id)
-    _sql(url, "DELETE FROM dag_run WHERE id = %s", kept.id)
+    sql(url, "DELETE FROM task_instance WHERE dag_id = :d AND run_id = :r", d=kept.dag_id, r=kept.run_id)
+    sql(url, "DELETE FROM dag_run WHERE id = :id", id=kept.id)
 
 
 @pytest.mark.parametrize(
@@ -117,13 +112,13 @@ def test_a_kept_run_that_ran_and_failed_on_its_own_does_not_protect_its_duplicat
     the group's work; its duplicate is stopped as usual."""
     url, remediator, finding = group
     kept, [dup] = finding.kept, finding.duplicates
-    _sql(
+    sql(
         url,
-        "UPDATE task_instance SET state = 'failed', pid = 4242 WHERE dag_id = %s AND run_id = %s",
-        kept.dag_id,
-        kept.run_id,
+        "UPDATE task_instance SET state = 'failed', pid = 4242 WHERE dag_id = :d AND run_id = :r",
+        d=kept.dag_id,
+        r=kept.run_id,
     )
-    _sql(url, "UPDATE dag_run SET state = 'failed', end_date = now() WHERE id = %s", kept.id)
+    sql(url, "UPDATE dag_run SET state = 'failed', end_date = now() WHERE id = :id", id=kept.id)
 
     result = remediator.execute(_stop(finding, dup, kept, datetime.now(UTC)))
 
