@@ -91,7 +91,13 @@ def _base_backup(host: str | None, port: int | None, user: str | None, data: Pat
     command = [_bin("pg_basebackup"), "-h", str(host), "-p", str(port), "-U", str(user), "-D", str(data)]
     for attempt in range(1, attempts + 1):
         done = subprocess.run(
-            _as_postgres([*command, "-R", "-X", "stream", "--no-sync"]), capture_output=True, text=True, timeout=300
+            # -c fast: the default spread checkpoint paces its writes over checkpoint_timeout x
+            # completion_target (4.5 min) first; on a server the suite has filled with databases it
+            # took that long and once ran into this timeout (CI of 2026-12-01)
+            _as_postgres([*command, "-R", "-X", "stream", "-c", "fast", "--no-sync"]),
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if done.returncode == 0:
             return
