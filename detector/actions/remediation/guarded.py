@@ -9,8 +9,8 @@ the last look before a write and everything around it, for every backend alike:
   DB (``queries.run_state``) and judged by ``judge``: gone -> GONE, a task started -> TOO_LATE
   (unless ``remediate_started``), already stopped -> ALREADY;
 - and the kept run is re-read too (``judge_kept``): a duplicate is never stopped once its kept run is
-  gone or was itself stopped before it ran (another writer acted on a judgement made elsewhere, e.g.
-  a deposed leader's late write): stopping it then would leave no run of the group to do the work;
+  gone or was itself stopped, before it ran or as a duplicate (another writer acted on a judgement
+  made elsewhere, e.g. a deposed leader's late write): stopping it too would leave the work to no run;
 - one canonical log line and the ``dupguard_remediations_total`` / ``..._latency_seconds``
   metrics per action; ``execute`` never raises.
 
