@@ -258,7 +258,7 @@ def test_a_stopped_server_never_shows_as_a_live_leader_elsewhere(
         seen: list[str] = []
         try:
             for pid in stopped:
-                os.kill(pid, signal.SIGSTOP)
+                _signal(pid, signal.SIGSTOP)
             # Sampled until the replica shows as down, then for a few more lock attempts (30 s at most).
             limit, shown = time.monotonic() + 30, float("inf")
             while time.monotonic() < min(limit, shown + 5):
@@ -268,7 +268,7 @@ def test_a_stopped_server_never_shows_as_a_live_leader_elsewhere(
                 time.sleep(0.05)
         finally:
             for pid in stopped:
-                os.kill(pid, signal.SIGCONT)
+                _signal(pid, signal.SIGCONT)
     assert not [b for b in seen if "another replica holds the leader lock" in b], sorted(set(seen))
     # Down, naming what failed: the lock check, or the database when a poll's deadline came first.
     down = {b.split(":")[1].strip() for b in seen if b.startswith("not ok")}
