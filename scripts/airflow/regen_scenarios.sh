@@ -10,6 +10,8 @@
 # check that it loads into a DB freshly loaded from tests/fixtures/schema/airflow-<ver>.sql.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# Another generator on the same shims (regen_stranded.sh sets scenarios_stranded.py).
+GENERATOR="${SCENARIO_GENERATOR:-scripts/airflow/scenarios_asset.py}"
 VERSIONS=()
 SCENARIOS=()
 while [ $# -gt 0 ]; do
@@ -44,7 +46,7 @@ for ver in "${VERSIONS[@]}"; do
     AIRFLOW_HOME="$home" scripts/airflow/af.sh "$ver" "$SERVER/$db" airflow db migrate >"$log" 2>&1 \
       || { cat "$log" >&2; exit 1; }
     AIRFLOW_HOME="$home" scripts/airflow/af.sh "$ver" "$SERVER/$db" \
-      python scripts/airflow/scenarios_asset.py --scenario "$sc" --out-json "$out/$sc.json" >>"$log" 2>&1 \
+      python "$GENERATOR" --scenario "$sc" --out-json "$out/$sc.json" >>"$log" 2>&1 \
       || { cat "$log" >&2; exit 1; }
     excl=()
     for t in "${EXCLUDE_DATA[@]}"; do excl+=("--exclude-table-data=public.$t"); done
@@ -59,7 +61,7 @@ for ver in "${VERSIONS[@]}"; do
     size=$(wc -c <"$out/$sc.sql")
     [ "$size" -lt "$MAX_BYTES" ] || { echo "$out/$sc.sql is $size bytes (> $MAX_BYTES)" >&2; exit 1; }
     # Check: schema fixture + this file load with ON_ERROR_STOP, and every run of the ground truth is there.
-    chk="af_scn_check"
+    chk="af_chk_${ver//./_}_$sc"  # per scenario: regen runs of other generators may run at once
     psql "$BASE_URL" -qX -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS $chk WITH (FORCE)" -c "CREATE DATABASE $chk"
     psql "$SERVER/$chk" -qX -v ON_ERROR_STOP=1 -f "$schema" >/dev/null
     psql "$SERVER/$chk" -qX -v ON_ERROR_STOP=1 -f "$out/$sc.sql" >/dev/null

@@ -1,0 +1,139 @@
+"""Asset events that trigger nothing (apache/airflow#56050, open in every Airflow 3.0.6-3.3.2).
+
+Airflow queues one ``asset_dag_run_queue`` row per (asset, DAG) with ON CONFLICT DO NOTHING, so the
+row keeps the time of the first event after the last run; the scheduler's run consumes the events
+up to the newest row's ``created_at`` and deletes the rows. An event registered after that row was
+written and before the DELETE is neither consumed nor queued again: the consumer does not run for
+it until some unrelated later event arrives (docs/airflow-internals.md §11).
+
+The rule, per DAG scheduled directly on assets, on rows read in one snapshot:
+an event of one of its assets is **stranded** when no run of the DAG consumed it, it is newer than
+the run_after of the DAG's latest asset-triggered run, that run was *created after* the event, and
+the DAG has no queue row at all (any row, even of another asset, could still make a run that
+consumes it). Not flagged, each for a reason Airflow's code gives:
+
+* partitioned events (3.2+): queued in ``asset_partition_dag_run``, never in the queue table;
+* events linked to an asset alias: alias-scheduled DAGs consume them differently per version
+  (3.0.6 never does);
+* events at or before the DAG's first schedule reference (3.3 floors a first run there when catchup
+  is off: the backlog is skipped on purpose);
+* events while the DAG is paused: nothing is queued and no run is created after them, so the
+  "created after" condition cannot hold; and a DAG paused *now* is not judged at all;
+* events waiting for an AND/OR condition: their queue row is still there;
+* cleared runs: a clear resets ``queued_at``; a run's creation time is ``created_at`` (3.2+) or
+  ``queued_at`` of a run never cleared (``clear_number`` 0), otherwise unknown and not evidence.
+
+Pure: rows in, findings out; ``db_now`` is passed in.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from detector.core.detect import ALL_DAGS, DagFilter
+
+KIND = "stranded_events"
+ADVICE = (
+    "The consumer DAG has not run for these asset events and will not until another event of its "
+    "assets arrives (apache/airflow#56050). Trigger it once (or let dupguard re-queue it with "
+    "DUPGUARD_REPAIR_STRANDED=requeue) and check the run consumed them."
+)
+
+
+@dataclass(frozen=True)
+class CandidateEvent:
+    """One asset event newer than its DAG's latest asset run, with that DAG's state (one snapshot)."""
+
+    dag_id: str
+    event_id: int
+    asset: str  # name (uri) for people
+    timestamp: datetime
+    consumed: bool  # by any run of this DAG
+    via_alias: bool
+    partition_key: str | None
+    dag_paused: bool
+    queue_rows: int  # asset_dag_run_queue rows of this DAG
+    schedule_floor: datetime | None  # min(dag_schedule_asset_reference.created_at) of this DAG
+    run_id: str  # the DAG's latest asset-triggered run
+    run_after: datetime
+    run_created_at: datetime | None  # dag_run.created_at (3.2+; NULL on older rows)
+    run_queued_at: datetime | None
+    run_clear_number: int
+
+
+@dataclass(frozen=True)
+class StrandedSet:
+    key: str
+    dag_id: str
+    run_id: str  # the run whose creation stranded them
+    run_after: datetime
+    run_created: datetime
+    events: tuple[CandidateEvent, ...]
+
+    @property
+    def event_ids(self) -> tuple[int, ...]:
+        return tuple(e.event_id for e in self.events)
+
+
+def run_created(c: CandidateEvent) -> datetime | None:
+    """When the run was created, if Airflow's records say so (a clear rewrites queued_at)."""
+    if c.run_created_at is not None:
+        return c.run_created_at
+    return c.run_queued_at if c.run_clear_number == 0 else None
+
+
+def is_stranded(c: CandidateEvent) -> bool:
+    created = run_created(c)
+    return (
+        not c.consumed
+        and not c.via_alias
+        and c.partition_key is None
+        and not c.dag_paused
+        and c.queue_rows == 0
+        and c.timestamp > c.run_after
+        and (c.schedule_floor is None or c.timestamp > c.schedule_floor)
+        and created is not None
+        and created > c.timestamp
+    )
+
+
+def find_stranded(
+    candidates: Iterable[CandidateEvent], *, dag_filter: DagFilter = ALL_DAGS, since: datetime | None = None
+) -> list[StrandedSet]:
+    """One set per (DAG, stranding run), events in time order."""
+    by_run: dict[tuple[str, str], list[CandidateEvent]] = defaultdict(list)
+    for c in candidates:
+        if is_stranded(c) and dag_filter.selects(c.dag_id) and (since is None or c.timestamp >= since):
+            by_run[(c.dag_id, c.run_id)].append(c)
+    found = []
+    for (dag_id, run_id), events in sorted(by_run.items()):
+        events.sort(key=lambda e: (e.timestamp, e.event_id))
+        unique = tuple({e.event_id: e for e in events}.values())
+        created = run_created(unique[0])
+        assert created is not None  # is_stranded checked it
+        found.append(
+            StrandedSet(
+                key=f"{KIND}|{dag_id}|{run_id}",
+                dag_id=dag_id,
+                run_id=run_id,
+                run_after=unique[0].run_after,
+                run_created=created,
+                events=unique,
+            )
+        )
+    return found
+
+
+def stranded_dict(s: StrandedSet) -> dict[str, Any]:
+    return {
+        "dag_id": s.dag_id,
+        "run_id": s.run_id,
+        "run_after": s.run_after.isoformat(),
+        "run_created": s.run_created.isoformat(),
+        "event_ids": list(s.event_ids),
+        "events": [{"id": e.event_id, "asset": e.asset, "timestamp": e.timestamp.isoformat()} for e in s.events],
+    }
