@@ -1,0 +1,191 @@
+"""What ``GuardedRemediator.execute`` reports, counts and logs for a write, pinned whole where mutation
+testing found it unpinned (issue 22 §8, docs/mutation.md): the ``remediation`` line and the metrics of a
+committed stop and of a stop caught after start, a write fenced off (leadership lost: nothing counted,
+retried), a database that cannot be reached and a lock wait that timed out (failures retried, their
+cause's first line), and a refused mode. The ``db`` backend on real PostgreSQL with Airflow 3.1.2's
+schema, duplicates made by its scheduler code; the pure cases are in tests/unit/test_guarded_results.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import psycopg2
+import pytest
+from sqlalchemy.engine import make_url
+from structlog.testing import capture_logs
+
+from detector.actions.remediation.db import DbBackend
+from detector.actions.remediation.guarded import GuardedRemediator
+from detector.core.plan import Action, Mode
+from detector.core.ports import RemediationResult, Result, StartedTask
+from detector.metadb.engine import make_engine, parse_url
+from detector.metrics import Metrics
+from tests.airflow_server import db_state, sql
+from tests.integration.test_remediation_db import Db
+
+pytestmark = pytest.mark.integration
+
+LEASE_ENDED = "this replica's leader lease ended (or it is waiting to act): nothing written"
+
+
+def _remediator(db: Db, backend: DbBackend, **options: Any) -> tuple[GuardedRemediator, Metrics]:
+    """Its clock reads 10 s, then 10.5 s: the attempt takes 500 ms."""
+    metrics = Metrics()
+    ticks = iter([10.0, 10.5])
+    remediator = GuardedRemediator(
+        configured_mode=Mode.FAIL,
+        backend=backend,
+        engine=db.engine,
+        tables=db.db.tables,
+        metrics=metrics,
+        clock=lambda: next(ticks),
+        **options,
+    )
+    return remediator, metrics
+
+
+def _line(action: Action, result: RemediationResult, level: str, **more: Any) -> dict[str, Any]:
+    return {
+        "logger_name": "dupguard.remediation",
+        "event": "remediation",
+        "log_level": level,
+        "result": result.result.value,
+        "mode": "fail",
+        "outcome": "remediate",
+        "backend": "db",
+        "dag_id": action.dag_id,
+        "run_id": action.run.run_id,
+        "kept_run_id": action.kept_run_id,
+        "finding_key": action.finding_key,
+        "detail": result.detail,
+        "started_tasks": [],
+        "elapsed_ms": 500.0,
+    } | more
+
+
+def _counted(metrics: Metrics, result: str) -> float | None:
+    labels = {"mode": "fail", "backend": "db", "result": result}
+    return metrics.registry.get_sample_value("dupguard_remediations_total", labels)
+
+
+def _latency(metrics: Metrics) -> tuple[float | None, float | None]:
+    r = metrics.registry
+    name = "dupguard_remediation_latency_seconds"
+    return r.get_sample_value(f"{name}_count"), r.get_sample_value(f"{name}_sum")
+
+
+def test_a_committed_stop_is_logged_counted_and_timed(fanout: Db) -> None:
+    action = fanout.actions(Mode.FAIL)[0]
+    remediator, metrics = _remediator(fanout, DbBackend(fanout.engine, fanout.db.tables))
+    with capture_logs() as logs:
+        result = remediator.execute(action)
+    assert (result.result, result.retryable, result.retry_soon) == (Result.DONE, False, False)
+    assert result.committed_at is not None and result.started_tasks == ()
+    assert logs == [_line(action, result, "info")]
+    assert _counted(metrics, "done") == 1
+    assert _latency(metrics) == (1, 0.5)
+
+
+def test_a_stop_caught_after_start_names_the_tasks_it_stopped(fanout: Db) -> None:
+    """``DUPGUARD_REMEDIATE_STARTED``: the running task is failed, and the line says it had started."""
+    action = fanout.actions(Mode.FAIL)[0]
+    sql(
+        fanout.url,
+        "UPDATE task_instance SET state='running', start_date=now() WHERE run_id=:r AND task_id='extract'",
+        r=action.run.run_id,
+    )
+    backend = DbBackend(fanout.engine, fanout.db.tables, remediate_started=True)
+    remediator, metrics = _remediator(fanout, backend, remediate_started=True)
+    with capture_logs() as logs:
+        result = remediator.execute(action)
+    assert result.result is Result.CAUGHT_AFTER_START and not result.retryable
+    assert result.started_tasks == (StartedTask("extract", -1, "running", "failed"),)
+    assert logs == [_line(action, result, "warning", started_tasks=["extract (running -> failed)"])]
+    assert _counted(metrics, "caught_after_start") == 1
+    assert _latency(metrics) == (1, 0.5)
+
+
+def test_a_write_fenced_off_is_not_counted_and_is_retried(fanout: Db) -> None:
+    """The lease ended before the write: nothing written, no result counted (the dispatcher waits for
+    leadership and judges again), one ``remediation_fenced`` line."""
+    action = fanout.actions(Mode.FAIL)[0]
+    before = db_state(fanout.url)
+    remediator, metrics = _remediator(fanout, DbBackend(fanout.engine, fanout.db.tables, fence=lambda: None))
+    with capture_logs() as logs:
+        result = remediator.execute(action)
+    assert result == RemediationResult(action, Result.FAILED, f"not written: {LEASE_ENDED}", retryable=True)
+    assert logs == [
+        {
+            "logger_name": "dupguard.remediation",
+            "event": "remediation_fenced",
+            "log_level": "info",
+            "dag_id": action.dag_id,
+            "run_id": action.run.run_id,
+            "detail": LEASE_ENDED,
+        }
+    ]
+    assert _counted(metrics, "failed") is None and _latency(metrics) == (0, 0)
+    assert db_state(fanout.url) == before
+
+
+def test_an_unreachable_database_is_a_failure_retried_with_its_cause(fanout: Db) -> None:
+    """The re-read cannot connect: FAILED, retryable, the cause's type and first line; not timed."""
+    action = fanout.actions(Mode.FAIL)[0]
+    closed = make_engine(parse_url("postgresql://dupguard@127.0.0.1:1/airflow"))
+    try:
+        remediator = GuardedRemediator(
+            configured_mode=Mode.FAIL,
+            backend=DbBackend(closed, fanout.db.tables),
+            engine=closed,
+            tables=fanout.db.tables,
+            metrics=(metrics := Metrics()),
+        )
+        with capture_logs() as logs:
+            result = remediator.execute(action)
+    finally:
+        closed.dispose()
+    assert (result.result, result.retryable, result.retry_soon) == (Result.FAILED, True, False)
+    assert (
+        result.detail
+        == "DatabaseError: database postgresql+psycopg2://dupguard@127.0.0.1:1/airflow: Connection refused"
+    )
+    [line] = logs
+    assert (line["event"], line["log_level"], line["detail"]) == ("remediation", "warning", result.detail)
+    assert _counted(metrics, "failed") == 1 and _latency(metrics) == (0, 0)
+
+
+def test_a_write_that_times_out_on_a_lock_reports_its_errors_first_line(fanout: Db) -> None:
+    """Another transaction holds the duplicate's row (as Airflow's scheduler does while it examines a
+    run) past the write's lock timeout: the driver's error is several lines (statement, background
+    link); the result and the line carry its type and first line only, and the attempt is retried."""
+    action = fanout.actions(Mode.FAIL)[0]
+    before = db_state(fanout.url)
+    other = psycopg2.connect(make_url(fanout.url).render_as_string(hide_password=False))
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT id FROM dag_run WHERE id = %s FOR UPDATE", (action.run.id,))
+        remediator, metrics = _remediator(fanout, DbBackend(fanout.engine, fanout.db.tables, lock_timeout_ms=50))
+        with capture_logs() as logs:
+            result = remediator.execute(action)
+    finally:
+        other.close()
+    detail = "OperationalError: (psycopg2.errors.LockNotAvailable) canceling statement due to lock timeout"
+    assert result == RemediationResult(action, Result.FAILED, detail, retryable=True)
+    assert logs == [_line(action, result, "warning")]
+    assert _counted(metrics, "failed") == 1 and _latency(metrics) == (0, 0)
+    assert db_state(fanout.url) == before
+
+
+def test_an_action_of_another_mode_than_configured_is_refused(fanout: Db) -> None:
+    action = replace(fanout.actions(Mode.FAIL)[0], mode=Mode.SKIP)
+    before = db_state(fanout.url)
+    remediator, metrics = _remediator(fanout, DbBackend(fanout.engine, fanout.db.tables))
+    with capture_logs() as logs:
+        result = remediator.execute(action)
+    detail = "refused: outcome remediate, mode skip, configured fail"
+    assert result == RemediationResult(action, Result.SKIPPED, detail)
+    assert logs == [_line(action, result, "warning", mode="skip")]
+    assert db_state(fanout.url) == before
+    labels = {"mode": "skip", "backend": "db", "result": "skipped"}
+    assert metrics.registry.get_sample_value("dupguard_remediations_total", labels) == 1

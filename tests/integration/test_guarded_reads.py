@@ -1,0 +1,88 @@
+"""The guard's reads of the metadata database (``DbRunStates``), pinned where mutation testing found
+them unpinned (issue 22 §8, docs/mutation.md): the note a write is read back by (the ``api`` backend
+proves its own write by it), and the refusal of each read on a hot standby, whole, since it is what
+the result and the log tell the operator. Real PostgreSQL, Airflow 3.1.2's schema with a duplicate
+pair made by its scheduler code, and a real streaming replica (tests/pg_replica.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from detector.actions.remediation.guarded import DbRunStates
+from detector.core.plan import Mode
+from detector.errors import DatabaseError
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url, redact
+from tests.airflow_server import sql
+from tests.integration.test_remediation_db import Db
+from tests.pg import Templates
+from tests.pg_replica import Replica, streaming_replica
+
+pytestmark = pytest.mark.integration
+
+NOTE = "INSERT INTO dag_run_note (dag_run_id, content, created_at, updated_at) VALUES (:i, :c, now(), now())"
+
+
+def _states(db: Db) -> DbRunStates:
+    return DbRunStates(db.engine, db.db.tables)
+
+
+def test_note_is_the_duplicates_own_note(fanout: Db) -> None:
+    """What ``note`` returns is the note on the action's run, not on its kept run nor on another
+    group's run; None while the run has none."""
+    first, second = fanout.actions(Mode.FAIL)[:2]
+    states = _states(fanout)
+    assert states.note(first) is None
+    sql(fanout.url, NOTE, i=first.run.id, c="on the duplicate")
+    sql(fanout.url, NOTE, i=second.run.id, c="on another group's duplicate")
+    kept = states.kept(first)
+    assert kept is not None
+    sql(fanout.url, NOTE, i=kept.state.id, c="on the kept run")
+    assert states.note(first) == "on the duplicate"
+    assert states.note(second) == "on another group's duplicate"
+
+
+def test_note_of_a_deleted_run_is_none(fanout: Db) -> None:
+    """A run deleted after the write (its note goes with it in Airflow): nothing to read back."""
+    action = fanout.actions(Mode.FAIL)[0]
+    sql(fanout.url, NOTE, i=action.run.id, c="written")
+    sql(fanout.url, "DELETE FROM dag_run WHERE id = :i", i=action.run.id)
+    assert _states(fanout).note(action) is None
+
+
+@pytest.fixture(scope="module")
+def replica() -> Iterator[Replica]:
+    with streaming_replica() as r:
+        yield r
+
+
+def test_every_read_refuses_a_hot_standby_and_says_what_it_was_for(pg_templates: Templates, replica: Replica) -> None:
+    """Each read names what it was about to do and the setting to change: the operator reads it in
+    the result and the ``remediation`` line."""
+    primary = Db(pg_templates.clone("3.1.2", "race_asset_fanout"))
+    try:
+        action = primary.actions(Mode.FAIL)[0]
+        replica.wait_caught_up()
+        standby_url = replica.url(primary.url)
+        engine = make_engine(parse_url(standby_url))
+        try:
+            states = DbRunStates(engine, open_airflow_db(engine).tables)
+            reads = {"state": states.state, "note": states.note, "kept": states.kept}
+            for name, use in (
+                ("state", "re-reads a run before a write"),
+                ("note", "reads a write back"),
+                ("kept", "re-reads the kept run before a write"),
+            ):
+                with pytest.raises(DatabaseError) as refused:
+                    reads[name](action)
+                assert str(refused.value) == (
+                    f"database {redact(engine.url)} is a hot standby (in recovery, it may lag the primary): "
+                    f"dupguard never {use} there; set DUPGUARD_DATABASE_URL to the primary (a writer endpoint, "
+                    "not a reader endpoint; a multi-host URL needs target_session_attrs=read-write)"
+                ), name
+        finally:
+            engine.dispose()
+    finally:
+        primary.engine.dispose()

@@ -1,0 +1,171 @@
+"""What the remediation executor reports and logs, pinned whole where mutation testing found it
+unpinned (issue 22 §8, docs/mutation.md): one ``remediation`` line and one count per outcome, the
+planner's results for actions that write nothing, the refusals, and how a write's changes are named.
+What is reported must be what happened. The real-database cases are in
+tests/integration/test_guarded_execute.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from detector.actions.remediation.guarded import GuardedRemediator, Work, _describe, now_utc, passive_result
+from detector.core.plan import Action, Mode, Outcome
+from detector.core.ports import RemediationResult, Result
+from detector.metadb.queries import TaskState
+from detector.metrics import Metrics
+from tests.factories import run
+
+ACTION = Action("key-1", "consumer", run(id=2), "kept-1", Outcome.REMEDIATE, Mode.FAIL, "the note")
+
+
+def _remediator(mode: Mode = Mode.FAIL) -> tuple[GuardedRemediator, Metrics]:
+    """Its clock reads 10 s, then 10.25 s: an attempt of ``execute`` takes 250 ms."""
+    metrics = Metrics()
+    ticks = iter([10.0, 10.25])
+    remediator = GuardedRemediator(
+        configured_mode=mode, backend=None, engine=None, tables=None, metrics=metrics, clock=lambda: next(ticks)
+    )
+    return remediator, metrics
+
+
+def _count(metrics: Metrics, mode: str, result: str, backend: str = "none") -> float | None:
+    labels = {"mode": mode, "backend": backend, "result": result}
+    return metrics.registry.get_sample_value("dupguard_remediations_total", labels)
+
+
+def _line(action: Action, result: str, detail: str, level: str, **more: Any) -> dict[str, Any]:
+    return {
+        "logger_name": "dupguard.remediation",
+        "event": "remediation",
+        "log_level": level,
+        "result": result,
+        "mode": action.mode.value,
+        "outcome": action.outcome.value,
+        "backend": "none",
+        "dag_id": action.dag_id,
+        "run_id": action.run.run_id,
+        "kept_run_id": action.kept_run_id,
+        "finding_key": action.finding_key,
+        "detail": detail,
+        "started_tasks": [],
+        "elapsed_ms": 0.0,
+    } | more
+
+
+@pytest.mark.parametrize(
+    ("result", "detail", "level"),
+    [
+        (Result.DONE, "run -> failed", "info"),
+        (Result.ALREADY, "the run is already failed", "info"),
+        (Result.SKIPPED, "refused: the kept run kept-1 no longer exists; this run is left alone", "warning"),
+        (Result.SKIPPED, "group not confirmed: never remediated", "info"),
+        (Result.FAILED, "queue full", "warning"),
+        (Result.TOO_LATE, "too late", "warning"),
+        (Result.CAUGHT_AFTER_START, "caught", "warning"),
+        (Result.UNKNOWN, "read-back failed", "warning"),
+    ],
+)
+def test_a_recorded_result_is_one_whole_line_and_one_count(result: Result, detail: str, level: str) -> None:
+    """Warnings for what needs a look (a failure, a late or unproven stop, a refusal), info else."""
+    remediator, metrics = _remediator()
+    with capture_logs() as logs:
+        remediator.record(RemediationResult(ACTION, result, detail))
+    assert logs == [_line(ACTION, result.value, detail, level)]
+    assert _count(metrics, "fail", result.value) == 1
+    assert metrics.registry.get_sample_value("dupguard_remediation_latency_seconds_count") == 0
+
+
+PASSIVE = [
+    (Outcome.TOO_LATE, Result.TOO_LATE, "too late: its tasks had left queued when planned; left alone"),
+    (Outcome.PREVENTED, Result.ALREADY, "the in-scheduler guard created it with every task skipped"),
+    (Outcome.NOT_CONFIRMED, Result.SKIPPED, "group not confirmed: never remediated"),
+    (Outcome.DISABLED, Result.SKIPPED, "remediation is off"),
+    (Outcome.STOPPED_BEFORE, Result.ALREADY, "its note says dupguard already stopped it"),
+    (Outcome.KEPT_BEFORE, Result.SKIPPED, "an earlier decision kept this run: never remediated"),
+]
+
+
+@pytest.mark.parametrize(("outcome", "result", "detail"), PASSIVE, ids=[p[0].value for p in PASSIVE])
+def test_an_action_that_writes_nothing_reports_the_planners_reason(
+    outcome: Outcome, result: Result, detail: str
+) -> None:
+    """Nothing is read (no database here): the planner's outcome is the result, told and logged."""
+    action = replace(ACTION, outcome=outcome)
+    assert passive_result(action) == RemediationResult(action, result, detail)
+    remediator, metrics = _remediator()
+    with capture_logs() as logs:
+        assert remediator.execute(action) == RemediationResult(action, result, detail)
+    level = "warning" if result is Result.TOO_LATE else "info"
+    assert logs == [_line(action, result.value, detail, level, elapsed_ms=250.0)]
+    assert _count(metrics, "fail", result.value) == 1
+
+
+@pytest.mark.parametrize("outcome", [Outcome.REMEDIATE, Outcome.WOULD_REMEDIATE])
+def test_an_action_a_worker_carries_out_has_no_passive_result(outcome: Outcome) -> None:
+    assert passive_result(replace(ACTION, outcome=outcome)) is None
+
+
+def test_an_action_on_the_kept_run_is_refused_and_logged_as_a_failure() -> None:
+    action = replace(ACTION, kept_run_id=ACTION.run.run_id)
+    remediator, metrics = _remediator()
+    with capture_logs() as logs:
+        result = remediator.execute(action)
+    assert (result.result, result.detail, result.retryable) == (Result.FAILED, "refused: this is the kept run", False)
+    assert logs == [_line(action, "failed", "refused: this is the kept run", "warning", elapsed_ms=250.0)]
+    assert _count(metrics, "fail", "failed") == 1
+
+
+def test_a_dry_run_with_nothing_to_read_is_skipped_as_off() -> None:
+    """Remediation off reads nothing: a write action reaching it is not carried out, nor retried."""
+    remediator, _ = _remediator(Mode.OFF)
+    result = remediator.execute(ACTION)
+    assert (result.result, result.detail, result.retryable) == (Result.SKIPPED, "remediation is off", False)
+
+
+def _ti(task_id: str, map_index: int = -1) -> TaskState:
+    return TaskState(task_id, map_index, None)
+
+
+@pytest.mark.parametrize(
+    ("work", "said"),
+    [
+        (Work(Mode.FAIL, 1, (), (), fail_run=True), "run -> failed"),
+        (Work(Mode.SKIP, 1, (), (_ti("extract"), _ti("load", 0)), fail_run=False), "skipped: extract, load[0]"),
+        (
+            Work(Mode.FAIL, 1, (_ti("extract"), _ti("t", 2)), (_ti("load"),), fail_run=True),
+            "run -> failed; skipped: load; failed: extract, t[2]",
+        ),
+        (Work(Mode.SKIP, 1, (), (), fail_run=False), "note only"),
+    ],
+    ids=["run-only", "skip", "fail-all", "note-only"],
+)
+def test_a_writes_changes_are_named_in_order(work: Work, said: str) -> None:
+    assert work.describe() == said
+
+
+def test_now_utc_is_aware_utc() -> None:
+    """The backends' commit time (``committed_at``), compared with Airflow's aware timestamps."""
+    before = datetime.now(UTC)
+    now = now_utc()
+    assert now.tzinfo is UTC and before <= now <= datetime.now(UTC)
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (RuntimeError("first line\nsecond line"), "RuntimeError: first line"),
+        (RuntimeError("\n  padded\nmore"), "RuntimeError: padded"),
+        (TimeoutError(), "TimeoutError"),
+        (RuntimeError(" \n "), "RuntimeError"),
+    ],
+    ids=["multi-line", "padded", "no-text", "blank-text"],
+)
+def test_a_backend_error_is_told_by_its_type_and_first_line(error: Exception, said: str) -> None:
+    """The result's detail and the ``remediation`` line of an attempt that raised (a driver's error
+    carries its SQL and a link on further lines: tests/integration/test_guarded_execute.py)."""
+    assert _describe(error) == said
