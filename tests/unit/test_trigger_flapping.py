@@ -139,6 +139,7 @@ def test_an_owner_change_while_the_old_owner_heartbeats_is_flapping() -> None:
         pytest.param(_job(1, T0 + timedelta(seconds=9), state="success", end=T0 + timedelta(seconds=9)), id="ended"),
         pytest.param(_job(1, T0 + timedelta(seconds=9), state="running", end=T0 + timedelta(seconds=9)), id="end-date"),
         pytest.param(_job(1, T0 + timedelta(seconds=40)), id="gap-longer-than-threshold"),
+        pytest.param(_job(1, T0 + timedelta(seconds=9), state="failed"), id="state-not-running"),
     ],
 )
 def test_a_takeover_from_a_dead_ended_or_silent_triggerer_is_not_flapping(old_owner_now: TriggererJob) -> None:
@@ -149,9 +150,10 @@ def test_a_takeover_from_a_dead_ended_or_silent_triggerer_is_not_flapping(old_ow
 
 
 def test_a_previous_owner_already_stale_at_the_first_look_is_not_flapping() -> None:
+    """Stale at the first look (31 s), fresh at the second, heartbeats 19 s apart: it was not alive."""
     _, memory = _look(1, [_job(1, T0 - timedelta(seconds=31))], {}, T0)
     later = T0 + timedelta(seconds=5)
-    assert _look(2, [_job(1, later - timedelta(seconds=1)), _job(2, later)], memory, later)[0] == []
+    assert _look(2, [_job(1, T0 - timedelta(seconds=12)), _job(2, later)], memory, later)[0] == []
 
 
 def test_a_recreated_trigger_with_the_same_id_is_another_trigger() -> None:
