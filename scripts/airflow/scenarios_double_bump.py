@@ -39,6 +39,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,8 +69,22 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _idle_workers(runner: Any) -> None:
+    """Workloads the critical section sends stay in the executor (no worker picks them up; the
+    workers' side is written by ``worker_starts``). 3.1+'s LocalExecutor does that unstarted; 3.0.6's
+    ``queue_workload`` needs the ``activity_queue`` and worker processes ``start()`` makes."""
+    for executor in getattr(runner.job, "executors", None) or runner.executors:  # 3.2+: on the runner
+        if type(executor).__name__ == "LocalExecutor" and not hasattr(executor, "activity_queue"):
+            executor.queue_workload = types.MethodType(_keep_workload, executor)  # bound: 3.0.6 reads __func__
+
+
+def _keep_workload(executor: Any, workload: Any, session: Any = None) -> None:
+    executor.queued_tasks[workload.ti.key] = workload  # what 3.1's BaseExecutor.queue_workload does
+
+
 def scheduler_loop(af: AF, runner: Any) -> None:
     """One scheduler loop (``_do_scheduling``) in its own session, committed by Airflow."""
+    _idle_workers(runner)
     session = af.settings.Session()
     try:
         runner._do_scheduling(session)
