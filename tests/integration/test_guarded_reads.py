@@ -7,17 +7,20 @@ pair made by its scheduler code, and a real streaming replica (tests/pg_replica.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from detector.actions.remediation.guarded import DbRunStates
 from detector.core.plan import Mode
 from detector.errors import DatabaseError
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url, redact
 from tests.airflow_server import sql
+from tests.integration.test_grants import documented_grants
 from tests.integration.test_remediation_db import Db
-from tests.pg import Templates
+from tests.pg import ROOT, Templates, execute_admin
 from tests.pg_replica import Replica, streaming_replica
 
 pytestmark = pytest.mark.integration
@@ -50,6 +53,29 @@ def test_note_of_a_deleted_run_is_none(fanout: Db) -> None:
     sql(fanout.url, NOTE, i=action.run.id, c="written")
     sql(fanout.url, "DELETE FROM dag_run WHERE id = :i", i=action.run.id)
     assert _states(fanout).note(action) is None
+
+
+def test_every_read_works_with_the_documented_read_only_grant(fanout: Db) -> None:
+    """Dry-run and the ``api`` backend need no write grant (README): the re-reads of the duplicate and
+    of its kept run and the note read back take no row lock (FOR SHARE needs UPDATE)."""
+    action = fanout.actions(Mode.FAIL)[0]
+    sql(fanout.url, NOTE, i=action.run.id, c="written")
+    role = f"dg_ro_{uuid.uuid4().hex[:8]}"
+    execute_admin(f'CREATE ROLE "{role}" LOGIN')
+    url = make_url(fanout.url)
+    grant = documented_grants(ROOT / "README.md")["3.0 and 3.1"].replace("TO dupguard;", f'TO "{role}";')
+    execute_admin(grant, dbname=url.database)
+    engine = make_engine(parse_url(url.set(username=role, password=None).render_as_string(hide_password=False)))
+    try:
+        states = DbRunStates(engine, fanout.db.tables)
+        state, kept = states.state(action), states.kept(action)
+        assert state is not None and state.run_id == action.run.run_id
+        assert kept is not None and kept.state.run_id == action.kept_run_id and kept.note is None
+        assert states.note(action) == "written"
+    finally:
+        engine.dispose()
+        execute_admin(f'DROP OWNED BY "{role}"', dbname=url.database)
+        execute_admin(f'DROP ROLE "{role}"')
 
 
 @pytest.fixture(scope="module")
