@@ -63,6 +63,7 @@ def test_every_read_works_with_the_documented_read_only_grant(fanout: Db) -> Non
     role = f"dg_ro_{uuid.uuid4().hex[:8]}"
     execute_admin(f'CREATE ROLE "{role}" LOGIN')
     url = make_url(fanout.url)
+    assert url.database is not None
     grant = documented_grants(ROOT / "README.md")["3.0 and 3.1"].replace("TO dupguard;", f'TO "{role}";')
     execute_admin(grant, dbname=url.database)
     engine = make_engine(parse_url(url.set(username=role, password=None).render_as_string(hide_password=False)))
