@@ -70,9 +70,7 @@ def pgbouncer(upstream_url: str, pool_mode: str, *, pool_size: int = 20) -> Iter
     )
     ini.chmod(0o644)
     command = [binary, str(ini)]
-    if os.geteuid() == 0:
-        command = ["runuser", "-u", "postgres", "--", *command]
-    procs = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)]  # restart() appends
+    procs = [_start(command)]  # restart() appends
     url = upstream.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
     try:
         _wait_listening(port, procs[-1])
@@ -93,8 +91,24 @@ def restart(url: str) -> None:
     restart) and start it again on the same port; returns once it listens."""
     command, port, procs = _running[url]
     _stop(procs[-1])
-    procs.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    procs.append(_start(command))
     _wait_listening(port, procs[-1])
+
+
+def _start(command: list[str]) -> subprocess.Popen[bytes]:
+    # As root, PgBouncer itself is the child, switched to the postgres user by Popen: under runuser the
+    # SIGTERM of _stop reached runuser, which forwards it and then sleeps 2 s before a SIGKILL whether
+    # or not PgBouncer has exited (2 s per stop, most of test_lock_pinning's teardown).
+    root = os.geteuid() == 0
+    user = "postgres" if root else None
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        user=user,
+        group=user,
+        extra_groups=[] if root else None,
+    )
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

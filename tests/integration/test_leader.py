@@ -15,6 +15,10 @@ from tests.pg import Templates
 
 pytestmark = pytest.mark.integration
 LEASE = timedelta(seconds=3)
+# pg_terminate_backend(pid) only signals the backend: a check right after it could still see the lock
+# held on a loaded machine (flaky under mutmut). With a timeout it returns once the backend has exited,
+# after it released its locks (true), or false when it is still there after this many ms.
+EXIT_WAIT_MS = 30_000
 
 
 def _lock(url: str, mode: str) -> AdvisoryLock:
@@ -51,9 +55,10 @@ def test_terminated_backend_ends_leadership_and_frees_lock(mode: str, pg_templat
         admin.autocommit = True
         with admin.cursor() as cur:
             cur.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                f"SELECT pg_terminate_backend(pid, {EXIT_WAIT_MS}) FROM pg_locks WHERE locktype = 'advisory' "
+                "AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             )
+            assert cur.fetchall() == [(True,)], "one lock backend, gone before the standby's attempt"
         admin.close()
         assert a.ensure(now) is False
         assert b.ensure(now) is True
@@ -94,7 +99,7 @@ def test_stale_heartbeat_is_not_leadership(pg_templates: Templates) -> None:
 def test_a_new_leader_waits_before_its_first_write(mode: str, pg_templates: Templates) -> None:
     """Just after taking the lock a replica leads (it detects and alerts) but holds no fence until its
     takeover wait is over; the fence then names the lock backend that holds the lock (checked in
-    pg_locks), ends with the lease, and a terminated lock backend is seen there at once."""
+    pg_locks), ends with the lease, and a terminated lock backend no longer holds it there."""
     from detector.metadb import queries
 
     url = pg_templates.clone("3.1.2")
@@ -117,7 +122,10 @@ def test_a_new_leader_waits_before_its_first_write(mode: str, pg_templates: Temp
         with checker.connect() as conn:
             assert queries.advisory_lock_granted_to(conn, 4242, fence.backend_pid)
             assert not queries.advisory_lock_granted_to(conn, 4242, fence.backend_pid + 1)
-            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": fence.backend_pid})
+            gone = conn.execute(
+                text("SELECT pg_terminate_backend(:p, :ms)"), {"p": fence.backend_pid, "ms": EXIT_WAIT_MS}
+            )
+            assert gone.scalar() is True
             assert not queries.advisory_lock_granted_to(conn, 4242, fence.backend_pid)
         assert a.ensure(datetime.now(UTC)) is False and a.fence() is None
     finally:
