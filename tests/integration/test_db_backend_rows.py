@@ -10,17 +10,23 @@ ran under are read on its own server connection.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg2
+import psycopg2.errors
 import pytest
 from sqlalchemy import Engine, event, text
+from sqlalchemy.engine import make_url
 
 from detector.actions.remediation.db import DbBackend
 from detector.actions.remediation.guarded import GuardedRemediator, Recheck, Verdict, judge, read_state
 from detector.app.wiring import build_remediator
 from detector.config import Config
+from detector.core.fence import Fence
 from detector.core.plan import Action, Mode
 from detector.core.ports import Result, StartedTask
 from detector.metadb.engine import make_engine, parse_url
@@ -302,3 +308,136 @@ def test_a_write_that_does_not_hold_is_rolled_back_whole(fanout: Db) -> None:
     )
     assert result.committed_at is None
     assert db_state(fanout.url) == before
+
+
+def test_a_run_without_a_state_is_failed_too(fanout: Db) -> None:
+    """dag_run.state is nullable in Airflow's schema; a run with none is unfinished, so it is failed."""
+    action = fanout.actions(Mode.FAIL)[0]
+    sql(fanout.url, "UPDATE dag_run SET state = NULL WHERE run_id = :r", r=action.run.run_id)
+    assert _remediator(fanout, Mode.FAIL).execute(action).result is Result.DONE
+    assert _run_row(fanout, action.run.run_id) == ("failed", NOW, NOW, NOW)
+
+
+def test_another_dags_run_with_the_same_run_id_is_not_touched(fanout: Db) -> None:
+    """run_id is unique per DAG only (a manual run_id can repeat across DAGs): the task UPDATEs match the
+    DAG too. Here another DAG's queued run is given the duplicate's run_id (Airflow's foreign keys held
+    off for that one statement pair)."""
+    action = fanout.actions(Mode.FAIL)[0]
+    other = next(r for r in db_state(fanout.url).values() if r.dag_id not in (action.dag_id, "orders_producer"))
+    sql(
+        fanout.url,
+        "SET LOCAL session_replication_role = replica; "
+        "UPDATE task_instance SET run_id = :r WHERE dag_id = :d AND run_id = :o; "
+        "UPDATE dag_run SET run_id = :r WHERE dag_id = :d AND run_id = :o",
+        r=action.run.run_id,
+        d=other.dag_id,
+        o=other.run_id,
+    )
+    before = _rows(fanout, "SELECT * FROM task_instance WHERE dag_id = :d ORDER BY task_id", d=other.dag_id)
+    assert _remediator(fanout, Mode.FAIL).execute(action).result is Result.DONE
+    assert _rows(fanout, "SELECT * FROM task_instance WHERE dag_id = :d ORDER BY task_id", d=other.dag_id) == before
+    mine = "SELECT DISTINCT state FROM task_instance WHERE dag_id = :d AND run_id = :r"
+    assert _rows(fanout, mine, d=action.dag_id, r=action.run.run_id) == [("skipped",)]
+
+
+def test_the_write_holds_the_duplicates_rows_and_shares_the_kept_runs(fanout: Db) -> None:
+    """While the write runs, another session can lock neither the duplicate's run nor its tasks (the
+    scheduler and a worker's ti_run lock them before a task starts), and can only share the kept run's
+    row: no other writer can stop the kept run before the commit, and its tasks still start."""
+    action = fanout.actions(Mode.FAIL)[0]
+    probes = {
+        "duplicate run": ("SELECT 1 FROM dag_run WHERE run_id = %s FOR UPDATE NOWAIT", action.run.run_id),
+        "duplicate tasks": ("SELECT 1 FROM task_instance WHERE run_id = %s FOR UPDATE NOWAIT", action.run.run_id),
+        "kept run": ("SELECT 1 FROM dag_run WHERE run_id = %s FOR UPDATE NOWAIT", action.kept_run_id),
+        "kept run shared": ("SELECT 1 FROM dag_run WHERE run_id = %s FOR SHARE NOWAIT", action.kept_run_id),
+    }
+    seen: dict[str, str] = {}
+
+    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if seen or not statement.startswith("UPDATE"):
+            return
+        other = psycopg2.connect(make_url(fanout.url).render_as_string(hide_password=False))
+        try:
+            for name, (query, run_id) in probes.items():
+                try:
+                    with other.cursor() as cur:
+                        cur.execute(query, (run_id,))
+                    seen[name] = "granted"
+                except psycopg2.errors.LockNotAvailable:
+                    seen[name] = "held"
+                other.rollback()
+        finally:
+            other.close()
+
+    event.listen(fanout.engine, "before_cursor_execute", before)
+    assert _remediator(fanout, Mode.FAIL).execute(action).result is Result.DONE
+    assert seen == {
+        "duplicate run": "held",
+        "duplicate tasks": "held",
+        "kept run": "held",
+        "kept run shared": "granted",
+    }
+
+
+# --- fencing inside the write transaction ----------------------------------------------------------
+
+
+class _Ticks:
+    """A monotonic clock that moves one second each time it is read."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def _fenced(db: Db, action: Action, fence: Fence | None) -> tuple[Result, str]:
+    before = db_state(db.url)
+    result = _remediator(db, Mode.FAIL, fence=lambda: fence).execute(action)
+    if result.result is not Result.DONE:
+        assert db_state(db.url) == before, "nothing of a refused write lands"
+    return result.result, result.detail
+
+
+def test_no_fence_writes_nothing(fanout: Db) -> None:
+    action = fanout.actions(Mode.FAIL)[0]
+    assert _fenced(fanout, action, None) == (
+        Result.FAILED,
+        "not written: this replica's leader lease ended (or it is waiting to act): nothing written",
+    )
+
+
+def test_a_lease_that_ends_during_the_write_rolls_it_back(fanout: Db) -> None:
+    action = fanout.actions(Mode.FAIL)[0]
+    fence = Fence(term=1, ends=1.5, clock=_Ticks())  # valid when asked first, ended at the commit
+    assert _fenced(fanout, action, fence) == (
+        Result.FAILED,
+        "not written: the leader lease ended during the write: rolled back",
+    )
+
+
+def test_the_write_commits_only_while_the_lock_backend_holds_the_leader_lock(fanout: Db) -> None:
+    """The fence names the leader lock and the backend it was granted to: checked in pg_locks inside the
+    write transaction. Held there, the write commits; not held (a terminated lock backend), nothing lands."""
+    action, again = fanout.actions(Mode.FAIL)[:2]
+    key = 4242
+    holder = psycopg2.connect(make_url(fanout.url).render_as_string(hide_password=False))
+    try:
+        holder.autocommit = True
+        with holder.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            (pid,) = cur.fetchone()
+            unheld = _fenced(
+                fanout, action, Fence(term=1, ends=math.inf, clock=time.monotonic, key=key, backend_pid=pid)
+            )
+            assert unheld == (
+                Result.FAILED,
+                f"not written: the leader lock is no longer granted to this replica's lock backend (pid {pid})",
+            )
+            cur.execute("SELECT pg_advisory_lock(%s)", (key,))
+            held = Fence(term=1, ends=math.inf, clock=time.monotonic, key=key, backend_pid=pid)
+            assert _fenced(fanout, again, held) == (Result.DONE, "run -> failed; skipped: extract, load")
+    finally:
+        holder.close()
