@@ -7,6 +7,7 @@ schema, duplicates made by its scheduler code; the pure cases are in tests/unit/
 
 from __future__ import annotations
 
+import socket
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +18,8 @@ from structlog.testing import capture_logs
 
 from detector.actions.remediation.db import DbBackend
 from detector.actions.remediation.guarded import GuardedRemediator
+from detector.app.wiring import build_remediator
+from detector.config import Config
 from detector.core.plan import Action, Mode
 from detector.core.ports import RemediationResult, Result, StartedTask
 from detector.metadb.engine import make_engine, parse_url
@@ -174,6 +177,29 @@ def test_a_write_that_times_out_on_a_lock_reports_its_errors_first_line(fanout: 
     assert result == RemediationResult(action, Result.FAILED, detail, retryable=True)
     assert logs == [_line(action, result, "warning")]
     assert _counted(metrics, "failed") == 1 and _latency(metrics) == (0, 0)
+    assert db_state(fanout.url) == before
+
+
+def test_a_refused_api_connection_is_retried_soon(fanout: Db) -> None:
+    """The ``api`` backend and nothing listening at the API's address: nothing reached Airflow, so
+    the dispatcher retries at its shortest back-off (the duplicate's worker retries too)."""
+    action = fanout.actions(Mode.FAIL)[0]
+    before = db_state(fanout.url)
+    with socket.socket() as closed:  # a port bound, never listening: the connection is refused
+        closed.bind(("127.0.0.1", 0))
+        api = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        settings = {"remediation": "fail", "remediation_backend": "api", "airflow_api_url": api, "airflow_token": "t"}
+        config = Config.of(database_url=fanout.url, **settings)
+        remediator = build_remediator(
+            config, fanout.engine, fanout.db.tables, Metrics(), attempts=2, sleep=lambda _: None
+        )
+        try:
+            result = remediator.execute(action)
+        finally:
+            remediator.close()
+    assert (result.result, result.retryable, result.retry_soon) == (Result.FAILED, True, True)
+    refused = "connection refused or unreachable (is the API server up?)"
+    assert result.detail == f"Airflow API at {api} failed 2 times: PATCH dagRun state=failed: {refused}"
     assert db_state(fanout.url) == before
 
 
