@@ -68,9 +68,16 @@ class _Rig:
     """A dispatcher (back-off 0.02 s doubling up to 0.05 s) and every report it made."""
 
     def __init__(
-        self, remediator: _Scripted, recheck: Recheck | None = None, *, retry: bool = True, **options: Any
+        self,
+        remediator: _Scripted,
+        recheck: Recheck | None = None,
+        *,
+        retry: bool = True,
+        backoff: tuple[float, float] = (0.02, 0.05),
+        **options: Any,
     ) -> None:
         self.reports: list[Report] = []
+        self.reported = threading.Event()
         self.finals = threading.Event()
         self.rechecks = 0
         self.recheck = recheck or (lambda job: (job.finding, job.action))
@@ -81,8 +88,8 @@ class _Rig:
             on_result=self._on_result,
             may_act=options.pop("may_act", lambda: True),
             metrics=self.metrics,
-            retry_backoff=0.02,
-            max_retry_backoff=0.05,
+            retry_backoff=backoff[0],
+            max_retry_backoff=backoff[1],
             retry=retry,
             **options,
         )
@@ -93,6 +100,7 @@ class _Rig:
 
     def _on_result(self, job: Job, result: RemediationResult, final: bool) -> None:
         self.reports.append((result.result, result.detail, final, result.retryable))
+        self.reported.set()
         if final:
             self.finals.set()
 
@@ -134,7 +142,7 @@ def test_each_failed_attempt_is_reported_with_its_count_then_the_final_result(lo
     """Three failures then a stop: each failure is reported not final, retryable, saying which attempt
     it was; the back-off doubles up to its cap; the group is judged again before every retry."""
     remediator = _Scripted(down, down, down, stopped)
-    rig = _Rig(remediator)
+    rig = _Rig(remediator, backoff=(0.125, 0.3))
     job = rig.run(_job())
     rig.dispatcher.close()
     assert rig.reports == [
@@ -145,9 +153,9 @@ def test_each_failed_attempt_is_reported_with_its_count_then_the_final_result(lo
     ]
     assert [(r.result, r.detail) for r in job.results] == [(r[0], r[1]) for r in rig.reports]
     assert _lines(logs, "remediation_retry_scheduled") == [
-        _retry_line(1, 0.02),
-        _retry_line(2, 0.04),
-        _retry_line(3, 0.05),
+        _retry_line(1, 0.12),  # 0.125 s, to the hundredth
+        _retry_line(2, 0.25),
+        _retry_line(3, 0.3),  # the cap
     ]
     assert (job.attempts, rig.rechecks, len(remediator.actions)) == (4, 3, 4)
     assert rig.dispatcher.idle() and rig.dispatcher.retries_pending() == 0
@@ -268,24 +276,159 @@ def test_a_report_that_raises_loses_neither_the_job_nor_the_next_report(logs: Lo
     assert [r.detail for r in job.results] == ["down (attempt 1; retrying in 0 s)", "stopped"]
 
 
-def test_a_job_submitted_while_not_leading_waits_then_is_rejudged_before_it_acts(logs: Logs) -> None:
-    leading = threading.Event()
+class _Frozen:
+    """The dispatcher's clock, moved by the test only: a job waiting for its back-off becomes due exactly
+    when the test says so, however slow the machine."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _until(condition: Callable[[], bool]) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("condition not reached in 10 s")
+
+
+def test_a_job_submitted_while_not_leading_waits_one_back_off_then_is_rejudged(logs: Logs) -> None:
+    """Not leading: no attempt; the job is asked again after the first back-off (0.02 s on the dispatcher's
+    clock, and not before), and judged again from the database before it acts."""
+    clock, leading = _Frozen(), threading.Event()
     remediator = _Scripted(stopped)
-    rig = _Rig(remediator, may_act=leading.is_set)
+    rig = _Rig(remediator, may_act=leading.is_set, clock=clock)
     assert rig.dispatcher.submit(_job())
-    waited = threading.Event()
-
-    def lead() -> None:  # once the job waits for leadership (a retry pending), this replica leads again
-        while rig.dispatcher.retries_pending() == 0 and not rig.finals.is_set():
-            waited.wait(0.01)
-        leading.set()
-
-    threading.Thread(target=lead, daemon=True).start()
-    assert rig.finals.wait(10)
+    _until(lambda: rig.dispatcher.retries_pending() == 1)
+    leading.set()
+    clock.now = 100.0 + 0.02
+    assert rig.finals.wait(10), "not retried once its back-off ended"
     rig.dispatcher.close()
     assert rig.reports == [(Result.DONE, "stopped", True, False)]
     assert (rig.rechecks, len(remediator.actions)) == (1, 1)
     assert _lines(logs, "remediation_retry_scheduled") == []
+
+
+def test_a_retry_is_made_when_its_back_off_ends_on_the_dispatchers_clock() -> None:
+    clock = _Frozen()
+    calls_at: list[float] = []
+
+    def at(step: Step) -> Step:
+        def timed(action: Action) -> RemediationResult:
+            calls_at.append(clock.now)
+            return step(action)
+
+        return timed
+
+    rig = _Rig(_Scripted(at(down), at(stopped)), clock=clock)
+    assert rig.dispatcher.submit(_job())
+    assert rig.reported.wait(10)
+    clock.now = 100.0 + 0.02  # the logged back-off of the first attempt
+    assert rig.finals.wait(10), "not retried once its back-off ended"
+    rig.dispatcher.close()
+    assert calls_at == [100.0, 100.0 + 0.02]
+
+
+def test_a_picked_up_job_is_rejudged_before_its_first_attempt() -> None:
+    """Handed over from an earlier leader's ledger: that leader may have acted since it was planned."""
+    remediator = _Scripted(stopped)
+    rig = _Rig(remediator)
+    job = _job()
+    rig.run(Job(job.finding, job.action, picked_up=True))
+    rig.dispatcher.close()
+    assert (rig.rechecks, rig.reports) == (1, [(Result.DONE, "stopped", True, False)])
+
+
+def test_a_stop_that_landed_as_the_lease_ended_is_final() -> None:
+    """Only a retryable failure can be the fence's doing; a stop that committed is the result."""
+    leading = threading.Event()
+    leading.set()
+
+    def lands(action: Action) -> RemediationResult:
+        leading.clear()
+        return stopped(action)
+
+    rig = _Rig(_Scripted(lands), may_act=leading.is_set)
+    rig.run(_job())
+    rig.dispatcher.close()
+    assert rig.reports == [(Result.DONE, "stopped", True, False)]
+
+
+class _Blocking:
+    """A first step that blocks until released (a write in flight)."""
+
+    def __init__(self, then: Step) -> None:
+        self.entered, self.release, self.then = threading.Event(), threading.Event(), then
+
+    def __call__(self, action: Action) -> RemediationResult:
+        self.entered.set()
+        self.release.wait(30)
+        return self.then(action)
+
+
+def test_two_jobs_in_flight_at_once_both_end_and_the_dispatcher_is_idle() -> None:
+    first = _Blocking(stopped)
+    rig = _Rig(_Scripted(first, stopped), workers=1)
+    assert rig.dispatcher.submit(_job())
+    assert first.entered.wait(10)
+    assert rig.dispatcher.submit(_job())
+    first.release.set()
+    assert rig.dispatcher.drain(10)
+    rig.dispatcher.close()
+    assert rig.reports == [(Result.DONE, "stopped", True, False)] * 2
+
+
+def test_shutdown_waits_for_the_attempt_in_flight_reports_it_final_and_drops_the_queued_job(logs: Logs) -> None:
+    """``close``: the write in flight finishes and is reported final (no retry is promised at shutdown);
+    the job still queued is never attempted and is counted as not finished."""
+    first = _Blocking(down)
+    remediator = _Scripted(first, stopped)
+    rig = _Rig(remediator, workers=1)
+    job = _job()
+    assert rig.dispatcher.submit(job)
+    assert first.entered.wait(10)
+    assert rig.dispatcher.submit(_job())
+
+    # let the write finish only once shutdown has begun (white box: close sets this first)
+    def release_once_stopping() -> None:
+        if rig.dispatcher._stopping.wait(10):
+            first.release.set()
+
+    threading.Thread(target=release_once_stopping, daemon=True).start()
+    rig.dispatcher.close(timeout=10)
+    assert rig.reports == [(Result.FAILED, "down", True, False)]
+    assert remediator.actions == [job.action]
+    assert _lines(logs, "remediations_not_finished_at_shutdown") == [
+        {"event": "remediations_not_finished_at_shutdown", "log_level": "warning", "logger_name": LOGGER, "count": 1}
+    ]
+
+
+def test_shutdown_does_not_wait_past_its_timeout_for_a_hung_attempt() -> None:
+    hung = _Blocking(stopped)
+    rig = _Rig(_Scripted(hung), workers=1)
+    assert rig.dispatcher.submit(_job())
+    assert hung.entered.wait(10)
+    threading.Timer(5.0, hung.release.set).start()  # should close wait for it, the test fails instead of hanging
+    rig.dispatcher.close(timeout=0.1)
+    assert not hung.release.is_set(), "close returned only once the hung attempt was let go"
+    hung.release.set()
+
+
+def test_the_dispatchers_threads_are_daemons_named_for_a_thread_dump() -> None:
+    """A worker stuck in a hung call must not keep the process alive after ``close`` gave up on it, and a
+    thread dump (py-spy, faulthandler) names what each thread is."""
+    before = set(threading.enumerate())
+    rig = _Rig(_Scripted(), workers=2)
+    started = [t for t in threading.enumerate() if t not in before]
+    rig.dispatcher.close()
+    assert sorted((t.name, t.daemon) for t in started) == [
+        ("dupguard-remediate-0", True),
+        ("dupguard-remediate-1", True),
+        ("dupguard-retry", True),
+    ]
 
 
 def test_a_write_refused_by_the_fence_is_logged_as_waiting_for_leadership(logs: Logs) -> None:
@@ -328,3 +471,30 @@ def test_a_full_queue_refuses_the_job_and_shutdown_counts_what_was_left(logs: Lo
         {"event": "remediations_not_finished_at_shutdown", "log_level": "warning", "logger_name": LOGGER, "count": 2}
     ]
     assert rig.reports == []
+
+
+def test_a_failed_rejudgement_after_waiting_for_leadership_is_judged_again_before_any_write() -> None:
+    """Submitted while another replica led, the job must be judged again from the database before it
+    acts. That judgement fails once (the database is down): the next try judges again, it does not
+    act on the plan made before the wait. Here the second judgement finds the run settled."""
+    leading = threading.Event()
+    settled = RemediationResult(_job().action, Result.ALREADY, "its note says dupguard already stopped it")
+    answers: list[Exception | RemediationResult] = [RuntimeError("database down"), settled]
+
+    def recheck(job: Job) -> RemediationResult:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    remediator = _Scripted(stopped)
+    rig = _Rig(remediator, recheck, may_act=leading.is_set)
+    assert rig.dispatcher.submit(_job())
+    threading.Timer(0.05, leading.set).start()
+    assert rig.finals.wait(10)
+    rig.dispatcher.close()
+    assert rig.reports == [
+        (Result.FAILED, "re-judgement failed: RuntimeError: database down (attempt 0; retrying in 0 s)", False, True),
+        (Result.ALREADY, "its note says dupguard already stopped it", True, False),
+    ]
+    assert (rig.rechecks, remediator.actions) == (2, [])

@@ -178,12 +178,12 @@ class RemediationDispatcher:
             self._schedule(job, self._delay(max(job.attempts, 1)))  # not the leader now: wait, try later
             return
         if job.attempts > 0 or job.picked_up or job.rejudge:
-            job.rejudge = False
             try:
                 verdict = self.recheck(job)
             except Exception as exc:  # noqa: BLE001 - e.g. the database is down: judge again later
                 self._later_or_final(job, _failed(job.action, f"re-judgement failed: {type(exc).__name__}: {exc}"))
-                return
+                return  # still owes its re-judgement: the next try judges again, never acts on the old plan
+            job.rejudge = False
             if isinstance(verdict, RemediationResult):
                 self._final(job, verdict)
                 return
