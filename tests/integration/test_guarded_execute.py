@@ -29,13 +29,14 @@ from tests.integration.test_remediation_db import Db
 
 pytestmark = pytest.mark.integration
 
+ELAPSED = 0.25034
 LEASE_ENDED = "this replica's leader lease ended (or it is waiting to act): nothing written"
 
 
 def _remediator(db: Db, backend: DbBackend, **options: Any) -> tuple[GuardedRemediator, Metrics]:
-    """Its clock reads 10 s, then 10.5 s: the attempt takes 500 ms."""
+    """Its clock reads 10 s, then 10.25034 s: the attempt takes 250.3 ms (logged to 0.1 ms)."""
     metrics = Metrics()
-    ticks = iter([10.0, 10.5])
+    ticks = iter([10.0, 10.0 + ELAPSED])
     remediator = GuardedRemediator(
         configured_mode=Mode.FAIL,
         backend=backend,
@@ -63,7 +64,7 @@ def _line(action: Action, result: RemediationResult, level: str, **more: Any) ->
         "finding_key": action.finding_key,
         "detail": result.detail,
         "started_tasks": [],
-        "elapsed_ms": 500.0,
+        "elapsed_ms": 250.3,
     } | more
 
 
@@ -87,7 +88,7 @@ def test_a_committed_stop_is_logged_counted_and_timed(fanout: Db) -> None:
     assert result.committed_at is not None and result.started_tasks == ()
     assert logs == [_line(action, result, "info")]
     assert _counted(metrics, "done") == 1
-    assert _latency(metrics) == (1, 0.5)
+    assert _latency(metrics) == (1, 10.0 + ELAPSED - 10.0)  # the clock's difference, float rounding included
 
 
 def test_a_stop_caught_after_start_names_the_tasks_it_stopped(fanout: Db) -> None:
@@ -106,7 +107,7 @@ def test_a_stop_caught_after_start_names_the_tasks_it_stopped(fanout: Db) -> Non
     assert result.started_tasks == (StartedTask("extract", -1, "running", "failed"),)
     assert logs == [_line(action, result, "warning", started_tasks=["extract (running -> failed)"])]
     assert _counted(metrics, "caught_after_start") == 1
-    assert _latency(metrics) == (1, 0.5)
+    assert _latency(metrics) == (1, 10.0 + ELAPSED - 10.0)  # the clock's difference, float rounding included
 
 
 def test_a_write_fenced_off_is_not_counted_and_is_retried(fanout: Db) -> None:

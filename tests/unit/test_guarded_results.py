@@ -24,9 +24,9 @@ ACTION = Action("key-1", "consumer", run(id=2), "kept-1", Outcome.REMEDIATE, Mod
 
 
 def _remediator(mode: Mode = Mode.FAIL) -> tuple[GuardedRemediator, Metrics]:
-    """Its clock reads 10 s, then 10.25 s: an attempt of ``execute`` takes 250 ms."""
+    """Its clock reads 10 s, then 10.25034 s: an attempt of ``execute`` takes 250.3 ms (logged to 0.1 ms)."""
     metrics = Metrics()
-    ticks = iter([10.0, 10.25])
+    ticks = iter([10.0, 10.25034])
     remediator = GuardedRemediator(
         configured_mode=mode, backend=None, engine=None, tables=None, metrics=metrics, clock=lambda: next(ticks)
     )
@@ -101,7 +101,7 @@ def test_an_action_that_writes_nothing_reports_the_planners_reason(
     with capture_logs() as logs:
         assert remediator.execute(action) == RemediationResult(action, result, detail)
     level = "warning" if result is Result.TOO_LATE else "info"
-    assert logs == [_line(action, result.value, detail, level, elapsed_ms=250.0)]
+    assert logs == [_line(action, result.value, detail, level, elapsed_ms=250.3)]
     assert _count(metrics, "fail", result.value) == 1
 
 
@@ -116,7 +116,7 @@ def test_an_action_on_the_kept_run_is_refused_and_logged_as_a_failure() -> None:
     with capture_logs() as logs:
         result = remediator.execute(action)
     assert (result.result, result.detail, result.retryable) == (Result.FAILED, "refused: this is the kept run", False)
-    assert logs == [_line(action, "failed", "refused: this is the kept run", "warning", elapsed_ms=250.0)]
+    assert logs == [_line(action, "failed", "refused: this is the kept run", "warning", elapsed_ms=250.3)]
     assert _count(metrics, "fail", "failed") == 1
 
 
