@@ -13,10 +13,18 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from detector.actions.remediation.guarded import GuardedRemediator, Work, _describe, now_utc, passive_result
+from detector.actions.remediation.guarded import (
+    GuardedRemediator,
+    Verdict,
+    Work,
+    _describe,
+    judge,
+    now_utc,
+    passive_result,
+)
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import RemediationResult, Result
-from detector.metadb.queries import TaskState
+from detector.metadb.queries import RunState, TaskState
 from detector.metrics import Metrics
 from tests.factories import run
 
@@ -169,3 +177,12 @@ def test_a_backend_error_is_told_by_its_type_and_first_line(error: Exception, sa
     """The result's detail and the ``remediation`` line of an attempt that raised (a driver's error
     carries its SQL and a link on further lines: tests/integration/test_guarded_execute.py)."""
     assert _describe(error) == said
+
+
+def test_a_run_deleted_or_created_anew_under_its_run_id_is_gone() -> None:
+    """The re-read finds no run, or another run (another id) under the action's run_id: nothing is
+    written to it, and the result says why."""
+    recreated = RunState(ACTION.run.id + 100, ACTION.dag_id, ACTION.run.run_id, "queued", (_ti("extract"),))
+    for current in (None, recreated):
+        verdict = judge(ACTION, current, remediate_started=False)
+        assert verdict == Verdict(Result.GONE, "the run no longer exists")
