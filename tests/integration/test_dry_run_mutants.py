@@ -76,7 +76,7 @@ def test_a_dry_run_says_it_would_fail_each_duplicate_and_logs_what_it_would_writ
         )
         assert line["finding_key"] == action.finding_key and line["note"] == action.note
         assert line["changes"] == "run -> failed; skipped: extract, load"
-        assert "duplicate of the kept run" in line["reason"]
+        assert line["reason"] == "confirmed duplicate of the kept run (same asset trigger)"
 
 
 def test_a_skip_action_without_a_backend_says_it_would_skip_the_tasks(fanout: Fanout) -> None:
