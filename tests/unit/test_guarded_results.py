@@ -186,3 +186,30 @@ def test_a_run_deleted_or_created_anew_under_its_run_id_is_gone() -> None:
     for current in (None, recreated):
         verdict = judge(ACTION, current, remediate_started=False)
         assert verdict == Verdict(Result.GONE, "the run no longer exists")
+
+
+BOTH_RAN = "too late, both runs executed: tasks already started"
+NONE_RAN = "too late: Airflow ended its tasks before any worker ran them"
+BEAT = datetime(2026, 11, 30, 4, 10, 29, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("tasks", "said"),
+    [
+        ((TaskState("extract", -1, "running"),), f"{BOTH_RAN} (extract=running)"),
+        ((TaskState("extract", -1, "failed", pid=42),), f"{BOTH_RAN} (extract=failed)"),
+        ((TaskState("extract", -1, "failed", last_heartbeat_at=BEAT),), f"{BOTH_RAN} (extract=failed)"),
+        ((TaskState("extract", -1, "up_for_retry"),), f"{NONE_RAN} (extract=up_for_retry)"),
+        ((TaskState("extract", -1, "failed"),), f"{NONE_RAN} (extract=failed)"),
+        (
+            (TaskState("extract", 0, "failed"), TaskState("load", -1, "running", pid=7), _ti("report")),
+            f"{BOTH_RAN} (extract[0]=failed, load=running)",
+        ),
+    ],
+    ids=["running-unmarked", "failed-pid", "failed-heartbeat", "retry-unmarked", "failed-unmarked", "mixed"],
+)
+def test_too_late_says_whether_a_worker_ran_the_tasks(tasks: tuple[TaskState, ...], said: str) -> None:
+    """A worker stamps pid and heartbeat; a task Airflow failed (or set up for retry) while queued has
+    neither: the duplicate is left alone either way, and the result tells which happened."""
+    current = RunState(ACTION.run.id, ACTION.dag_id, ACTION.run.run_id, "running", tasks)
+    assert judge(ACTION, current, remediate_started=False) == Verdict(Result.TOO_LATE, said)
