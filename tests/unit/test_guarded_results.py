@@ -213,3 +213,30 @@ def test_too_late_says_whether_a_worker_ran_the_tasks(tasks: tuple[TaskState, ..
     neither: the duplicate is left alone either way, and the result tells which happened."""
     current = RunState(ACTION.run.id, ACTION.dag_id, ACTION.run.run_id, "running", tasks)
     assert judge(ACTION, current, remediate_started=False) == Verdict(Result.TOO_LATE, said)
+
+
+def _judged(mode: Mode, state: str, *tasks: TaskState, remediate_started: bool = False) -> Verdict:
+    current = RunState(ACTION.run.id, ACTION.dag_id, ACTION.run.run_id, state, tasks)
+    return judge(replace(ACTION, mode=mode), current, remediate_started=remediate_started)
+
+
+def test_a_run_with_nothing_left_to_stop_is_already_stopped_and_says_how() -> None:
+    skipped, done = TaskState("extract", -1, "skipped"), TaskState("load", -1, "success", pid=3)
+    assert _judged(Mode.FAIL, "failed", skipped) == Verdict(Result.ALREADY, "the run is already failed")
+    every = "every task is already skipped"
+    assert _judged(Mode.SKIP, "queued", skipped) == Verdict(Result.ALREADY, f"{every} (run state queued)")
+    assert _judged(Mode.FAIL, "success", skipped) == Verdict(Result.ALREADY, f"{every} (run state success)")
+    assert _judged(Mode.SKIP, "queued") == Verdict(Result.ALREADY, "no unfinished task left (run state queued)")
+    assert _judged(Mode.SKIP, "running", skipped, done, remediate_started=True) == Verdict(
+        Result.ALREADY, "no unfinished task left (run state running)"
+    )
+    assert _judged(Mode.FAIL, "success", skipped, done, remediate_started=True) == Verdict(
+        Result.ALREADY, "the run already finished"
+    )
+
+
+def test_a_stop_half_landed_in_fail_mode_is_finished_by_failing_the_run() -> None:
+    """Every task skipped, the run still queued (3.0.6-3.2.2's set-failed committed the skips only)."""
+    skipped = TaskState("extract", -1, "skipped")
+    work = Work(Mode.FAIL, ACTION.run.id, (), (), fail_run=True)
+    assert _judged(Mode.FAIL, "queued", skipped) == Verdict(None, "run -> failed", work)
