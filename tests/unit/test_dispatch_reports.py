@@ -210,8 +210,9 @@ def test_a_failed_rejudgement_is_reported_and_tried_again(logs: Logs) -> None:
 
     remediator = _Scripted(down, stopped)
     rig = _Rig(remediator, recheck)
-    rig.run(_job())
+    job = rig.run(_job())
     rig.dispatcher.close()
+    assert {r.action for r in job.results} == {job.action}  # the alert names the run of each result
     assert rig.reports == [
         (Result.FAILED, "down (attempt 1; retrying in 0 s)", False, True),
         (Result.FAILED, "re-judgement failed: RuntimeError: database down (attempt 1; retrying in 0 s)", False, True),
@@ -233,6 +234,7 @@ def test_a_remediator_that_raises_costs_the_job_one_attempt_not_its_worker(logs:
         (Result.FAILED, "internal error (logged) (attempt 1; retrying in 0 s)", False, True),
         (Result.DONE, "stopped", True, False),
     ]
+    assert {r.action for r in job.results} == {job.action}
     [crashed] = _lines(logs, "remediation_worker_crashed")
     assert crashed == {
         "event": "remediation_worker_crashed",
