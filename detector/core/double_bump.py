@@ -1,0 +1,152 @@
+"""Task attempts bumped twice (apache/airflow#57618; 3.0.x/3.1.x, fixed in 3.2.0 by PR #60330).
+
+``DagRun.schedule_tis`` updates task instances by id with no state guard and adds 1 to
+``try_number``: a scheduler acting on a stale view sends a TI another scheduler already queued (or
+a worker already runs) back to ``scheduled`` with try k+1. The running attempt is killed at its next
+heartbeat and the task runs again (docs/airflow-internals.md §12). Every legitimate new try (a retry,
+a clear; an orphan reset from 3.1.8 on) first writes a ``task_instance_history`` row for try k and
+gives the TI a new id, so the race leaves a TI whose earlier try has **no history row**.
+
+Two ways to see it:
+
+* **confirmed** (``dupguard run``): the check remembers the in-flight TIs of its previous pass; the
+  same id now has try k+1, was scheduled/queued/running at try k, and try k has no history row.
+* **suspected** (``scan``, or a bump the previous pass did not see in flight): a TI at try n >= 2
+  whose tries below n lack a history row. Airflow keeps no old id, so "same id" cannot be proven.
+
+Never flagged (the look-alikes of issue 25 §3): retries and clears (history row); sensors in
+reschedule mode and deferrals (the try does not move); rows written by Airflow 2 (no
+``dag_version_id``: older than the history table); an orphan reset, which on 3.0/3.1 also sets the
+state back with no history row, told apart by what else Airflow recorded: the previous attempt's
+scheduler job (or, after the fact, any scheduler job) declared dead (``state`` not running) with its
+last heartbeat before the new try was scheduled; history possibly purged by ``airflow db clean``
+(an archive table of ``task_instance_history`` made after the run was queued). Alert only: an
+outsider cannot stop the second attempt in time without killing the only one left.
+
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from detector.core.detect import ALL_DAGS, DagFilter
+
+KIND = "double_bump"
+IN_FLIGHT = frozenset({"scheduled", "queued", "running"})
+# An orphan reset comes scheduler_health_check_threshold (30 s) after the dead scheduler's last
+# heartbeat, at the next orphaned_tasks_check_interval (300 s): a scheduler declared dead whose
+# heartbeat stopped within this window before the new try was scheduled may have reset it.
+ORPHAN_WINDOW = timedelta(hours=1)
+
+TiKey = tuple[str, str, str, int]  # dag_id, task_id, run_id, map_index
+
+
+@dataclass(frozen=True)
+class TiRow:
+    """One ``task_instance`` row as one pass read it (with its run's ``queued_at``)."""
+
+    id: str
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int
+    try_number: int
+    state: str | None
+    hostname: str | None
+    queued_by_job_id: int | None
+    scheduled_dttm: datetime | None
+    dag_version_id: str | None
+    run_queued_at: datetime | None = None
+
+    @property
+    def key(self) -> TiKey:
+        return (self.dag_id, self.task_id, self.run_id, self.map_index)
+
+
+@dataclass(frozen=True)
+class SchedulerJob:
+    id: int
+    state: str | None
+    latest_heartbeat: datetime | None
+    hostname: str | None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What Airflow recorded besides the TI rows."""
+
+    history: Mapping[TiKey, frozenset[int]]  # tries with a task_instance_history row
+    jobs: Mapping[int, SchedulerJob]  # SchedulerJob rows: the remembered queuers and the dead ones
+    purges: tuple[datetime, ...] = ()  # when `airflow db clean` archived task_instance_history rows
+
+
+@dataclass(frozen=True)
+class DoubleBump:
+    ti: TiRow  # the row now
+    tries: tuple[int, int]  # the try with no history row, the one above it
+    confidence: str  # "confirmed" | "suspected"
+    earlier: TiRow | None = None  # the same id at the earlier try, as the previous pass saw it
+    schedulers: tuple[str, ...] = field(default=())  # hosts of the scheduler jobs involved
+
+    @property
+    def key(self) -> str:
+        return f"{KIND}:{self.ti.id}:{self.tries[0]}"
+
+
+def _declared_dead(job: SchedulerJob | None, before: datetime | None) -> bool:
+    """The job an orphan reset declared dead: not running, last heartbeat before the new try's scheduling."""
+    if job is None or job.state == "running":
+        return False
+    return before is None or job.latest_heartbeat is None or job.latest_heartbeat <= before
+
+
+def _orphan_reset_possible(ti: TiRow, earlier: TiRow | None, jobs: Mapping[int, SchedulerJob]) -> bool:
+    if earlier is not None and earlier.queued_by_job_id is not None:
+        return _declared_dead(jobs.get(earlier.queued_by_job_id), ti.scheduled_dttm)
+    if earlier is not None:
+        return False  # never queued at the earlier try: no scheduler to be declared dead
+    at = ti.scheduled_dttm
+    for job in jobs.values():
+        hb = job.latest_heartbeat
+        if _declared_dead(job, at) and (at is None or hb is None or hb >= at - ORPHAN_WINDOW):
+            return True
+    return False
+
+
+def _purged(ti: TiRow, purges: Iterable[datetime]) -> bool:
+    return any(ti.run_queued_at is None or p >= ti.run_queued_at for p in purges)
+
+
+def find_double_bumps(
+    rows: Sequence[TiRow],
+    evidence: Evidence,
+    memory: Mapping[str, TiRow] | None = None,
+    dag_filter: DagFilter = ALL_DAGS,
+) -> list[DoubleBump]:
+    """The TIs whose try was bumped with no history row, oldest try first per TI."""
+    memory = memory or {}
+    found: list[DoubleBump] = []
+    for ti in rows:
+        if ti.try_number < 2 or ti.dag_version_id is None or not dag_filter.selects(ti.dag_id):
+            continue
+        recorded = evidence.history.get(ti.key, frozenset())
+        missing = [k for k in range(1, ti.try_number) if k not in recorded]
+        if not missing or _purged(ti, evidence.purges):
+            continue
+        k = missing[-1]  # the newest bump; older missing tries are in the evidence
+        prev = memory.get(ti.id)
+        earlier = prev if prev is not None and prev.try_number == k and prev.state in IN_FLIGHT else None
+        if _orphan_reset_possible(ti, earlier, evidence.jobs):
+            continue
+        ids = [j for j in (earlier.queued_by_job_id if earlier else None, ti.queued_by_job_id) if j is not None]
+        hosts = tuple(dict.fromkeys(h for j in ids if (h := _host(evidence.jobs.get(j)))))
+        confidence = "confirmed" if earlier is not None else "suspected"
+        found.append(DoubleBump(ti, (k, k + 1), confidence, earlier, hosts))
+    return found
+
+
+def _host(job: SchedulerJob | None) -> str | None:
+    return job.hostname if job is not None else None

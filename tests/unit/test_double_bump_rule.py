@@ -1,0 +1,115 @@
+"""The double_bump rule (issue 25 §3) on rows shaped as Airflow writes them (docs/airflow-internals.md §12).
+
+The same rule runs on the Airflow-made fixtures in tests/integration/test_double_bump.py; here every
+look-alike the issue names gets a row of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from detector.core.detect import DagFilter
+from detector.core.double_bump import Evidence, SchedulerJob, TiRow, find_double_bumps
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+RUNNING_B = SchedulerJob(2, "running", T0 + timedelta(seconds=30), "scheduler-b")
+RUNNING_A = SchedulerJob(1, "running", T0 + timedelta(seconds=30), "scheduler-a")
+JOBS = {1: RUNNING_A, 2: RUNNING_B}
+
+
+def ti(try_number: int, state: str | None = "running", **kw: object) -> TiRow:
+    base = TiRow(
+        id="ti-1",
+        dag_id="etl",
+        task_id="load",
+        run_id="manual__1",
+        map_index=-1,
+        try_number=try_number,
+        state=state,
+        hostname="worker-2",
+        queued_by_job_id=1,
+        scheduled_dttm=T0 + timedelta(seconds=10),
+        dag_version_id="v1",
+        run_queued_at=T0,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+EARLIER = ti(1, "running", hostname="worker-1", queued_by_job_id=2, scheduled_dttm=T0 + timedelta(seconds=5))
+
+
+def evidence(history: dict[tuple[str, str, str, int], frozenset[int]] | None = None, **kw: object) -> Evidence:
+    return Evidence(history=history or {}, jobs=kw.pop("jobs", JOBS), **kw)  # type: ignore[arg-type]
+
+
+def test_same_id_try_up_by_one_from_in_flight_with_no_history_is_confirmed() -> None:
+    """The race: the previous pass saw try 1 running on worker-1, now try 2 on the same id, no history row."""
+    [bump] = find_double_bumps([ti(2)], evidence(), memory={"ti-1": EARLIER})
+    assert (bump.confidence, bump.tries, bump.earlier) == ("confirmed", (1, 2), EARLIER)
+    assert bump.schedulers == ("scheduler-b", "scheduler-a")
+    assert bump.key == "double_bump:ti-1:1"
+
+
+def test_without_memory_the_same_shape_is_suspected() -> None:
+    """scan (or a bump no pass saw in flight): Airflow keeps no earlier id, so it cannot be proven."""
+    [bump] = find_double_bumps([ti(2)], evidence())
+    assert bump.confidence == "suspected"
+
+
+def test_earlier_try_seen_not_in_flight_is_not_confirmed() -> None:
+    """A removed task restored: the previous state was not an attempt in flight."""
+    [bump] = find_double_bumps([ti(2)], evidence(), memory={"ti-1": replace(EARLIER, state="removed")})
+    assert bump.confidence == "suspected" and bump.earlier is None
+
+
+def test_a_retry_or_a_clear_has_a_history_row_and_is_not_flagged() -> None:
+    hist = {("etl", "load", "manual__1", -1): frozenset({1})}
+    assert find_double_bumps([ti(2)], evidence(hist), memory={"ti-1": EARLIER}) == []
+    # A later bump after a real retry: try 3 with history for 1 only is the 2 -> 3 bump.
+    [bump] = find_double_bumps([ti(3)], evidence(hist))
+    assert bump.tries == (2, 3)
+
+
+def test_first_try_and_reschedules_and_deferrals_never_qualify() -> None:
+    """Try 1 (first scheduling), a reschedule or a deferral resumption (try unchanged) is no bump."""
+    resumed = ti(1, "scheduled")
+    assert find_double_bumps([resumed], evidence(), memory={"ti-1": replace(EARLIER, state="deferred")}) == []
+    hist = {("etl", "load", "manual__1", -1): frozenset({1})}
+    sensor = ti(2, "scheduled")  # up_for_reschedule keeps try 2 (after a retry of try 1)
+    memory = {"ti-1": replace(sensor, state="up_for_reschedule")}
+    assert find_double_bumps([sensor], evidence(hist), memory=memory) == []
+
+
+def test_orphan_reset_live_is_told_apart_by_the_dead_queuer() -> None:
+    """3.0/3.1 orphan reset: the previous attempt's scheduler was declared dead before try 2 was scheduled."""
+    dead_b = SchedulerJob(2, "failed", T0, "scheduler-b")
+    assert find_double_bumps([ti(2)], evidence(jobs={1: RUNNING_A, 2: dead_b}), memory={"ti-1": EARLIER}) == []
+
+
+def test_a_scheduler_that_died_after_the_bump_does_not_hide_it() -> None:
+    """Its last heartbeat is after the new try was scheduled: no reset can have caused the bump."""
+    late = SchedulerJob(2, "failed", T0 + timedelta(minutes=5), "scheduler-b")
+    [bump] = find_double_bumps([ti(2)], evidence(jobs={1: RUNNING_A, 2: late}), memory={"ti-1": EARLIER})
+    assert bump.confidence == "confirmed"
+
+
+def test_orphan_reset_after_the_fact_is_a_dead_scheduler_shortly_before() -> None:
+    dead = SchedulerJob(7, "failed", T0, "scheduler-c")
+    assert find_double_bumps([ti(2)], evidence(jobs={1: RUNNING_A, 7: dead})) == []
+    long_ago = SchedulerJob(7, "failed", T0 - timedelta(hours=2), "scheduler-c")
+    assert len(find_double_bumps([ti(2)], evidence(jobs={1: RUNNING_A, 7: long_ago}))) == 1
+
+
+def test_history_purged_by_db_clean_after_the_run_started_is_not_flagged() -> None:
+    assert find_double_bumps([ti(2)], evidence(purges=(T0 + timedelta(days=1),))) == []
+    assert len(find_double_bumps([ti(2)], evidence(purges=(T0 - timedelta(days=1),)))) == 1
+
+
+def test_rows_older_than_the_history_table_are_not_flagged() -> None:
+    """Written by Airflow 2 (no dag_version_id): their earlier tries were never recorded."""
+    assert find_double_bumps([ti(2, dag_version_id=None)], evidence()) == []
+
+
+def test_dag_filter_applies() -> None:
+    assert find_double_bumps([ti(2)], evidence(), dag_filter=DagFilter(exclude=("etl",))) == []
