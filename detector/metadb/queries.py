@@ -29,6 +29,7 @@ from sqlalchemy import (
     or_,
     select,
     table,
+    true,
     tuple_,
     union,
     values,
@@ -36,9 +37,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import OID
 from sqlalchemy.exc import NoSuchTableError
 
-from detector.core.double_bump import IN_FLIGHT, SchedulerJob, TiKey, TiRow
 from detector.core.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, PartitionRow, Run, TaskProgress, ti_started
-from detector.metadb.schema import AirflowTables, BumpTables, UtcDateTime, alembic_version_table
+from detector.core.stranded import CandidateEvent
+from detector.metadb.schema import AirflowTables, UtcDateTime, alembic_version_table
 
 CHUNK = 500  # ids per IN list: keeps statements small on every backend
 T = TypeVar("T")
@@ -480,6 +481,147 @@ def partition_row_events(conn: Connection, t: AirflowTables, row_ids: Iterable[i
     return {row_id: frozenset(events) for row_id, events in found.items()}
 
 
+STRANDED_EVENTS_PER_ASSET = 1000  # newer events than that per (DAG, asset) are not read in one check
+
+
+def stranded_event_candidates(conn: Connection, t: AirflowTables, since: datetime | None) -> list[CandidateEvent]:
+    """Events newer than their DAG's latest asset-triggered run, for unpaused DAGs with no queue row.
+
+    One statement, so the events, their consumption, the queue and the runs are one snapshot (a run
+    committed between two reads would look like a run created after an event it did consume). The
+    prefilters keep the result to what ``detector.core.stranded`` judges (it checks them again):
+    idx_asset_id_timestamp serves the event range, idx_dagrun_asset_events_event_id the consumption.
+    """
+    q, refs, alias, dag = t.asset_queue, t.schedule_refs, t.alias_events, t.dag
+    if q is None or refs is None or alias is None or dag is None:
+        return []
+    dr, e, a, x = t.dag_run, t.asset_event, t.asset, t.run_events
+    consumer = dr.alias("consumer_run")
+    floor = refs.alias("floor_ref")
+    partitioned = "partition_key" in dr.c
+    # The run to judge against, per (DAG, asset): the asset-triggered run of the DAG that consumed the
+    # asset's newest consumed event (a stranded event is newer than every event its DAG consumed).
+    # Walking the asset's events newest first (idx_asset_id_timestamp) stops at the first consumed
+    # one; ordering the DAG's runs by run_after instead made PostgreSQL walk idx_dag_run_run_after
+    # backwards through every run of every DAG for a DAG that never ran (30 s at 10M events).
+    seen, consumed_by, any_run = e.alias("consumed_event"), x.alias("consumed_link"), dr.alias("any_run")
+    # Outer-only conditions inside the LATERAL are a one-time filter before its scan: the walk above
+    # never starts for a DAG with a queue row, paused, stale, or without any asset-triggered run.
+    gate = (
+        or_(dag.c.is_paused.is_(None), dag.c.is_paused.is_(False)),
+        or_(dag.c.is_stale.is_(None), dag.c.is_stale.is_(False)),
+        ~select(literal(1)).where(q.c.target_dag_id == refs.c.dag_id).correlate(refs).exists(),
+        select(literal(1))
+        .where(any_run.c.dag_id == refs.c.dag_id, any_run.c.run_type == ASSET_TRIGGERED)
+        .correlate(refs)
+        .exists(),
+    )
+    latest_query = (
+        select(
+            dr.c.id,
+            dr.c.run_id,
+            dr.c.run_after,
+            dr.c.queued_at,
+            dr.c.clear_number,
+            (dr.c.created_at if partitioned else literal(None, UtcDateTime)).label("created_at"),
+        )
+        .select_from(
+            seen.join(consumed_by, consumed_by.c.event_id == seen.c.id).join(dr, dr.c.id == consumed_by.c.dag_run_id)
+        )
+        .where(seen.c.asset_id == refs.c.asset_id, dr.c.dag_id == refs.c.dag_id, dr.c.run_type == ASSET_TRIGGERED)
+        .where(*gate)
+        .where(*([dr.c.partition_key.is_(None)] if partitioned else []))
+        .order_by(seen.c.timestamp.desc(), seen.c.id.desc(), dr.c.run_after.desc(), dr.c.id.desc())
+        .limit(1)
+    )
+    event_cols = [e.c.id, e.c.asset_id, e.c.timestamp, *([e.c.partition_key] if partitioned else [])]
+    latest: Any
+    ev: Any = e
+    if conn.dialect.name == "sqlite":  # no LATERAL there; a dev database is small
+        latest = dr.alias("latest_run")
+        latest_on = latest.c.id == latest_query.with_only_columns(dr.c.id).scalar_subquery()
+        created = latest.c.created_at if partitioned else literal(None, UtcDateTime)
+    else:
+        # LATERAL: with the correlated id subquery in the join condition PostgreSQL hashed every
+        # dag_run row to join them (benchmarks/stranded_check_cost.py).
+        latest, latest_on = latest_query.lateral("latest_run"), true()
+        created = latest.c.created_at
+        # JIT compiling this plan took seconds (PostgreSQL guesses a third of an asset's events are
+        # newer than a run_after it cannot know); for this transaction only.
+        conn.execute(select(func.set_config("jit", "off", True)))
+        # The events as LATERAL with a LIMIT (which keeps PostgreSQL from flattening it): otherwise its
+        # index scan took only asset_id as its condition and filtered every event of the asset on
+        # run_after (8 s at 1M events). A cap per (DAG, asset) bounds a huge backlog too.
+        ev = (
+            select(*event_cols)
+            .where(e.c.asset_id == refs.c.asset_id, e.c.timestamp > latest.c.run_after)
+            .order_by(e.c.timestamp, e.c.id)
+            .limit(STRANDED_EVENTS_PER_ASSET)
+            .lateral("new_event")
+        )
+    consumed = (
+        select(literal(1))
+        .select_from(x.join(consumer, consumer.c.id == x.c.dag_run_id))
+        .where(x.c.event_id == ev.c.id, consumer.c.dag_id == refs.c.dag_id)
+        .exists()
+    )
+    query = (
+        select(
+            refs.c.dag_id,
+            ev.c.id.label("event_id"),
+            a.c.name,
+            a.c.uri,
+            ev.c.timestamp,
+            consumed.label("consumed"),
+            select(literal(1)).where(alias.c.event_id == ev.c.id).exists().label("via_alias"),
+            (ev.c.partition_key if partitioned else literal(None, String)).label("partition_key"),
+            dag.c.is_paused,
+            select(func.count()).where(q.c.target_dag_id == refs.c.dag_id).scalar_subquery().label("queue_rows"),
+            select(func.min(floor.c.created_at))
+            .where(floor.c.dag_id == refs.c.dag_id)
+            .scalar_subquery()
+            .label("floor"),
+            latest.c.run_id,
+            latest.c.run_after,
+            created.label("run_created_at"),
+            latest.c.queued_at,
+            latest.c.clear_number,
+        )
+        .select_from(
+            refs.join(dag, dag.c.dag_id == refs.c.dag_id)
+            .join(latest, latest_on)
+            .join(ev, and_(ev.c.asset_id == refs.c.asset_id, ev.c.timestamp > latest.c.run_after))
+            .join(a, a.c.id == ev.c.asset_id)
+        )
+        .where(*gate)
+        .order_by(refs.c.dag_id, ev.c.timestamp, ev.c.id)
+    )
+    if partitioned:
+        query = query.where(ev.c.partition_key.is_(None))
+    if since is not None:
+        query = query.where(ev.c.timestamp >= since)
+    return [
+        CandidateEvent(
+            dag_id=r.dag_id,
+            event_id=r.event_id,
+            asset=r.name if r.name == r.uri else f"{r.name} ({r.uri})",
+            timestamp=r.timestamp,
+            consumed=bool(r.consumed),
+            via_alias=bool(r.via_alias),
+            partition_key=r.partition_key,
+            dag_paused=bool(r.is_paused),
+            queue_rows=int(r.queue_rows),
+            schedule_floor=r.floor,
+            run_id=r.run_id,
+            run_after=r.run_after,
+            run_created_at=r.run_created_at,
+            run_queued_at=r.queued_at,
+            run_clear_number=int(r.clear_number or 0),
+        )
+        for r in conn.execute(query)
+    ]
+
+
 def ping(conn: Connection) -> None:
     """The cheapest round trip: readiness, the database-up gauge, the leader's heartbeat."""
     conn.execute(select(literal(1)))
@@ -769,114 +911,3 @@ def guard_notes_since(conn: Connection, t: AirflowTables, since: datetime) -> in
         note.c.content.startswith(GUARD_NOTE_PREFIX, autoescape=True), note.c.created_at >= since
     )
     return int(conn.execute(query).scalar_one())
-
-
-# --- double_bump (docs/airflow-internals.md §12) ------------------------------------------------
-
-
-def _ti_select(bt: BumpTables) -> Select[Any]:
-    ti, dr = bt.task_instance, bt.dag_run
-    on = and_(dr.c.dag_id == ti.c.dag_id, dr.c.run_id == ti.c.run_id)  # dag_run_dag_id_run_id_key
-    return select(*ti.c, dr.c.queued_at).select_from(ti.outerjoin(dr, on))
-
-
-def _ti_row(row: Row[Any]) -> TiRow:
-    return TiRow(
-        id=str(row.id),
-        dag_id=row.dag_id,
-        task_id=row.task_id,
-        run_id=row.run_id,
-        map_index=row.map_index,
-        try_number=row.try_number or 0,
-        state=row.state,
-        hostname=row.hostname or None,
-        queued_by_job_id=row.queued_by_job_id,
-        scheduled_dttm=row.scheduled_dttm,
-        dag_version_id=None if row.dag_version_id is None else str(row.dag_version_id),
-        run_queued_at=row.queued_at,
-    )
-
-
-def in_flight_tis(conn: Connection, bt: BumpTables) -> list[TiRow]:
-    """Task instances scheduled, queued or running (index ti_state): a live pass's view and memory."""
-    return [_ti_row(r) for r in conn.execute(in_flight_statement(bt))]
-
-
-def in_flight_statement(bt: BumpTables) -> Select[Any]:
-    return _ti_select(bt).where(bt.task_instance.c.state.in_(sorted(IN_FLIGHT)))
-
-
-def tis_missing_history(conn: Connection, bt: BumpTables, since: datetime | None) -> list[TiRow]:
-    """TIs at try n >= 2 with fewer than n - 1 history rows below n (a scan: task_instance has no
-    index on try_number, so this reads the table once; each count is a range of the history table's
-    unique key task_instance_history_dtrt_uq). ``since``: scheduled at or after it (db clock)."""
-    return [_ti_row(r) for r in conn.execute(tis_missing_history_statement(bt, since))]
-
-
-def tis_missing_history_statement(bt: BumpTables, since: datetime | None) -> Select[Any]:
-    ti, tih = bt.task_instance, bt.history
-    recorded = (
-        select(func.count())
-        .where(
-            tih.c.dag_id == ti.c.dag_id,
-            tih.c.task_id == ti.c.task_id,
-            tih.c.run_id == ti.c.run_id,
-            tih.c.map_index == ti.c.map_index,
-            tih.c.try_number < ti.c.try_number,
-        )
-        .scalar_subquery()
-    )
-    query = _ti_select(bt).where(ti.c.try_number >= 2, ti.c.dag_version_id.is_not(None), recorded < ti.c.try_number - 1)
-    if since is not None:
-        query = query.where(ti.c.scheduled_dttm >= since)
-    return query
-
-
-def history_tries(conn: Connection, bt: BumpTables, keys: Iterable[TiKey]) -> dict[TiKey, frozenset[int]]:
-    """The tries each TI key has a task_instance_history row for (unique key task_instance_history_dtrt_uq)."""
-    tih = bt.history
-    cols = (tih.c.dag_id, tih.c.task_id, tih.c.run_id, tih.c.map_index)
-    found: dict[TiKey, set[int]] = defaultdict(set)
-    for part in chunks(sorted(set(keys))):
-        for r in conn.execute(select(*cols, tih.c.try_number).where(tuple_(*cols).in_(list(part)))):
-            found[(r.dag_id, r.task_id, r.run_id, r.map_index)].add(r.try_number)
-    return {k: frozenset(v) for k, v in found.items()}
-
-
-def scheduler_jobs(
-    conn: Connection, bt: BumpTables, ids: Iterable[int], dead_since: datetime | None
-) -> list[SchedulerJob]:
-    """The scheduler jobs among ``ids`` (job PK) and those not running that heartbeat after
-    ``dead_since`` (every one when None; index job_type_heart): who queued, who was declared dead."""
-    job = bt.job
-    base = select(job.c.id, job.c.state, job.c.latest_heartbeat, job.c.hostname).where(job.c.job_type == "SchedulerJob")
-    rows: dict[int, Row[Any]] = {}
-    for part in chunks(sorted(set(ids))):
-        rows |= {r.id: r for r in conn.execute(base.where(job.c.id.in_(part)))}
-    dead = base.where(job.c.state.is_distinct_from("running"))
-    if dead_since is not None:
-        dead = dead.where(job.c.latest_heartbeat >= dead_since)
-    rows |= {r.id: r for r in conn.execute(dead)}
-    return [SchedulerJob(r.id, r.state, r.latest_heartbeat, r.hostname) for r in rows.values()]
-
-
-HISTORY_ARCHIVE_PREFIX = "_airflow_deleted__task_instance_history__"  # airflow/utils/db_cleanup.py L220
-
-
-def history_purges(conn: Connection) -> tuple[datetime, ...]:
-    """When `airflow db clean` moved task_instance_history rows away: its archive tables'
-    names carry the UTC time it ran (``..._history__YYYYMMDDHHMMSS[__bN]``); none with --skip-archive."""
-    out = set()
-    if conn.dialect.name == "postgresql":  # the catalog, not the inspector's per-table reflection (~30 ms)
-        rel = table("pg_class", column("relname"), column("relkind"), schema="pg_catalog")
-        query = select(rel.c.relname).where(
-            rel.c.relkind == "r", rel.c.relname.startswith(HISTORY_ARCHIVE_PREFIX, autoescape=True)
-        )
-        names = list(conn.execute(query).scalars())
-    else:
-        names = inspect(conn).get_table_names()
-    for name in names:
-        stamp = name[len(HISTORY_ARCHIVE_PREFIX) :][:14] if name.startswith(HISTORY_ARCHIVE_PREFIX) else ""
-        if len(stamp) == 14 and stamp.isdigit():
-            out.add(datetime.strptime(stamp, "%Y%m%d%H%M%S").replace(tzinfo=UTC))
-    return tuple(sorted(out))

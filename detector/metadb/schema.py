@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     Column,
     DateTime,
     Float,
@@ -20,7 +21,6 @@ from sqlalchemy import (
     String,
     Table,
     TypeDecorator,
-    Uuid,
 )
 from sqlalchemy.engine import Dialect
 
@@ -74,6 +74,11 @@ class AirflowTables:
     # 3.2+ partitioned assets (None before): asset_partition_dag_run and partitioned_asset_key_log.
     partition_dag_run: Table | None = None
     partition_key_log: Table | None = None
+    # Airflow 3 (None on 2.x): the asset queue and what the stranded-events check reads beside it.
+    asset_queue: Table | None = None  # asset_dag_run_queue
+    schedule_refs: Table | None = None  # dag_schedule_asset_reference
+    alias_events: Table | None = None  # asset_alias_asset_event
+    dag: Table | None = None
 
 
 def alembic_version_table(metadata: MetaData | None = None) -> Table:
@@ -84,6 +89,8 @@ def airflow_tables(family: Family) -> AirflowTables:
     """Declared tables for ``family``. Airflow 2 is never read: it cannot produce these duplicates."""
     md = MetaData()
     partition_cols = [Column("partition_key", String(250))] if family.has_partitions else []
+    # 3.2+: when the run row was inserted (NULL on rows made before 3.2.0); a clear leaves it alone.
+    created_cols = [Column("created_at", UtcDateTime)] if family.has_partitions else []
     dag_run = Table(
         "dag_run",
         md,
@@ -100,6 +107,7 @@ def airflow_tables(family: Family) -> AirflowTables:
         Column("clear_number", Integer, nullable=False, default=0),
         Column("updated_at", UtcDateTime),
         *partition_cols,
+        *created_cols,
     )
     task_instance = Table(
         "task_instance",
@@ -178,6 +186,7 @@ def airflow_tables(family: Family) -> AirflowTables:
             Column("asset_event_id", Integer, nullable=False),
             Column("asset_partition_dag_run_id", Integer, nullable=False),
         )
+    queue_tables = _asset_queue_tables(md) if family is not Family.AIRFLOW_2 else {}
     return AirflowTables(
         family=family,
         metadata=md,
@@ -191,58 +200,38 @@ def airflow_tables(family: Family) -> AirflowTables:
         dag_run_note=dag_run_note,
         partition_dag_run=partition_dag_run,
         partition_key_log=partition_key_log,
+        **queue_tables,
     )
 
 
-@dataclass(frozen=True)
-class BumpTables:
-    """What the double_bump check reads (docs/airflow-internals.md §12), Airflow 3 only: task instances
-    by their 3.x ``id``, their tries recorded in ``task_instance_history``, the run's ``queued_at`` and
-    the scheduler ``job`` rows."""
-
-    task_instance: Table
-    history: Table
-    dag_run: Table
-    job: Table
-
-
-def bump_tables() -> BumpTables:
-    md = MetaData()
-    key = [Column(n, String(250)) for n in ("dag_id", "task_id", "run_id")] + [Column("map_index", Integer)]
-    return BumpTables(
-        task_instance=Table(
-            "task_instance",
+def _asset_queue_tables(md: MetaData) -> dict[str, Table]:
+    """Same columns in 3.0.6-3.3.2 (docs/airflow-internals.md §1.3); PKs as Airflow declares them."""
+    return {
+        "asset_queue": Table(
+            "asset_dag_run_queue",
             md,
-            Column("id", Uuid, primary_key=True),
-            *key,
-            Column("try_number", Integer),
-            Column("state", String(20)),
-            Column("hostname", String(1000)),
-            Column("queued_by_job_id", Integer),
-            Column("scheduled_dttm", UtcDateTime),
-            Column("dag_version_id", Uuid),
+            Column("asset_id", Integer, primary_key=True),
+            Column("target_dag_id", String(250), primary_key=True),
+            Column("created_at", UtcDateTime, nullable=False),
         ),
-        history=Table(
-            "task_instance_history",
+        "schedule_refs": Table(
+            "dag_schedule_asset_reference",
             md,
-            *[Column(c.name, c.type) for c in key],
-            Column("try_number", Integer),
+            Column("asset_id", Integer, primary_key=True),
+            Column("dag_id", String(250), primary_key=True),
+            Column("created_at", UtcDateTime, nullable=False),
         ),
-        dag_run=Table(
-            "dag_run",
+        "alias_events": Table(
+            "asset_alias_asset_event",
             md,
-            Column("id", Integer, primary_key=True),
-            Column("dag_id", String(250)),
-            Column("run_id", String(250)),
-            Column("queued_at", UtcDateTime),
+            Column("alias_id", Integer, primary_key=True),
+            Column("event_id", Integer, primary_key=True),
         ),
-        job=Table(
-            "job",
+        "dag": Table(
+            "dag",
             md,
-            Column("id", Integer, primary_key=True),
-            Column("job_type", String(30)),
-            Column("hostname", String(500)),
-            Column("state", String(20)),
-            Column("latest_heartbeat", UtcDateTime),
+            Column("dag_id", String(250), primary_key=True),
+            Column("is_paused", Boolean),
+            Column("is_stale", Boolean),  # removed from the DAG files: Airflow makes no run for it
         ),
-    )
+    }
