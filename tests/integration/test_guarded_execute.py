@@ -204,6 +204,22 @@ def test_a_refused_api_connection_is_retried_soon(fanout: Db) -> None:
     assert db_state(fanout.url) == before
 
 
+def test_a_dry_run_refuses_as_the_real_run_would_once_the_kept_run_was_stopped(fanout: Db) -> None:
+    """An operator failed the kept run before any of its tasks ran: the dry run says the duplicate
+    would be left alone (not "would fail the run"), and writes nothing."""
+    action = fanout.actions(Mode.DRY_RUN)[0]
+    sql(fanout.url, "UPDATE dag_run SET state = 'failed', end_date = now() WHERE run_id = :r", r=action.kept_run_id)
+    sql(fanout.url, "UPDATE task_instance SET state = 'skipped' WHERE run_id = :r", r=action.kept_run_id)
+    before = db_state(fanout.url)
+    dry = build_remediator(
+        Config.of(database_url=fanout.url, remediation="dry-run"), fanout.engine, fanout.db.tables, None
+    )
+    result = dry.execute(action)
+    refused = f"refused: the kept run {action.kept_run_id} was stopped before any task ran, state failed"
+    assert (result.result, result.detail) == (Result.SKIPPED, f"{refused}; this run is left alone")
+    assert db_state(fanout.url) == before
+
+
 def test_an_action_of_another_mode_than_configured_is_refused(fanout: Db) -> None:
     action = replace(fanout.actions(Mode.FAIL)[0], mode=Mode.SKIP)
     before = db_state(fanout.url)
