@@ -77,6 +77,7 @@ class _Rig:
         **options: Any,
     ) -> None:
         self.reports: list[Report] = []
+        self.reported_jobs: list[Job] = []  # the daemon's on_result reads the job's group and run
         self.reported = threading.Event()
         self.finals = threading.Event()
         self.rechecks = 0
@@ -100,6 +101,7 @@ class _Rig:
 
     def _on_result(self, job: Job, result: RemediationResult, final: bool) -> None:
         self.reports.append((result.result, result.detail, final, result.retryable))
+        self.reported_jobs.append(job)
         self.reported.set()
         if final:
             self.finals.set()
@@ -108,6 +110,7 @@ class _Rig:
         assert self.dispatcher.submit(job)
         assert self.finals.wait(10), self.reports
         assert self.dispatcher.drain(10)
+        assert self.reported_jobs and all(j is job for j in self.reported_jobs)
         return job
 
     def gauge(self, name: str) -> float | None:
