@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Table,
     TypeDecorator,
+    Uuid,
 )
 from sqlalchemy.engine import Dialect
 
@@ -235,3 +236,57 @@ def _asset_queue_tables(md: MetaData) -> dict[str, Table]:
             Column("is_stale", Boolean),  # removed from the DAG files: Airflow makes no run for it
         ),
     }
+
+
+@dataclass(frozen=True)
+class BumpTables:
+    """What the double_bump check reads (docs/airflow-internals.md §12), Airflow 3 only: task instances
+    by their 3.x ``id``, their tries recorded in ``task_instance_history``, the run's ``queued_at`` and
+    the scheduler ``job`` rows."""
+
+    task_instance: Table
+    history: Table
+    dag_run: Table
+    job: Table
+
+
+def bump_tables() -> BumpTables:
+    md = MetaData()
+    key = [Column(n, String(250)) for n in ("dag_id", "task_id", "run_id")] + [Column("map_index", Integer)]
+    return BumpTables(
+        task_instance=Table(
+            "task_instance",
+            md,
+            Column("id", Uuid, primary_key=True),
+            *key,
+            Column("try_number", Integer),
+            Column("state", String(20)),
+            Column("hostname", String(1000)),
+            Column("queued_by_job_id", Integer),
+            Column("scheduled_dttm", UtcDateTime),
+            Column("dag_version_id", Uuid),
+        ),
+        history=Table(
+            "task_instance_history",
+            md,
+            *[Column(c.name, c.type) for c in key],
+            Column("try_number", Integer),
+        ),
+        dag_run=Table(
+            "dag_run",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("dag_id", String(250)),
+            Column("run_id", String(250)),
+            Column("queued_at", UtcDateTime),
+        ),
+        job=Table(
+            "job",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("job_type", String(30)),
+            Column("hostname", String(500)),
+            Column("state", String(20)),
+            Column("latest_heartbeat", UtcDateTime),
+        ),
+    )
