@@ -8,8 +8,8 @@ it until some unrelated later event arrives (docs/airflow-internals.md §11).
 
 The rule, per DAG scheduled directly on assets, on rows read in one snapshot:
 an event of one of its assets is **stranded** when no run of the DAG consumed it, it is newer than
-the run_after of the DAG's latest asset-triggered run, that run was *created after* the event, and
-the DAG has no queue row at all (any row, even of another asset, could still make a run that
+the run_after of the run that consumed the asset's newest consumed event (that run's window ended
+before it), that run was *created after* the event, and the DAG has no queue row at all (any row, even of another asset, could still make a run that
 consumes it). Not flagged, each for a reason Airflow's code gives:
 
 * partitioned events (3.2+): queued in ``asset_partition_dag_run``, never in the queue table;
@@ -58,7 +58,7 @@ class CandidateEvent:
     dag_paused: bool
     queue_rows: int  # asset_dag_run_queue rows of this DAG
     schedule_floor: datetime | None  # min(dag_schedule_asset_reference.created_at) of this DAG
-    run_id: str  # the DAG's latest asset-triggered run
+    run_id: str  # the DAG's asset-triggered run that consumed this asset's newest consumed event
     run_after: datetime
     run_created_at: datetime | None  # dag_run.created_at (3.2+; NULL on older rows)
     run_queued_at: datetime | None
