@@ -14,6 +14,12 @@ TLS (``tls=TlsFiles(...)``): ``airflow api-server --ssl-cert/--ssl-key``, ``url`
 readiness probe verifies the certificate against ``tls.ca_cert``. ``make_test_ca`` writes a throw-away CA
 and a server certificate for 127.0.0.1/localhost with the ``openssl`` CLI.
 
+Held servers (``DUPGUARD_TEST_AIRFLOW_SERVERS``, written by ``tests/airflow_hold.py``): a mutation run starts
+one pytest per mutant, so each would start its own server (~20 s); with that variable set,
+``airflow_api_server`` hands out a matching server started once outside (same version and token
+lifetime, no TLS or extra settings, its scenarios loaded), reset to the first scenario as a fresh one
+is, and leaves it running on exit.
+
 ``CountingProxy`` sits in front of the server to count requests per path (token requests in the
 wrong-credentials test) and to inject 5xx answers or delays.
 """
@@ -47,6 +53,7 @@ from tests.trickle import http_answer, trickle
 USERS = {"admin": "admin", "viewer": "viewer"}
 JWT_SECRET = "dupguard-test-jwt-secret-" + "x" * 48  # >= 64 bytes: no InsecureKeyLengthWarning
 START_TIMEOUT = 90.0
+HELD = "DUPGUARD_TEST_AIRFLOW_SERVERS"  # a JSON file of servers tests/airflow_hold.py keeps running
 
 
 def free_port() -> int:
@@ -108,6 +115,21 @@ def venv_for(version: str) -> Path:
 
 
 @dataclass
+class HeldProcess:
+    """The server process of a held server: started by another process, so only its pid is known."""
+
+    pid: int
+    returncode: int | None = None
+
+    def poll(self) -> int | None:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            self.returncode = -1
+        return self.returncode
+
+
+@dataclass
 class AirflowServer:
     version: str
     url: str
@@ -115,7 +137,7 @@ class AirflowServer:
     live_db: str
     sources: dict[str, str]  # scenario -> source database name
     log_path: Path
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | HeldProcess
     scenario: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     ca_cert: Path | None = None  # with tls: the CA that signed the server's certificate
@@ -180,6 +202,11 @@ def airflow_api_server(
 
     ``tls``: serve HTTPS with that certificate (``url`` is then ``https://127.0.0.1:<port>``).
     """
+    held = None if env or tls is not None else held_server(version, scenarios, jwt_expiration)
+    if held is not None:
+        held.reset(scenarios[0])
+        yield held
+        return
     venv = venv_for(version)
     sources = {name: make_url(templates.clone(version, name)).database or "" for name in scenarios}
     live = f"live_{uuid.uuid4().hex[:10]}"
@@ -252,6 +279,36 @@ def airflow_api_server(
         log_file.close()
         for name in [live, *sources.values()]:
             execute_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def held_server(version: str, scenarios: list[str], jwt_expiration: int) -> AirflowServer | None:
+    """The held server (module docstring) for this version and token lifetime that has every scenario
+    loaded; None without ``DUPGUARD_TEST_AIRFLOW_SERVERS`` or a match. A held server that stopped
+    answering fails the test: every mutant would otherwise count as killed by a dead server."""
+    path = os.environ.get(HELD)
+    if not path:
+        return None
+    for entry in json.loads(Path(path).read_text()):
+        if entry["version"] != version or entry["jwt_expiration"] != jwt_expiration:
+            continue
+        if not set(scenarios) <= entry["sources"].keys():
+            continue
+        server = AirflowServer(
+            version=version,
+            url=entry["url"],
+            port=entry["port"],
+            live_db=entry["live_db"],
+            sources=entry["sources"],
+            log_path=Path(entry["log_path"]),
+            process=HeldProcess(entry["pid"]),
+            extra={"start_seconds": 0.0, "held": True},
+        )
+        try:
+            _wait_ready(server, 10)
+        except RuntimeError as exc:
+            pytest.fail(f"held Airflow {version} API server ({path}): {exc}", pytrace=False)
+        return server
+    return None
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

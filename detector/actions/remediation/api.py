@@ -56,6 +56,7 @@ from detector.core.fence import UNFENCED, FenceSource, LeadershipLost
 from detector.core.plan import Action, Mode
 from detector.core.ports import Result
 from detector.errors import AirflowApiError, AirflowAuthError, ConfigError, DupguardError
+from detector.metadb.queries import RunState
 from detector.metadb.schema import AirflowTables, Family
 
 log = logs.get("dupguard.remediation.api")
@@ -231,8 +232,7 @@ class ApiBackend:
             return None
         if after is None or note != action.note:
             return None
-        checked = read_back(action.mode, (*work.to_fail, *work.to_skip), work.describe(), after, ran=work.ran)
-        return Applied(checked.result, checked.detail, committed_at=now_utc(), started_tasks=checked.started)
+        return self._judged(action, work, after, now_utc())
 
     def _stopped_meanwhile(self, action: Action, detail: str) -> Applied:
         """A run found stopped after an attempt of ours failed, without our note: ``already``, saying
@@ -261,6 +261,11 @@ class ApiBackend:
                 f"{work.describe()} answered by Airflow, but the read-back failed ({exc}): check the run",
                 committed_at=committed,
             )
+        return self._judged(action, work, after, committed)
+
+    def _judged(self, action: Action, work: Work, after: RunState | None, committed: datetime) -> Applied:
+        """The read-back's verdict; a fail-mode write says it left the start_date empty (NO_START_DATE),
+        whether its answer arrived or it landed after a failed attempt."""
         checked = read_back(action.mode, (*work.to_fail, *work.to_skip), work.describe(), after, ran=work.ran)
         detail = checked.detail + (NO_START_DATE if action.mode is Mode.FAIL and not work.ran else "")
         return Applied(checked.result, detail, committed_at=committed, started_tasks=checked.started)
