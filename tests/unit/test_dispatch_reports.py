@@ -503,3 +503,26 @@ def test_a_failed_rejudgement_after_waiting_for_leadership_is_judged_again_befor
         (Result.ALREADY, "its note says dupguard already stopped it", True, False),
     ]
     assert (rig.rechecks, remediator.actions) == (2, [])
+
+
+def test_a_retry_due_while_the_queue_is_full_waits_for_room_and_is_not_lost() -> None:
+    """One worker busy, the queue (size 1) full: the retry that comes due keeps waiting for room (every
+    0.5 s it looks again, so a shutdown is seen) and runs once the queue drains."""
+    clock = _Frozen()
+    busy = _Blocking(stopped)
+    remediator = _Scripted(down, busy, stopped, stopped)
+    rig = _Rig(remediator, workers=1, queue_size=1, clock=clock)
+    retried = _job()
+    assert rig.dispatcher.submit(retried)
+    assert rig.reported.wait(10)  # its first attempt failed: a retry is due at 100.02
+    assert rig.dispatcher.submit(_job())
+    assert busy.entered.wait(10)  # the worker is busy
+    assert rig.dispatcher.submit(_job())  # the queue is full
+    clock.now = 100.0 + 0.02
+    _until(lambda: rig.dispatcher.retries_pending() == 0)  # taken out of the back-off, waiting for room
+    threading.Event().wait(0.6)  # long enough for the retry's first wait for room (0.5 s) to end
+    busy.release.set()
+    assert rig.dispatcher.drain(10), rig.reports
+    rig.dispatcher.close()
+    assert [r for r in rig.reports if r[2]] == [(Result.DONE, "stopped", True, False)] * 3
+    assert [r.result for r in retried.results] == [Result.FAILED, Result.DONE]
