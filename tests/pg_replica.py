@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -85,11 +86,33 @@ def _scalar(conn: psycopg2.extensions.connection, sql: str) -> object:
     return None if row is None else row[0]
 
 
-def _base_backup(host: str | None, port: int | None, user: str | None, data: Path, attempts: int = 3) -> None:
+def _drop_slot(primary_url: str, slot: str) -> None:
+    """Drop ``slot`` if it exists; its walsender (the stopped standby's) may not have noticed yet: ended."""
+    where = f"FROM pg_replication_slots WHERE slot_name = '{slot}'"
+    with _connect(primary_url) as primary:
+        for _ in range(600):
+            _scalar(primary, f"SELECT pg_terminate_backend(active_pid) {where} AND active_pid IS NOT NULL")
+            try:
+                _scalar(primary, f"SELECT pg_drop_replication_slot(slot_name) {where}")
+                return
+            except psycopg2.errors.ObjectInUse:  # the walsender had not exited yet
+                time.sleep(0.1)
+    # loud: a slot left behind keeps every WAL segment from its position on, until the disk is full
+    raise RuntimeError(f"replication slot {slot} still in use after 60 s: drop it on the test server")
+
+
+def _base_backup(
+    host: str | None, port: int | None, user: str | None, data: Path, slot: str, primary_url: str, attempts: int = 3
+) -> None:
     """``pg_basebackup -R`` into ``data``, tried again when it fails: the test server is shared, and a
-    database another test drops while it is being copied fails the copy."""
+    database another test drops while it is being copied fails the copy. Through a replication slot
+    (``-C -S``, named in the standby's ``primary_slot_name``): without one, a primary that other tests
+    keep writing to recycled the WAL the standby still needed before it had started ("requested WAL
+    segment … has already been removed", never caught up)."""
     command = [_bin("pg_basebackup"), "-h", str(host), "-p", str(port), "-U", str(user), "-D", str(data)]
+    command += ["-C", "-S", slot]
     for attempt in range(1, attempts + 1):
+        _drop_slot(primary_url, slot)  # a failed attempt may have created it
         done = subprocess.run(
             # -c fast: the default spread checkpoint paces its writes over checkpoint_timeout x
             # completion_target (4.5 min) first; on a server the suite has filled with databases it
@@ -104,6 +127,7 @@ def _base_backup(host: str | None, port: int | None, user: str | None, data: Pat
         for child in data.iterdir():  # pg_basebackup wants an empty folder
             shutil.rmtree(child) if child.is_dir() else child.unlink()
         if attempt == attempts:
+            _drop_slot(primary_url, slot)
             raise RuntimeError(f"pg_basebackup failed {attempts} times; last: {done.stderr.strip()[-2000:]}")
 
 
@@ -116,7 +140,9 @@ def streaming_replica() -> Iterator[Replica]:
     if os.geteuid() == 0:
         shutil.chown(data, "postgres")
     data.chmod(0o700)
-    _base_backup(primary.host, primary.port, primary.username, data)
+    slot = f"dupguard_test_{uuid.uuid4().hex[:12]}"
+    primary_url = primary.render_as_string(hide_password=False)
+    _base_backup(primary.host, primary.port, primary.username, data, slot, primary_url)
     # The copy carries the primary's port and socket folder: its own, given on the command line, win.
     options = f"-c port={port} -c unix_socket_directories={data} -c hot_standby=on"
     start = [_bin("pg_ctl"), "-D", str(data), "-l", str(data / "server.log"), "-o", options, "-w", "-t", "120"]
@@ -128,3 +154,4 @@ def streaming_replica() -> Iterator[Replica]:
     finally:
         subprocess.run(_as_postgres([_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]), capture_output=True)
         shutil.rmtree(data, ignore_errors=True)
+        _drop_slot(primary_url, slot)  # a slot left behind would keep the primary's WAL forever
