@@ -40,7 +40,8 @@ from sqlalchemy.exc import NoSuchTableError
 from detector.core.double_bump import IN_FLIGHT, SchedulerJob, TiKey, TiRow
 from detector.core.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, PartitionRow, Run, TaskProgress, ti_started
 from detector.core.stranded import CandidateEvent
-from detector.metadb.schema import AirflowTables, BumpTables, UtcDateTime, alembic_version_table
+from detector.core.trigger_flapping import ASSET, CALLBACK, TriggererJob, TriggerRow
+from detector.metadb.schema import AirflowTables, BumpTables, TriggerTables, UtcDateTime, alembic_version_table
 
 CHUNK = 500  # ids per IN list: keeps statements small on every backend
 T = TypeVar("T")
@@ -912,6 +913,92 @@ def guard_notes_since(conn: Connection, t: AirflowTables, since: datetime) -> in
         note.c.content.startswith(GUARD_NOTE_PREFIX, autoescape=True), note.c.created_at >= since
     )
     return int(conn.execute(query).scalar_one())
+
+
+def flapping_candidates(conn: Connection, tt: TriggerTables) -> list[TriggerRow]:
+    """Asset (AssetWatcher) and deadline-callback triggers, with their assets and the DAGs they feed.
+
+    Asset triggers: ``asset_trigger``/``asset_watcher`` (index on trigger_id) -> ``asset`` (PK) ->
+    ``dag_schedule_asset_reference`` (PK asset_id, dag_id). Callback triggers: 3.1 ``deadline.trigger_id``,
+    3.2+ ``callback.trigger_id`` -> ``deadline.callback_id`` (index) -> ``dag_run`` (PK). Small tables:
+    a row per trigger, not per event.
+    """
+    tr, link, ref = tt.trigger, tt.asset_link, tt.consumer_ref
+    found: dict[int, tuple[Row[Any], str, set[str], set[str]]] = {}
+    assets = (
+        select(tr.c.id, tr.c.created_date, tr.c.triggerer_id, tt.asset.c.name, ref.c.dag_id)
+        .select_from(
+            tr.join(link, link.c.trigger_id == tr.c.id)
+            .join(tt.asset, tt.asset.c.id == link.c.asset_id)
+            .outerjoin(ref, ref.c.asset_id == link.c.asset_id)
+        )
+        .order_by(tr.c.id)
+    )
+    for row in conn.execute(assets):
+        entry = found.setdefault(row.id, (row, ASSET, set(), set()))
+        entry[2].add(row.name)
+        if row.dag_id is not None:
+            entry[3].add(row.dag_id)
+    if tt.deadline is not None:
+        dl, run = tt.deadline, tt.dag_run
+        if tt.callback is not None:
+            cb = tt.callback
+            joined = (
+                tr.join(cb, cb.c.trigger_id == tr.c.id)
+                .outerjoin(dl, dl.c.callback_id == cb.c.id)
+                .outerjoin(run, run.c.id == dl.c.dagrun_id)
+            )
+        else:
+            joined = tr.join(dl, dl.c.trigger_id == tr.c.id).outerjoin(run, run.c.id == dl.c.dagrun_id)
+        callbacks = select(tr.c.id, tr.c.created_date, tr.c.triggerer_id, run.c.dag_id).select_from(joined)
+        for row in conn.execute(callbacks.order_by(tr.c.id)):
+            entry = found.setdefault(row.id, (row, CALLBACK, set(), set()))
+            if row.dag_id is not None:
+                entry[3].add(row.dag_id)
+    return [
+        TriggerRow(
+            id=row.id,
+            created_date=row.created_date,
+            triggerer_id=row.triggerer_id,
+            kind=kind,
+            assets=tuple(sorted(names)),
+            dag_ids=tuple(sorted(dag_ids)),
+        )
+        for row, kind, names, dag_ids in found.values()
+    ]
+
+
+def _triggerer_job(row: Row[Any]) -> TriggererJob:
+    return TriggererJob(
+        id=row.id,
+        hostname=row.hostname,
+        state=row.state,
+        start_date=row.start_date,
+        end_date=row.end_date,
+        latest_heartbeat=row.latest_heartbeat,
+    )
+
+
+def _triggerer_job_select(tt: TriggerTables) -> Select[Any]:
+    job = tt.job
+    columns = (job.c.id, job.c.hostname, job.c.state, job.c.start_date, job.c.end_date, job.c.latest_heartbeat)
+    return select(*columns).where(job.c.job_type == "TriggererJob").order_by(job.c.id)
+
+
+def triggerer_jobs_by_id(conn: Connection, tt: TriggerTables, ids: Iterable[int]) -> list[TriggererJob]:
+    """The triggerer jobs among ``ids`` (job PK): the owners a live look compares."""
+    out: list[TriggererJob] = []
+    for part in chunks(sorted(set(ids))):
+        out += [_triggerer_job(r) for r in conn.execute(_triggerer_job_select(tt).where(tt.job.c.id.in_(part)))]
+    return out
+
+
+def triggerer_jobs_since(conn: Connection, tt: TriggerTables, since: datetime | None) -> list[TriggererJob]:
+    """Triggerer jobs that heartbeat after ``since`` (all when None): index job_type_heart."""
+    query = _triggerer_job_select(tt)
+    if since is not None:
+        query = query.where(tt.job.c.latest_heartbeat >= since)
+    return [_triggerer_job(r) for r in conn.execute(query)]
 
 
 # --- double_bump (docs/airflow-internals.md §12) ------------------------------------------------

@@ -239,6 +239,62 @@ def _asset_queue_tables(md: MetaData) -> dict[str, Table]:
 
 
 @dataclass(frozen=True)
+class TriggerTables:
+    """What the trigger_flapping check reads (docs/airflow-internals.md §10): the ``trigger`` rows, the
+    asset link (``asset_trigger`` in 3.0/3.1, ``asset_watcher`` from 3.2), the consumer references,
+    the deadline-callback link (3.1: ``deadline.trigger_id``; 3.2+: ``callback.trigger_id`` and
+    ``deadline.callback_id``) and the triggerer ``job`` rows."""
+
+    trigger: Table
+    asset_link: Table
+    asset: Table
+    consumer_ref: Table
+    job: Table
+    dag_run: Table
+    deadline: Table | None  # None on 3.0: no callback triggers
+    callback: Table | None  # 3.2+
+
+
+def trigger_tables(family: Family) -> TriggerTables:
+    md = MetaData()
+    deadline = callback = None
+    if family in (Family.AIRFLOW_3_2, Family.AIRFLOW_3_3):
+        callback = Table("callback", md, Column("id", Uuid), Column("trigger_id", Integer))
+        deadline = Table("deadline", md, Column("callback_id", Uuid), Column("dagrun_id", Integer))
+    elif family is Family.AIRFLOW_3_1:
+        deadline = Table("deadline", md, Column("trigger_id", Integer), Column("dagrun_id", Integer))
+    link = "asset_trigger" if family in (Family.AIRFLOW_3_0, Family.AIRFLOW_3_1) else "asset_watcher"
+    return TriggerTables(
+        trigger=Table(
+            "trigger",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("created_date", UtcDateTime, nullable=False),
+            Column("triggerer_id", Integer),
+        ),
+        asset_link=Table(link, md, Column("asset_id", Integer), Column("trigger_id", Integer)),
+        asset=Table("asset", md, Column("id", Integer, primary_key=True), Column("name", String(1500))),
+        consumer_ref=Table(
+            "dag_schedule_asset_reference", md, Column("asset_id", Integer), Column("dag_id", String(250))
+        ),
+        job=Table(
+            "job",
+            md,
+            Column("id", Integer, primary_key=True),
+            Column("job_type", String(30)),
+            Column("hostname", String(500)),
+            Column("state", String(20)),
+            Column("start_date", UtcDateTime),
+            Column("end_date", UtcDateTime),
+            Column("latest_heartbeat", UtcDateTime),
+        ),
+        dag_run=Table("dag_run", md, Column("id", Integer, primary_key=True), Column("dag_id", String(250))),
+        deadline=deadline,
+        callback=callback,
+    )
+
+
+@dataclass(frozen=True)
 class BumpTables:
     """What the double_bump check reads (docs/airflow-internals.md §12), Airflow 3 only: task instances
     by their 3.x ``id``, their tries recorded in ``task_instance_history``, the run's ``queued_at`` and
