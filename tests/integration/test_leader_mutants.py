@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.exc import OperationalError
 from structlog.testing import capture_logs
 
 from detector.app.leader import (
@@ -255,6 +256,42 @@ def test_a_lock_server_in_recovery_is_reported_in_the_standby_words(url: str, mo
         ]  # fmt: skip
     finally:
         lock.release()
+
+
+def _other_backends(url: str) -> int:
+    """Server connections to this database but the one counting them."""
+    sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    return int(_on_server(url, sql))
+
+
+def test_a_standby_leaves_no_connection_open_once_it_stops_or_an_attempt_fails(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standby keeps one connection between its attempts (issue 16) and closes it when it stops; an
+    attempt that fails while classifying its connection (here the recovery check, made to fail) closes
+    that one too: none is left open, nor pooled for the next attempt. (Waits: the server ends a
+    closed connection's backend a moment after the client closed it.)"""
+    holder, standby = _lock(url, "session"), _lock(url, "session")
+    try:
+        assert holder.ensure(NOW) is True
+        _wait(lambda: _other_backends(url) == 1, "the holder's connection alone")
+        assert standby.ensure(NOW) is False
+        _wait(lambda: _other_backends(url) == 2, "the holder's and the standby's kept connection")
+        standby.release()
+        _wait(lambda: _other_backends(url) == 1, "the stopped standby's connection closed")
+
+        def broken(conn: Any) -> bool:
+            raise OperationalError("SELECT pg_is_in_recovery()", {}, Exception("server closed the connection"))
+
+        monkeypatch.setattr(queries, "in_recovery", broken)
+        assert standby.ensure(NOW) is False
+        assert standby.problem == LockProblem(
+            LOCK_UNAVAILABLE, f"database {redact(standby.engine.url)}: server closed the connection"
+        )
+        _wait(lambda: _other_backends(url) == 1, "the failed attempt's connection closed")
+    finally:
+        holder.release()
+        standby.release()
 
 
 def test_an_unreachable_lock_database_is_reported_whole_and_once() -> None:
