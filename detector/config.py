@@ -242,6 +242,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Time between checks for split partition keys (Airflow 3.2+; a scan of asset_partition_dag_run).",
     ),
     Setting(
+        "disabled_checks",
+        (),
+        _globs,
+        "Comma-separated kinds of periodic check to switch off (README: What counts), e.g. `split_partition`.",
+    ),
+    Setting(
         "gap_grace", timedelta(seconds=60), _positive_duration, "How long an unseen lower dag_run id may still commit."
     ),
     Setting("dags", (), _globs, "Comma-separated dag_id globs to watch (empty: all)."),
@@ -378,6 +384,7 @@ class Config:
     suspect_window: timedelta
     split_grace: timedelta
     split_poll_interval: timedelta
+    disabled_checks: tuple[str, ...]
     gap_grace: timedelta
     dags: tuple[str, ...]
     exclude_dags: tuple[str, ...]
@@ -460,8 +467,12 @@ def load(
     env: Mapping[str, str] | None = None,
     config_file: str | None = None,
     sources: dict[str, str] | None = None,
+    check_kinds: Sequence[str] | None = None,
 ) -> Config:
     """Build the Config; raises ConfigError listing every problem (never a secret value).
+
+    ``check_kinds``: the periodic checks that exist (``detector.app.checks.KINDS``), which
+    ``disabled_checks`` may name; the entrypoints pass it (this module cannot import them).
 
     ``sources``, when given, receives where each setting came from (flag, env var, file, default).
     """
@@ -492,6 +503,11 @@ def load(
     if values.get("source") == "api" and sources.get("poll_interval") == "default":
         values["poll_interval"] = API_POLL_INTERVAL  # a 10 ms HTTP poll would be 6,000 requests a minute
     problems.extend(_cross_checks(values))
+    unknown = [k for k in values.get("disabled_checks", ()) if check_kinds is not None and k not in check_kinds]
+    if unknown:
+        problems.append(
+            f"DUPGUARD_DISABLED_CHECKS: unknown check {', '.join(unknown)} (known: {', '.join(check_kinds or ())})"
+        )
     if problems:
         raise ConfigError(problems)
     return Config(**values)

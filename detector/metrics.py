@@ -9,7 +9,7 @@ dashboards never use them); ``process_*`` metrics come from prometheus-client's 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import (
@@ -152,9 +152,39 @@ class Metrics:
             "Split partition keys seen by the last check (past the grace period).",
             registry=r,
         )
+        # The periodic checks (detector.app.checks), one series per kind that runs here.
+        self.check_observations = Gauge(
+            "dupguard_check_observations",
+            "What the last run of each periodic check found (split partitions, flapping triggers, ...).",
+            ["kind"],
+            registry=r,
+        )
+        self.check_detected = Counter(
+            "dupguard_check_detected_total", "Observations of each periodic check, once each.", ["kind"], registry=r
+        )
+        self.check_failures = Counter(
+            "dupguard_check_failures_total",
+            "Runs of a periodic check that failed (the database, a timeout, a bug): it saw nothing that time.",
+            ["kind"],
+            registry=r,
+        )
+        self.check_seconds = Histogram(
+            "dupguard_check_duration_seconds",
+            "Duration of one run of a periodic check (read, judge, claim).",
+            ["kind"],
+            buckets=(0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0),
+            registry=r,
+        )
         for kind in Kind:
             for confidence in Confidence:
                 self.groups_detected.labels(kind=kind.value, confidence=confidence.value)
+
+    def init_checks(self, kinds: Sequence[str]) -> None:
+        """Zero series for every check that runs here, so a rule on them sees 0, not no data."""
+        for kind in kinds:
+            self.check_observations.labels(kind=kind)
+            self.check_detected.labels(kind=kind)
+            self.check_failures.labels(kind=kind)
 
     def init_remediations(self, mode: str, backend: str) -> None:
         """Zero series for every result of the configured mode and backend."""

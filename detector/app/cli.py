@@ -18,14 +18,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from detector import __version__, config, logs
-from detector.app import demo, render
+from detector.app import checks, demo, render
 from detector.app.scan import Progress, ScanReport, scan
 from detector.config import SETTINGS, SETTINGS_BY_NAME
 from detector.core.detect import DagFilter
 from detector.core.plan import Mode, Outcome, plan
 from detector.durations import parse_duration
 from detector.errors import AirflowApiError, AirflowUnreachable, DatabaseError, DupguardError
-from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.metadb.engine import AirflowDb, make_engine, open_airflow_db, parse_url
+from detector.metrics import Metrics
 
 EXIT_OK, EXIT_FOUND, EXIT_CONFIG, EXIT_DB = 0, 1, 2, 3
 
@@ -63,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_duration,
         default=timedelta(seconds=60),
         help="partitioned runs of one key this close together are suspected (default 60s)",
+    )
+    p_scan.add_argument(
+        "--disable-check",
+        action="append",
+        default=[],
+        metavar="KIND",
+        help="skip this periodic check (repeatable; the README's What counts table) [env DUPGUARD_DISABLED_CHECKS]",
     )
     p_scan.add_argument(
         "--split-grace",
@@ -252,10 +260,21 @@ def _scan(args: argparse.Namespace) -> int:
         dag_filter=DagFilter(tuple(args.dag), tuple(args.exclude_dag)),
         suspect_window=args.suspect_window,
         progress=_progress_bar(),
-        split_grace=args.split_grace,
+        checks=_scan_checks(args, db),
     )
     _print_report(report, args.format)
-    return EXIT_FOUND if report.findings or report.splits else EXIT_OK
+    return EXIT_FOUND if report.findings or any(report.observations.values()) else EXIT_OK
+
+
+def _scan_checks(args: argparse.Namespace, db: AirflowDb) -> list[checks.Check]:
+    """The periodic checks, with the settings `run` reads from the environment (a check's thresholds,
+    DUPGUARD_DISABLED_CHECKS) and scan's own flags on top; a bad setting exits 2 as for `run`."""
+    flags = {
+        "database_url": args.database_url,
+        "split_grace": f"{args.split_grace.total_seconds()}s",
+        "disabled_checks": ",".join(args.disable_check) or None,
+    }
+    return checks.build(config.load(flags, None, args.config, check_kinds=checks.KINDS), db, Metrics())
 
 
 def _scan_api(args: argparse.Namespace) -> int:
@@ -267,7 +286,7 @@ def _scan_api(args: argparse.Namespace) -> int:
     from detector.sources.api.scan import scan_api
 
     flags: dict[str, str | None] = {"source": "api", "airflow_api_url": args.airflow_api_url}
-    cfg = config.load(flags, None, args.config)
+    cfg = config.load(flags, None, args.config, check_kinds=checks.KINDS)
     reader = Reader(Session.from_config(cfg))
     now = datetime.now(UTC)
     try:
@@ -340,7 +359,8 @@ def _doctor(args: argparse.Namespace) -> int:
     """``dupguard doctor``: exit 0 nothing at risk or protected, 1 at risk without protection."""
     from detector.app import doctor
 
-    doc = doctor.doctor(config.load(_flags(args), None, args.config), now=datetime.now(UTC), lookback=args.since)
+    cfg = config.load(_flags(args), None, args.config, check_kinds=checks.KINDS)
+    doc = doctor.doctor(cfg, now=datetime.now(UTC), lookback=args.since)
     print(
         doctor.as_json(doc) if args.format == "json" else doctor.as_table(doc),
         end="\n" if args.format == "json" else "",
@@ -354,7 +374,7 @@ def _check_config(args: argparse.Namespace) -> int:
     import yaml
 
     sources: dict[str, str] = {}
-    cfg = config.load(_flags(args), None, args.config, sources)
+    cfg = config.load(_flags(args), None, args.config, sources, check_kinds=checks.KINDS)
     for name, shown in cfg.redacted().items():
         value = getattr(cfg, name)
         if isinstance(value, timedelta | tuple):  # as a user writes them: 10ms, a,b

@@ -24,9 +24,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from detector import logs
 from detector.actions.remediation.dispatch import Job, RemediationDispatcher
 from detector.actions.remediation.guarded import passive_result
+from detector.app.checks.runner import CheckRunner
 from detector.app.leader import LockProblem
 from detector.app.preparer import Preparer
-from detector.app.split_watch import SplitWatch
 from detector.app.status import StatusBoard, evaluate
 from detector.config import Config
 from detector.core.fence import UNFENCED, Fence
@@ -79,7 +79,7 @@ class Parts:
     remediator: Remediator
     alerter: Alerter
     metrics: Metrics
-    splits: SplitWatch | None = None  # Airflow 3.2+: split partition keys (detector.app.split_watch)
+    checks: CheckRunner | None = None  # the periodic checks (detector.app.checks): split partitions, ...
 
 
 @dataclass
@@ -225,9 +225,9 @@ class Daemon:
                 scheduler.shutdown(wait=False)
         scheduler.add_job(self.log_summary, "interval", seconds=self.config.summary_interval.total_seconds(),
                           max_instances=1, coalesce=True, id="summary")  # fmt: skip
-        if self.parts.splits is not None:
-            scheduler.add_job(self.check_splits, "interval", seconds=self.config.split_poll_interval.total_seconds(),
-                              max_instances=1, coalesce=True, id="splits")  # fmt: skip
+        for kind, check in (self.parts.checks.checks if self.parts.checks else {}).items():
+            scheduler.add_job(self.run_check, "interval", args=[kind], seconds=check.interval().total_seconds(),
+                              max_instances=1, coalesce=True, id=f"check:{kind}")  # fmt: skip
         scheduler.start()
         try:
             self._loop()
@@ -249,7 +249,7 @@ class Daemon:
                 if not self._last_batch_full:
                     if not self._dispatcher.drain(ONCE_DRAIN_SECONDS):
                         log.warning("remediations_unfinished", waited_seconds=ONCE_DRAIN_SECONDS)
-                    return 0 if self.check_splits() else EXIT_DB
+                    return 0 if self.run_checks() else EXIT_DB
             return EXIT_DB
         finally:
             self.parts.source.close()
@@ -330,19 +330,16 @@ class Daemon:
         self.db_ok = ok
         self.parts.metrics.db_up.set(1 if ok else 0)
 
-    def check_splits(self) -> bool:
-        """One check for split partition keys, on the leader only; False (logged) if it failed."""
-        if self.parts.splits is None or not self.parts.leadership.is_leader(self.clock()):
+    def run_check(self, kind: str) -> bool:
+        """One run of one periodic check, on the leader only; False (logged, counted) if it failed."""
+        if self.parts.checks is None or not self.parts.leadership.is_leader(self.clock()):
             return True
-        try:
-            self.parts.splits.check(self.clock())
-        except (DupguardError, SQLAlchemyError) as exc:
-            log.warning("split_check_failed", error=str(exc) or type(exc).__name__)
-            return False
-        except Exception:  # a bug here must not end the sidecar
-            log.exception("split_check_crashed")
-            return False
-        return True
+        return self.parts.checks.run_reported(kind, self.clock())
+
+    def run_checks(self) -> bool:
+        """Every periodic check once (``run --once``); False if any failed."""
+        kinds = list(self.parts.checks.checks) if self.parts.checks else []
+        return all([self.run_check(kind) for kind in kinds])  # a list: every check runs, even after a failure
 
     def log_summary(self) -> None:
         log.info(

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from detector import __version__, logs
+from detector.app import checks
 from detector.app.ledger import SCHEMA
 from detector.app.scan import scan
 from detector.config import Config
@@ -25,6 +26,7 @@ from detector.core.model import Finding, Kind
 from detector.errors import AirflowApiError, AirflowAuthError, DatabaseError
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, connect, is_pinned, make_engine, open_airflow_db, parse_url, server_role
+from detector.metrics import Metrics
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -100,12 +102,12 @@ def _risk(r: PathRisk) -> dict[str, Any]:
     }
 
 
-def _duplicates(findings: list[Finding], splits: int, out: Findings) -> None:
+def _duplicates(findings: list[Finding], splits: int, checks_found: dict[str, int], out: Findings) -> None:
     from detector.app.render import summary
 
     asset = sum(f.kind is Kind.ASSET for f in findings)
     out.seen |= {"asset_groups_found": asset, "partitioned_groups_found": len(findings) - asset, "splits_found": splits}
-    out.doc["duplicates"] = summary(findings) | {"split_partitions": splits}
+    out.doc["duplicates"] = summary(findings) | {"split_partitions": splits, "checks": checks_found}
 
 
 # --- the database source ---------------------------------------------------------------------------
@@ -124,8 +126,10 @@ def _from_database(cfg: Config, out: Findings, now: datetime) -> None:
         out.doc["duplicates"] = None
         if info.can_duplicate:
             try:
-                report = scan(db, now=now, since=out.lookback, dag_filter=_filter(cfg))
-                _duplicates(report.findings, len(report.splits), out)
+                found_by = checks.build(cfg, db, Metrics())  # the checks `run` would run here
+                report = scan(db, now=now, since=out.lookback, dag_filter=_filter(cfg), checks=found_by)
+                counts = {k: len(v) for k, v in report.observations.items()}  # the periodic checks', by kind
+                _duplicates(report.findings, len(report.splits), counts, out)
             except DatabaseError as exc:  # e.g. the grant lacks a table the scan reads: said, not fatal
                 out.problems.append(f"the scan of the look-back failed: {exc}")
         else:
@@ -323,7 +327,7 @@ def _from_api(cfg: Config, out: Findings, now: datetime) -> None:
             result = scan_api(reader, now=now, since=reader.server_now(now) - out.lookback, dag_filter=_filter(cfg))
         except (Transient, Gone) as exc:
             raise AirflowUnreachable(str(exc)) from None
-        _duplicates(result.findings, 0, out)
+        _duplicates(result.findings, 0, {}, out)  # the periodic checks read the database
         notes = sum(p.guarded for f in result.findings for p in f.progress.values())
         out.seen |= {"guard_notes": notes, "splits_found": None}
         out.doc["guard"] = _guard(notes)

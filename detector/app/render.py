@@ -28,6 +28,14 @@ groups (no run may exist yet), so ``groups`` and ``summary.groups`` never count 
 ``creating_job_ids``, ``creator_hostnames`` are null) and no ``asset_partition_dag_run`` rows
 (``split_partitions`` is empty; a suspected partitioned group is never refined by them).
 
+``checks`` (added with issue 25, still ``format_version`` 1): what each periodic check that ran found, by
+kind (``{"split_partition": [...], ...}``; a check that does not apply to this Airflow or is switched off
+has no key). Every entry has ``key``, ``kind``, ``confidence`` (``confirmed``, ``suspected`` or
+``exposure``: a risk inferred from the database, not a thing seen), ``severity``, ``dag_ids``, ``title``,
+``lines``, ``advice``, ``seen_at`` and the kind's own fields (the README's "What counts" table).
+``summary.checks`` counts them by kind. A split partition is in both ``split_partitions`` (as before) and
+``checks.split_partition``.
+
 ``server`` (added with issue 22, still ``format_version`` 1): ``{"role": "primary" | "standby",
 "replay_lag_seconds": x | null}``, the PostgreSQL server the scan read; null for SQLite, ``--source
 api`` and an error document. A standby may lag the primary: runs committed there within the lag are
@@ -46,7 +54,9 @@ from typing import Any
 
 from detector import __version__
 from detector.app.scan import ScanReport
+from detector.core.checks import Observation
 from detector.core.model import NO_PROGRESS, Confidence, Finding
+from detector.core.split import KIND as SPLIT
 from detector.core.split import SplitPartition, split_dict
 from detector.logs import printable  # also escapes the console log's values
 
@@ -109,9 +119,11 @@ def as_json(report: ScanReport) -> str:
         "runs_examined": report.runs_examined,
         "note": report.note,
         "error": None,
-        "summary": summary(report.findings) | {"split_partitions": len(report.splits)},
+        "summary": summary(report.findings)
+        | {"split_partitions": len(report.splits), "checks": {k: len(v) for k, v in report.observations.items()}},
         "groups": [finding_dict(f, ids=report.source == "database") for f in report.findings],
         "split_partitions": [split_dict(s) for s in report.splits],
+        "checks": {k: [o.as_dict() for o in v] for k, v in report.observations.items()},
         "source": report.source,
         "server": report.server.as_dict() if report.server is not None else None,
     }
@@ -130,9 +142,10 @@ def error_json(exit_code: int, message: str) -> str:
         "runs_examined": 0,
         "note": None,
         "error": {"exit_code": exit_code, "message": message},
-        "summary": summary([]) | {"split_partitions": 0},
+        "summary": summary([]) | {"split_partitions": 0, "checks": {}},
         "groups": [],
         "split_partitions": [],
+        "checks": {},
         "server": None,
     }
     return json.dumps(doc, indent=2)
@@ -194,6 +207,7 @@ def _table_lines(report: ScanReport) -> list[str]:
         + (f"; read from the {report.server.describe()}" if report.server is not None else ""),
     ]
     lines.extend(_split_lines(report.splits))
+    lines.extend(_observation_lines([o for k, v in report.observations.items() if k != SPLIT for o in v]))
     if not report.findings:
         lines.append("No duplicate asset-triggered runs found.")
         return lines
@@ -217,6 +231,17 @@ def _table_lines(report: ScanReport) -> list[str]:
                 f"  {role} {r.run_id}  state={r.state}  job={r.creating_job_id}{host}  "
                 f"tasks started {p.started}/{p.total}"
             )
+    return lines
+
+
+def _observation_lines(observations: Sequence[Observation]) -> list[str]:
+    """What the other periodic checks found, after the splits (which keep their own lines above)."""
+    lines: list[str] = []
+    for obs in observations:
+        lines.append(f"[{obs.kind.replace('_', ' ').upper()}, {obs.confidence}] {obs.title}")
+        lines.extend(f"  {line}" for line in obs.lines)
+        lines.append(f"  what to do: {obs.advice}")
+        lines.append("")
     return lines
 
 

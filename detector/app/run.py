@@ -12,6 +12,7 @@ from types import FrameType
 from sqlalchemy import Engine
 
 from detector import __version__, config, logs
+from detector.app import checks
 from detector.app.daemon import Daemon
 from detector.app.health import HealthServer
 from detector.app.wiring import Startup, api_reader, build_api_parts, build_parts, connect_with_backoff, wait_for_api
@@ -73,7 +74,7 @@ def _run(
     install_signals: bool,
     stop: threading.Event | None,
 ) -> int:
-    cfg = config.load(flags, os.environ if env is None else env, config_file)
+    cfg = config.load(flags, os.environ if env is None else env, config_file, check_kinds=checks.KINDS)
     logs.configure(cfg.log_level, cfg.log_format)
     log = logs.get("dupguard.main")
     log.info("config_loaded", version=__version__, settings=cfg.redacted())

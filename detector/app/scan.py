@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from detector.app.checks.base import Check
+from detector.app.checks.runner import observe
+from detector.core.checks import CheckContext, Observation
 from detector.core.decisions import decisions_from_notes
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
 from detector.core.model import Finding
 from detector.core.reprocess import needs_origins, refine_partitioned
-from detector.core.split import DEFAULT_SPLIT_GRACE, SplitPartition, find_split_partitions
+from detector.core.split import KIND as SPLIT
+from detector.core.split import SplitPartition
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, ServerRole, connect, server_role
 from detector.metadb.versions import SchemaInfo
@@ -26,9 +30,14 @@ class ScanReport:
     since: datetime | None
     runs_examined: int
     note: str | None = None  # why nothing was examined (Airflow 2), shown in every format
-    splits: list[SplitPartition] = field(default_factory=list)  # current state, whatever ``since``
+    observations: dict[str, list[Observation]] = field(default_factory=dict)  # by check kind (detector.app.checks)
     source: str = "database"  # or "api" (--source api: no dag_run ids, creating jobs or split keys)
     server: ServerRole | None = None  # the PostgreSQL server read: primary or standby (None: SQLite, the API)
+
+    @property
+    def splits(self) -> list[SplitPartition]:
+        """The split partition keys (the current state, whatever ``since``): format 1's own list."""
+        return [o.subject for o in self.observations.get(SPLIT, []) if isinstance(o.subject, SplitPartition)]
 
 
 def scan(
@@ -39,13 +48,13 @@ def scan(
     dag_filter: DagFilter = ALL_DAGS,
     suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW,
     progress: Progress | None = None,
-    split_grace: timedelta = DEFAULT_SPLIT_GRACE,
+    checks: Sequence[Check] = (),
 ) -> ScanReport:
     """Every duplicate group whose runs have run_after within ``since`` of ``now`` (all history if None).
 
     The database narrows history to keys shared by more than one run (GROUP BY on the run_after
     index) and to runs of one DAG sharing a consumed event; only those runs' events and task
-    instances are read.
+    instances are read. Then each of ``checks`` looks once (``live`` False), on the same connection.
     """
     t = db.tables
     with connect(db.engine) as conn:
@@ -78,15 +87,14 @@ def scan(
         if suspects:
             origins = queries.partition_rows_for_runs(conn, t, suspects)
             findings = refine_partitioned(findings, origins, events, task_progress, suspect_window=suspect_window)
-        split_rows = queries.partition_rows_with_pending(conn, t)
-        split_events = queries.partition_row_events(conn, t, [r.id for r in split_rows]) if split_rows else {}
-    splits = find_split_partitions(split_rows, split_events, db_now, grace=split_grace, dag_filter=dag_filter)
+        ctx = CheckContext(db_now=db_now, now=now, dag_filter=dag_filter, live=False, since=start)
+        observations = observe(checks, conn, db, ctx)
     return ScanReport(
         info=db.info,
         findings=findings,
         scanned_at=now,
         since=start,
         runs_examined=len(ids),
-        splits=splits,
+        observations=observations,
         server=server,
     )

@@ -12,10 +12,11 @@ from sqlalchemy import Engine
 from detector import logs
 from detector.actions.alerts.dispatch import build_alerter
 from detector.actions.remediation.guarded import Backend, GuardedRemediator, RunStates
+from detector.app import checks
+from detector.app.checks.runner import CheckRunner
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AdvisoryLock, AlwaysLeader
 from detector.app.ledger import FileLedger, MemoryLedger, open_ledger
-from detector.app.split_watch import SplitWatch
 from detector.config import Config
 from detector.core.detect import DagFilter
 from detector.core.fence import FenceSource
@@ -104,13 +105,15 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
     alerter = build_alerter(config, ledger, metrics)
     metrics.init_remediations(config.remediation, getattr(remediator, "backend_name", "none"))
     metrics.init_alerts(alerter.channel_names)
-    splits = SplitWatch(
+    enabled = checks.build(config, db, metrics)
+    metrics.init_checks([c.kind for c in enabled])
+    runner = CheckRunner(
         db,
+        enabled,
         ledger,
         alerter,
         metrics,
         cluster=config.cluster_name,
-        grace=config.split_grace,
         dag_filter=DagFilter(config.dags, config.exclude_dags),
     )
     return Parts(
@@ -120,7 +123,7 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
         remediator=remediator,
         alerter=alerter,
         metrics=metrics,
-        splits=splits if splits.applies else None,
+        checks=runner if enabled else None,
     )
 
 

@@ -20,16 +20,22 @@ Nothing here is remediated: merging rows means writing Airflow's scheduling stat
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from detector.core.checks import Observation
 from detector.core.detect import ALL_DAGS, DagFilter
 from detector.core.model import PartitionRow
 
 KIND = "split_partition"
 DEFAULT_SPLIT_GRACE = timedelta(seconds=60)
+ADVICE = (
+    "Airflow wrote this partition key's asset events into two asset_partition_dag_run rows "
+    "(apache/airflow#71070): a consumer that needs both waits for ever, one that needs either runs twice. "
+    "dupguard changes nothing; check whether the DAG must be triggered for this key by hand."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,3 +159,28 @@ def split_dict(split: SplitPartition) -> dict[str, Any]:
             for r in split.rows
         ],
     }
+
+
+def row_line(split: SplitPartition, index: int, when: Callable[[datetime], str | None] = _iso_or_none) -> str:
+    r = split.rows[index]
+    made = "pending" if r.pending else f"made dag_run id {r.created_dag_run_id}"
+    events = ", ".join(map(str, r.event_ids)) or "none"
+    return f"row {r.id}: created {when(r.created_at)} ({r.age_seconds:.0f} s ago), {made}, asset events {events}"
+
+
+def observe(split: SplitPartition, db_now: datetime) -> Observation:
+    """The split as a periodic check's observation (``detector.app.checks.split_partition``)."""
+    state = "the consumer waits for ever" if split.waiting else "an orphaned pending row: it may run twice"
+    return Observation(
+        kind=KIND,
+        key=split.key,
+        confidence="confirmed",
+        severity="error" if split.waiting else "warning",
+        dag_ids=(split.dag_id,),
+        title=f"Split partition key {split.partition_key} of DAG {split.dag_id}: {state}",
+        lines=tuple(row_line(split, i) for i in range(len(split.rows))),
+        advice=ADVICE,
+        facts=split_dict(split),
+        seen_at=db_now,
+        subject=split,
+    )

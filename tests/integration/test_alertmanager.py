@@ -220,7 +220,7 @@ def test_a_split_partition_is_its_own_alert(am: Alertmanager, receiver: Receiver
     )
     split = SplitPartition(key="split:7", dag_id="daily_report", partition_key="2026-03-12", rows=rows, split_at=now)
     alerter = _alerter((am.url,), runbook_url="https://docs.example/runbooks.md")
-    alerter.notify_split(split_notice(split, "prod-eu", now))
+    alerter.notify_notice(split_notice(split, "prod-eu", now))
     [alert] = wait_for(lambda: receiver.alerts("/chat"), what="the split alert")
     assert alert["labels"] == {
         "alertname": SPLIT_ALERT,

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from detector.actions.alerts.dispatch import build_alerter
+from detector.app import checks
+from detector.app.checks.runner import CheckRunner
 from detector.app.cli import main
 from detector.app.daemon import Daemon, Parts
 from detector.app.ledger import MemoryLedger
-from detector.app.split_watch import SplitWatch
 from detector.config import Config
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
@@ -106,7 +107,7 @@ class SplitRecorder:
     def __init__(self) -> None:
         self.notices: list[Any] = []
 
-    def notify_split(self, notice: Any) -> None:
+    def notify_notice(self, notice: Any) -> None:
         self.notices.append(notice)
 
 
@@ -120,7 +121,7 @@ def _daemon(url: str, splits_alerter: Any, ledger: MemoryLedger, metrics: Metric
         remediator=RecordingRemediator(),
         alerter=RecordingAlerter(),
         metrics=metrics,
-        splits=SplitWatch(db, ledger, splits_alerter, metrics, cluster="prod-eu", grace=config.split_grace),
+        checks=CheckRunner(db, checks.build(config, db, metrics), ledger, splits_alerter, metrics, cluster="prod-eu"),
     )
     return Daemon(config, parts)
 
@@ -174,10 +175,10 @@ def test_split_alert_reaches_slack_and_the_webhook_once(pg_templates: Templates,
     ledger, metrics = MemoryLedger(), Metrics()
     alerter = build_alerter(config, ledger, metrics)
     db = open_airflow_db(make_engine(parse_url(url)))
-    watch = SplitWatch(db, ledger, alerter, metrics, cluster="prod-eu")
+    watch = CheckRunner(db, checks.build(config, db, metrics), ledger, alerter, metrics, cluster="prod-eu")
     now = datetime.now(UTC)
-    assert len(watch.check(now)) == 1
-    assert len(watch.check(now + timedelta(seconds=10))) == 1  # still split, not alerted again
+    assert len(watch.run("split_partition", now)) == 1
+    assert len(watch.run("split_partition", now + timedelta(seconds=10))) == 1  # still split, not alerted again
     alerter.close(5.0)
     assert server.wait_for(lambda: len(server.generic_payloads) >= 1 and len(server.messages) >= 1)
     assert len(server.top_level()) == 1 and len(server.generic_payloads) == 1

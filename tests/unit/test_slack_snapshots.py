@@ -24,12 +24,14 @@ import pytest
 from detector.actions.alerts.dispatch import build_alerter
 from detector.actions.alerts.format import Message, detected_message, digest_message, digest_outcome_message
 from detector.actions.alerts.format import outcome_message as reply
+from detector.actions.alerts.notice import observation_notice
 from detector.actions.alerts.oncall import Links
 from detector.actions.alerts.slack import SlackBot, make_web_client
 from detector.actions.alerts.split import split_notice
 from detector.actions.remediation.guarded import passive_result
 from detector.app.ledger import MemoryLedger
 from detector.config import Config
+from detector.core.checks import Observation
 from detector.core.model import Confidence, Finding, Kind, TaskProgress
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Result, StartedTask
@@ -159,6 +161,24 @@ def _split() -> dict[str, Message]:
     return {"message": notice.message(UI, LINKS), "without_links": notice.message()}
 
 
+def _observation() -> dict[str, Message]:
+    """A periodic check's alert as every kind without its own formatter gets it (alerts/notice.py)."""
+    obs = Observation(
+        kind="trigger_flapping",
+        key="trigger_flapping|17",
+        confidence="confirmed",
+        severity="error",
+        dag_ids=("orders_consumer",),
+        title="Trigger 17 (MessageQueueTrigger) claimed by two live triggerers",
+        lines=("triggerer job 41 on triggerer-0, then job 42 on triggerer-1", "feeds asset orders"),
+        advice="Upgrade to Airflow 3.2.2 or run one triggerer; check orders_consumer for runs of one message.",
+        facts={"trigger_id": 17},
+        seen_at=T0,
+    )
+    notice = observation_notice(obs, "prod-eu", T0 + timedelta(seconds=3))
+    return {"message": notice.message(UI, LINKS), "without_links": notice.message()}
+
+
 def _others() -> Iterator[tuple[str, dict[str, Message]]]:
     f = _finding()
     yield (
@@ -185,6 +205,7 @@ def _others() -> Iterator[tuple[str, dict[str, Message]]]:
         },
     )
     yield "split_partition", _split()
+    yield "observation", _observation()
     events = [_event(replace(f, key=f"{f.key}#{i}")) for i in range(3)]
     outcomes = [
         replace(e, kind=AlertKind.OUTCOME, results=(OUTCOMES[n][0](e.finding),))
@@ -342,7 +363,7 @@ def test_the_daemons_alerter_sends_the_configured_links(slack: SlackServer) -> N
     alerter.notify(first)
     assert slack.wait_for(lambda: any(m.channel == "CDUPGUARD" for m in slack.messages.values()))
     alerter.notify(replace(first, kind=AlertKind.OUTCOME, results=(OUTCOMES["too_late"][0](first.finding),)))
-    alerter.notify_split(split_notice(_split_partition(), "prod-eu", T0))
+    alerter.notify_notice(split_notice(_split_partition(), "prod-eu", T0))
     alerter.close(10)
     posted = [m for m in slack.messages.values() if m.channel == "CDUPGUARD"]
     sent = [{"text": m.text, "blocks": m.blocks} for m in posted] + [u for m in posted for u in m.updates]

@@ -36,8 +36,8 @@ from typing import Any, Protocol
 from detector import logs
 from detector.actions.alerts.format import SUMMARY_LIMIT, clip, plain_text, run_url, status_of
 from detector.actions.alerts.log import LOGGER
-from detector.actions.alerts.oncall import DUPLICATE_ALERT, RUNBOOK_FILE, SPLIT_ALERT, Guidance, guidance
-from detector.actions.alerts.split import SplitNotice
+from detector.actions.alerts.notice import Notice
+from detector.actions.alerts.oncall import DUPLICATE_ALERT, RUNBOOK_FILE, Guidance, guidance
 from detector.actions.alerts.webhook import JsonWebhook
 from detector.config import Config
 from detector.core.ports import AlertEvent, AlertKind
@@ -123,26 +123,28 @@ def group_alert(event: AlertEvent, ui_url: str | None = None, runbook: str = RUN
     return Alert(f.key, labels, annotations, final=is_final(event), generator_url=kept_url)
 
 
-def split_alert(notice: SplitNotice, runbook: str = RUNBOOK_FILE) -> Alert:
-    """Always ``warning`` (the Slack message's ``HIGH`` or ``WARNING``): the consumer waits for ever
-    (no row made a run) or may run twice (an orphaned pending row); someone must check."""
-    split = notice.split
+def notice_alert(notice: Notice, runbook: str = RUNBOOK_FILE) -> Alert:
+    """A periodic check's alert (a split partition, a flapping trigger, ...): final at once, it describes a
+    state someone must look at; its severity is the notice's (a split: always ``warning``)."""
+    extra_labels, extra_annotations = notice.am_fields()
     labels = {
-        "alertname": SPLIT_ALERT,
-        "severity": "warning",
+        "alertname": notice.alertname,
+        "severity": notice.am_severity,
         "cluster": notice.cluster,
-        "dag_id": split.dag_id,
-        "kind": split.kind,
+        **extra_labels,
+        "kind": notice.kind,
         "group_key": notice.key,
     }
     annotations = {
         "summary": notice.payload["summary"],
         "description": clip(notice.text, _TEXT_LIMIT),
-        "outcome": "waiting" if split.waiting else "orphaned_row",
-        "partition_key": split.partition_key,
-        "runbook_url": _runbook(runbook, SPLIT_ALERT),
+        **extra_annotations,
+        "runbook_url": _runbook(runbook, notice.alertname),
     }
     return Alert(notice.key, labels, annotations, final=True)
+
+
+split_alert = notice_alert  # the split partition's name for it, kept for callers of 0.x
 
 
 @dataclass(frozen=True)
@@ -250,8 +252,8 @@ class AlertmanagerChannel:
     def digest_outcomes(self, events: Sequence[AlertEvent]) -> int:
         return self.digest(events)
 
-    def split(self, notice: SplitNotice) -> None:
-        self._push([split_alert(notice, self.runbook)])
+    def notice(self, notice: Notice) -> None:
+        self._push([notice_alert(notice, self.runbook)])
 
     def _push(self, alerts: list[Alert]) -> int:
         """Tracked before it is sent: an alert whose push failed goes out with the next re-send."""

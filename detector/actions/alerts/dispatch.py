@@ -62,6 +62,7 @@ from detector.actions.alerts.format import (
     webhook_payload,
 )
 from detector.actions.alerts.log import LOGGER, log_event
+from detector.actions.alerts.notice import Notice
 from detector.actions.alerts.oncall import NO_LINKS, Links
 from detector.actions.alerts.slack import (
     Posted,
@@ -70,7 +71,6 @@ from detector.actions.alerts.slack import (
     make_web_client,
     make_webhook_client,
 )
-from detector.actions.alerts.split import SplitNotice
 from detector.actions.alerts.webhook import JsonWebhook
 from detector.config import Config
 from detector.core.ports import AlertEvent, AlertKind, Ledger
@@ -102,13 +102,13 @@ class DigestOutcomes:
     events: tuple[AlertEvent, ...]
 
 
-Item = Single | Digest | DigestOutcomes | SplitNotice
+Item = Single | Digest | DigestOutcomes | Notice
 _STOP = object()
 
 
 def _describe(item: Item) -> tuple[str, list[str], list[AlertEvent]]:
-    if isinstance(item, SplitNotice):
-        return "split_partition", [item.key], []
+    if isinstance(item, Notice):
+        return item.kind, [item.key], []
     if isinstance(item, Single):
         return item.event.kind.value, [item.event.finding.key], [item.event]
     kind = "digest" if isinstance(item, Digest) else "digest_outcomes"
@@ -133,7 +133,7 @@ class Channel(Protocol):
 
     def digest_outcomes(self, events: Sequence[AlertEvent]) -> int: ...
 
-    def split(self, notice: SplitNotice) -> None: ...
+    def notice(self, notice: Notice) -> None: ...
 
 
 class PartialDelivery(AlertDeliveryError):
@@ -217,7 +217,7 @@ class SlackBotChannel:
         else:
             self.bot.post(digest_outcome_message(group, links=self.links), thread_ts=first.ts, channel=first.channel_id)
 
-    def split(self, notice: SplitNotice) -> None:
+    def notice(self, notice: Notice) -> None:
         self.bot.post(notice.message(self.ui_url, self.links))
 
 
@@ -243,7 +243,7 @@ class SlackWebhookChannel:
         self.hook.send(digest_outcome_message(events, links=self.links))
         return 1
 
-    def split(self, notice: SplitNotice) -> None:
+    def notice(self, notice: Notice) -> None:
         self.hook.send(notice.message(self.ui_url, self.links))
 
 
@@ -268,7 +268,7 @@ class WebhookChannel:
 
     digest_outcomes = digest
 
-    def split(self, notice: SplitNotice) -> None:
+    def notice(self, notice: Notice) -> None:
         self.hook.send(notice.payload)
 
 
@@ -356,10 +356,11 @@ class Dispatcher:
         except Exception:  # noqa: BLE001 - notify must never break detection
             logs.get(LOGGER).exception("alert_notify_failed", group_key=event.finding.key)
 
-    def notify_split(self, notice: SplitNotice) -> None:
-        """Log a split partition now and queue it for every channel (no digest). Never raises."""
+    def notify_notice(self, notice: Notice) -> None:
+        """Log a periodic check's notice now (``<kind>_detected``) and queue it for every channel (no
+        digest). Never raises."""
         try:
-            logs.get(LOGGER).warning("split_partition_detected", **notice.log_fields)
+            logs.get(LOGGER).warning(f"{notice.kind}_detected", **notice.log_fields)
             if self._lanes and not self._closed:
                 self._inbound.put_nowait(notice)
         except Exception:  # noqa: BLE001 - notify must never break detection
@@ -391,7 +392,7 @@ class Dispatcher:
                 break
             if isinstance(event, AlertEvent):
                 leftovers.append(Single(event))
-            elif isinstance(event, SplitNotice):
+            elif isinstance(event, Notice):
                 leftovers.append(event)
         for lane in self._lanes:
             for item in leftovers:
@@ -428,7 +429,7 @@ class Dispatcher:
             try:
                 if isinstance(event, AlertEvent):
                     self._route(event)
-                elif isinstance(event, SplitNotice):
+                elif isinstance(event, Notice):
                     self._forward(event)
                 if self._digest_deadline is not None and time.monotonic() >= self._digest_deadline:
                     self._flush_digest()
@@ -503,7 +504,7 @@ class Dispatcher:
                 lane.current = None
 
     def _claim_key(self, channel: Channel, key: str, subject: str, alert: str) -> bool:
-        """``_claim`` for an alert that is not an ``AlertEvent`` (a split partition)."""
+        """``_claim`` for an alert that is not an ``AlertEvent`` (a periodic check's notice)."""
         try:
             won = self.ledger.claim(key, subject)
         except Exception:  # noqa: BLE001 - without a ledger, alert anyway: a repeat beats silence
@@ -538,10 +539,10 @@ class Dispatcher:
         return event
 
     def _deliver(self, channel: Channel, item: Item) -> None:
-        if isinstance(item, SplitNotice):
-            if not self._claim_key(channel, item.key, f"alert:{channel.name}", "split_partition"):
+        if isinstance(item, Notice):
+            if not self._claim_key(channel, item.key, f"alert:{channel.name}", item.kind):
                 return
-            channel.split(item)
+            channel.notice(item)
         elif isinstance(item, Single):
             event = self._claim(channel, item.event)
             if event is None:
@@ -588,9 +589,7 @@ class Dispatcher:
             alert=kind,
             group_keys=keys,
             error=error,
-            content=item.text
-            if isinstance(item, SplitNotice)
-            else "\n\n".join(plain_text(e, self.ui_url) for e in events),
+            content=item.text if isinstance(item, Notice) else "\n\n".join(plain_text(e, self.ui_url) for e in events),
         )
 
 

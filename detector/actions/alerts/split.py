@@ -8,7 +8,6 @@ at all), so it has its own message and webhook ``type`` ``split_partition`` in t
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,13 +15,7 @@ from typing import Any
 from detector.actions.alerts.format import SCHEMA, SUMMARY_LIMIT, TEXT_LIMIT, Message
 from detector.actions.alerts.oncall import NO_LINKS, SPLIT_ALERT, Guidance, Links, guidance_section, icon, links_context
 from detector.actions.alerts.text import clip, context, escape, grid_url, header, section, slack_date
-from detector.core.split import SplitPartition, split_dict
-
-_ADVICE = (
-    "Airflow wrote this partition key's asset events into two asset_partition_dag_run rows "
-    "(apache/airflow#71070): a consumer that needs both waits for ever, one that needs either runs twice. "
-    "dupguard changes nothing; check whether the DAG must be triggered for this key by hand."
-)
+from detector.core.split import ADVICE, KIND, SplitPartition, row_line, split_dict
 
 
 @dataclass(frozen=True)
@@ -37,9 +30,18 @@ class SplitNotice:
     cluster: str
     detected_at: datetime
 
+    kind = KIND
+    alertname = SPLIT_ALERT
+    am_severity = "warning"  # HIGH or WARNING in Slack: someone must check, nothing is on fire
+
     def message(self, ui_url: str | None = None, links: Links | None = None) -> Message:
         """The Slack message, with the links each Slack channel has configured."""
         return split_message(self, ui_url, links or NO_LINKS)
+
+    def am_fields(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Alertmanager's extra labels and annotations: the consumer waits, or a row is orphaned."""
+        outcome = "waiting" if self.split.waiting else "orphaned_row"
+        return {"dag_id": self.split.dag_id}, {"outcome": outcome, "partition_key": self.split.partition_key}
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -49,13 +51,6 @@ def _iso(value: datetime | None) -> str | None:
 def _title(split: SplitPartition, cluster: str) -> str:
     state = "waits for ever" if split.waiting else "has an orphaned pending row"
     return f"Split partition key {split.partition_key} of DAG {split.dag_id} on {cluster}: {state}"
-
-
-def _row_line(split: SplitPartition, index: int, when: Callable[[datetime], str | None] = _iso) -> str:
-    r = split.rows[index]
-    made = "pending" if r.pending else f"made dag_run id {r.created_dag_run_id}"
-    events = ", ".join(map(str, r.event_ids)) or "none"
-    return f"row {r.id}: created {when(r.created_at)} ({r.age_seconds:.0f} s ago), {made}, asset events {events}"
 
 
 def _guidance(split: SplitPartition, ui_url: str | None) -> Guidance:
@@ -78,13 +73,13 @@ def split_message(notice: SplitNotice, ui_url: str | None = None, links: Links =
     """The Slack message of a split: severity and what to do first, the rows, then the runbook and links."""
     split = notice.split
     # ids, counts and dates only: nothing to escape (escaping would break the date tokens)
-    rows = "\n".join(_row_line(split, i, slack_date) for i in range(len(split.rows)))
+    rows = "\n".join(row_line(split, i, slack_date) for i in range(len(split.rows)))
     advice = _guidance(split, ui_url)
     since = f"Split since {slack_date(split.split_at)} · detected {slack_date(notice.detected_at)} · "
     blocks = (
         header(f"{icon(advice.level)} {advice.level}: {_title(split, notice.cluster)}"),
         guidance_section(advice),
-        section(rows + "\n" + escape(_ADVICE)),
+        section(rows + "\n" + escape(ADVICE)),
         links_context(SPLIT_ALERT, links, ui_url, split.dag_id),
         context(since + escape(f"{split.key} · dupguard")),
     )
@@ -95,8 +90,8 @@ def split_text(split: SplitPartition, cluster: str, detected_at: datetime) -> st
     lines = [
         _title(split, cluster),
         f"{split.key}: split since {_iso(split.split_at)}, detected {_iso(detected_at)}",
-        *(_row_line(split, i) for i in range(len(split.rows))),
-        _ADVICE,
+        *(row_line(split, i) for i in range(len(split.rows))),
+        ADVICE,
     ]
     return "\n".join(lines)
 

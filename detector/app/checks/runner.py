@@ -1,0 +1,92 @@
+"""Runs the periodic checks: the same schedule, ledger claims, alerts, metrics and failure handling for
+every kind, so neither the daemon loop nor ``scan`` knows which checks exist.
+
+``dupguard run``: one job per enabled check on the daemon's one APScheduler (``max_instances=1,
+coalesce=True``), leader only; every observation is claimed ``detected`` in the ledger under its key and
+sent once to every alert channel. ``scan`` and ``doctor``: ``observe`` runs each check once on the
+scan's connection (``live`` False), claims nothing and alerts nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from sqlalchemy.engine import Connection
+
+from detector import logs
+from detector.actions.alerts.notice import Notice
+from detector.app.checks.base import Check
+from detector.core.checks import CheckContext, Observation
+from detector.core.detect import ALL_DAGS, DagFilter
+from detector.core.ports import Ledger
+from detector.metadb import queries
+from detector.metadb.engine import AirflowDb, connect
+from detector.metrics import Metrics
+
+log = logs.get("dupguard.checks")
+
+
+class NoticeAlerter(Protocol):
+    def notify_notice(self, notice: Notice) -> None: ...
+
+
+class CheckRunner:
+    def __init__(
+        self,
+        db: AirflowDb,
+        checks: Sequence[Check],
+        ledger: Ledger,
+        alerter: NoticeAlerter,
+        metrics: Metrics,
+        *,
+        cluster: str,
+        dag_filter: DagFilter = ALL_DAGS,
+    ) -> None:
+        self.db, self.ledger, self.alerter, self.metrics = db, ledger, alerter, metrics
+        self.checks = {c.kind: c for c in checks}
+        self.cluster, self.dag_filter = cluster, dag_filter
+
+    def run(self, kind: str, now: datetime) -> list[Observation]:
+        """One run of one check: read, judge, claim and alert what is new. Raises on database errors;
+        returns everything found."""
+        check = self.checks[kind]
+        started = time.monotonic()
+        with connect(self.db.engine) as conn:
+            ctx = CheckContext(db_now=queries.database_now(conn), now=now, dag_filter=self.dag_filter)
+            found = check.collect(conn, self.db, ctx)
+        new = []
+        for obs in found:
+            if self.ledger.claim(obs.key, "detected"):
+                new.append(obs)
+                self.alerter.notify_notice(check.notice(obs, self.cluster, now))
+        self.metrics.check_observations.labels(kind=kind).set(len(found))
+        self.metrics.check_detected.labels(kind=kind).inc(len(new))
+        self.metrics.check_seconds.labels(kind=kind).observe(time.monotonic() - started)
+        check.observed(found, new)
+        return found
+
+    def run_reported(self, kind: str, now: datetime) -> bool:
+        """``run``, for the scheduler: False (logged, counted) if it failed; never raises."""
+        try:
+            self.run(kind, now)
+        except Exception as exc:
+            self.metrics.check_failures.labels(kind=kind).inc()
+            expected = getattr(exc, "__module__", "").startswith(("sqlalchemy", "detector"))
+            if expected:  # the database, a timeout: one line, no trace
+                log.warning(
+                    "check_failed", kind=kind, error=str(exc).strip().splitlines()[0][:300] or type(exc).__name__
+                )
+            else:
+                log.exception("check_crashed", kind=kind)
+            return False
+        return True
+
+
+def observe(
+    checks: Sequence[Check], conn: Connection, db: AirflowDb, ctx: CheckContext
+) -> dict[str, list[Observation]]:
+    """Every applicable check once, on the caller's connection (``scan``): what each finds, by kind."""
+    return {c.kind: c.collect(conn, db, ctx) for c in checks}
