@@ -207,3 +207,12 @@ def test_the_loop_and_scan_name_no_kind(module: str) -> None:
         "detector.app.checks.__init__",
     }
     assert kinds and not (_names(ROOT / module) & kinds)
+
+
+@pytest.mark.parametrize("kind", checks.KINDS)
+def test_every_check_has_its_runbook_section_and_a_row_in_the_docs(kind: str) -> None:
+    """Its alerts link `docs/runbooks.md#Dupguard<Kind>` (Slack, Alertmanager's runbook_url): the anchor must exist;
+    docs/checks.md lists it."""
+    runbooks = (ROOT.parent / "docs" / "runbooks.md").read_text()
+    assert f'<a id="{alertname_of(kind)}"></a>' in runbooks
+    assert f"| `{kind}` |" in (ROOT.parent / "docs" / "checks.md").read_text()
