@@ -89,6 +89,7 @@ class RunSpec:
     worker_concurrency: int = 4  # per Celery worker
     watcher: bool = False  # triggerer + AssetWatcher (tests/e2e/dags_watcher): consumer_watched, consumer_two_assets
     watch_interval: float = 4.0  # seconds between two files for the watcher's FileDeleteTrigger
+    triggerers: int = 1  # with ``watcher``: 2 gives HA triggerers (issue 25 §1: each may run the same trigger)
     replicas: int = 1  # dupguard replicas (each as in a scheduler pod)
     leader_kills: int = 0  # SIGKILLs of the leading replica at random moments of the workload (restarted 1 s later)
     api_outage: float = 0.0  # seconds the API server is stopped, once, at a random moment of the workload
@@ -225,6 +226,11 @@ class Cluster:
         """The first replica's first log (``dupguard.log`` with one replica)."""
         return self.dupguard_logs[0] if self.dupguard_logs else self.run_dir / "dupguard.log"
 
+    def triggerer_names(self) -> list[str]:
+        """``triggerer`` alone, or ``triggerer-1`` .. ``triggerer-N`` (their logs: ``<name>.log``)."""
+        n = self.spec.triggerers
+        return ["triggerer"] if n == 1 else [f"triggerer-{i}" for i in range(1, n + 1)]
+
     def replica_names(self) -> list[str]:
         return ["dupguard"] if self.spec.replicas == 1 else [f"dupguard-{i + 1}" for i in range(self.spec.replicas)]
 
@@ -262,7 +268,8 @@ class Cluster:
             self._start_dupguard(name)
         self.timings.mark("dupguard_watching")
         if self.spec.watcher:
-            self._spawn("triggerer", [self._airflow, "triggerer", "--skip-serve-logs"])
+            for name in self.triggerer_names():
+                self._spawn(name, [self._airflow, "triggerer", "--skip-serve-logs"])
         if self.spec.executor == "celery":
             self._start_celery_workers()
             self.timings.mark("celery_workers_ready")
@@ -276,7 +283,14 @@ class Cluster:
 
         ``strict``: raise if a process survived SIGKILL (off while another error is on its way out,
         so that error is the one reported)."""
-        order = ["scheduler-1", "scheduler-2", "triggerer", "dag-processor", *self.replica_names(), "api-server"]
+        order = [
+            "scheduler-1",
+            "scheduler-2",
+            *self.triggerer_names(),
+            "dag-processor",
+            *self.replica_names(),
+            "api-server",
+        ]
         for name in order + [n for n in self.procs if n not in order]:
             proc = self.procs.get(name)
             if proc is not None:
@@ -830,6 +844,13 @@ def run(spec: RunSpec, run_dir: Path, *, keep_db: bool = False) -> dict[str, Any
             if name not in ("api-server", "redis"):
                 kill_session(proc.popen)
         report = analyse(cluster.db_url, cluster.dupguard_logs, spec, faults=cluster.faults)
+        if spec.triggerers > 1:  # the rest of the HA family (issue 25), while the database is still there
+            from tests.e2e.family import family_report
+
+            files = cluster.watch_files_written
+            report["family"] = family_report(
+                cluster.db_url, run_dir, cluster.triggerer_names(), cluster.dupguard_logs, files
+            )
     except BaseException:
         print(f"e2e run {spec.name} failed; logs in {run_dir}", file=sys.stderr)
         cluster.keep_db = keep_db

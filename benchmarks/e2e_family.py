@@ -1,0 +1,57 @@
+"""The rest of the HA family end to end (issue 25): a real HA Airflow with two triggerers, and dupguard's
+periodic checks against what Airflow recorded.
+
+One cluster (``tests/e2e/harness.py``): two schedulers (LocalExecutor), **two triggerers** with the
+AssetWatcher consumer (``tests/e2e/dags_watcher``: the harness writes the file the watcher's
+``FileDeleteTrigger`` waits for every ``--watch-interval`` s), the producer feeding ``consumer_serial``
+(``max_active_runs=1``) and the other consumers in bursts, one ``dupguard run`` replica in dry-run with
+every check on. The truth (``tests/e2e/family.py``): triggers each triggerer logged starting, the
+watcher's asset events against the files written, and events no run of their DAG consumed though a
+later run was queued, with no queue row left.
+
+    .venv/bin/python -m benchmarks.e2e_family --airflow 3.1.2 --duration 120 --tag 20261201
+
+Writes ``benchmarks/results/e2e_family-<airflow>-<tag>.json`` (the harness's report with its
+``family`` section, and provenance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from benchmarks.provenance import provenance
+from tests.e2e.harness import RunSpec, run
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--airflow", default="3.1.2")
+    parser.add_argument("--duration", type=float, default=120.0)
+    parser.add_argument("--watch-interval", type=float, default=2.0)
+    parser.add_argument("--tag", default="run")
+    args = parser.parse_args()
+    spec = RunSpec(
+        name=f"family-{args.airflow}",
+        airflow_version=args.airflow,
+        watcher=True,
+        triggerers=2,
+        watch_interval=args.watch_interval,
+        mode="dry-run",
+        duration=args.duration,
+    )
+    with tempfile.TemporaryDirectory(prefix="dupguard-family-") as tmp:
+        report = run(spec, Path(tmp) / "run")
+    out = RESULTS / f"e2e_family-{args.airflow}-{args.tag}.json"
+    out.write_text(json.dumps({"provenance": provenance(), "report": report}, indent=2, default=str))
+    print(json.dumps(report.get("family"), indent=2, default=str))
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
