@@ -11,7 +11,7 @@ that route writes no audit-log row), and the database is read on a read-only eng
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from detector.app.ledger import SCHEMA
 from detector.app.scan import scan
 from detector.config import Config
 from detector.core.detect import DagFilter
-from detector.core.exposure import Observed, PathRisk, assess, unprotected
+from detector.core.exposure import Observed, PathRisk, assess, assess_family, unprotected
 from detector.core.model import Finding, Kind
 from detector.errors import AirflowApiError, AirflowAuthError, DatabaseError
 from detector.metadb import queries
@@ -36,6 +36,7 @@ LOOKBACK = timedelta(days=30)
 # Airflow's [scheduler] scheduler_health_check_threshold default: a scheduler whose heartbeat is
 # older is no longer counted as alive by Airflow itself (its /health and the job table's readers).
 SCHEDULER_HEALTH_THRESHOLD = timedelta(seconds=30)
+TRIGGERER_HEALTH_THRESHOLD = timedelta(seconds=30)  # Airflow's [triggerer] triggerer_health_check_threshold
 PROBE_DAG = "dupguard-doctor-permission-probe"  # never a real DAG: the probe must reach the 404
 GUARD_HOW_TO_CHECK = (
     "no guard note seen: the guard is not installed, or had nothing to stop; in a scheduler container "
@@ -75,7 +76,8 @@ def doctor(cfg: Config, *, now: datetime, lookback: timedelta = LOOKBACK) -> dic
         _from_api(cfg, out, now)
     else:
         _from_database(cfg, out, now)
-    risks = assess(Observed(**out.seen))
+    seen = Observed(**out.seen)
+    risks = assess(seen)
     left = unprotected(risks)
     return {
         "format_version": FORMAT_VERSION,
@@ -86,6 +88,7 @@ def doctor(cfg: Config, *, now: datetime, lookback: timedelta = LOOKBACK) -> dic
         **out.doc,
         "code_paths": [_risk(r) for r in risks],
         "at_risk_unprotected": [r.name.value for r in left],
+        "family": [asdict(r) | {"issues": list(r.issues), "status": r.status.value} for r in assess_family(seen)],
         "problems": out.problems,
         "exit_code": 1 if left else 0,
     }
@@ -127,6 +130,7 @@ def _from_database(cfg: Config, out: Findings, now: datetime) -> None:
         if info.can_duplicate:
             try:
                 found_by = checks.build(cfg, db, Metrics())  # the checks `run` would run here
+                out.seen["checks_on"] = tuple(c.kind for c in found_by)
                 report = scan(db, now=now, since=out.lookback, dag_filter=_filter(cfg), checks=found_by)
                 counts = {k: len(v) for k, v in report.observations.items()}  # the periodic checks', by kind
                 _duplicates(report.findings, len(report.splits), counts, out)
@@ -177,6 +181,8 @@ def _read_database(cfg: Config, db: AirflowDb, conn: Connection, out: Findings, 
         alive = queries.schedulers_alive(conn, db_now - SCHEDULER_HEALTH_THRESHOLD)
     out.seen["schedulers_alive"] = alive
     out.doc["schedulers_alive"] = alive
+    triggerers = queries.triggerers_alive(conn, db_now - TRIGGERER_HEALTH_THRESHOLD) if "job" in readable else None
+    out.seen["triggerers_alive"] = out.doc["triggerers_alive"] = triggerers
     out.doc["dags"] = _dag_counts(conn, readable, out)
     notes = None
     if db.info.can_duplicate and "dag_run_note" in readable:
@@ -331,7 +337,7 @@ def _from_api(cfg: Config, out: Findings, now: datetime) -> None:
         notes = sum(p.guarded for f in result.findings for p in f.progress.values())
         out.seen |= {"guard_notes": notes, "splits_found": None}
         out.doc["guard"] = _guard(notes)
-        for name in ("database", "lock_database", "schedulers_alive", "grants", "ledger"):
+        for name in ("database", "lock_database", "schedulers_alive", "triggerers_alive", "grants", "ledger"):
             out.doc[name] = None
         out.doc["dags"] = dict.fromkeys(("asset_scheduled", "partitioned", "partitioned_multi_asset", "watcher_fed"))
         out.doc["duplicates"]["split_partitions"] = None  # the REST API does not show pending partition rows
@@ -372,7 +378,12 @@ def as_table(doc: dict[str, Any]) -> str:
     for path in doc["code_paths"]:
         state = path["status"] + ("" if path["status"] == "not_affected" else f", protected {_yes(path['protected'])}")
         rows.append((f"  {path['name']} ({', '.join(path['issues'])})", f"{state}: {path['why']}"))
+    rows.append(("The rest of the HA family", "named, watched by dupguard's checks; no effect on the verdict"))
+    for risk in doc.get("family", []):
+        state = risk["status"] + ("" if risk["status"] == "not_affected" else f", watched {_yes(risk['watched'])}")
+        rows.append((f"  {risk['name']} ({', '.join(risk['issues'])})", f"{state}: {risk['why']}"))
     rows.append(("Schedulers alive", _yes(doc.get("schedulers_alive"))))
+    rows.append(("Triggerers alive", _yes(doc.get("triggerers_alive"))))
     for kind, count in (doc.get("dags") or {}).items():
         rows.append((f"DAGs {kind}", _yes(count)))
     dups = doc.get("duplicates")

@@ -59,6 +59,8 @@ class Observed:
     splits_found: int | None = None
     guard_notes: int | None = None  # runs the in-scheduler guard stopped in the look-back
     remediation_acts: bool = False  # mode fail/skip and every check of its backend passed
+    triggerers_alive: int | None = None
+    checks_on: tuple[str, ...] = ()  # the periodic checks `run` would run here (detector.app.checks)
 
 
 @dataclass(frozen=True)
@@ -149,3 +151,82 @@ def assess(seen: Observed) -> list[PathRisk]:
 def unprotected(risks: list[PathRisk]) -> list[PathRisk]:
     """The paths that make ``doctor`` exit 1: at risk, or not ruled out (unknown), and unprotected."""
     return [r for r in risks if r.status in (Status.AT_RISK, Status.UNKNOWN) and not r.protected]
+
+
+# --- the rest of the HA family (issue 25): named by the doctor, watched by dupguard's periodic checks ---
+# Nothing here changes the exit code: dupguard only detects and alerts on these (except the opt-in repair of
+# stranded events), so "protected" would claim too much. Versions read in the released wheels
+# (docs/airflow-internals.md, the sections of each kind).
+
+FAMILY_ISSUES = {
+    "trigger_flapping": ("apache/airflow#65792", "apache/airflow#72848"),
+    "stranded_events": ("apache/airflow#56050",),
+    "double_bump": ("apache/airflow#57618",),
+}
+
+
+@dataclass(frozen=True)
+class FamilyRisk:
+    name: str  # the periodic check's kind that watches for it
+    issues: tuple[str, ...]
+    affected: bool | None
+    status: Status
+    watched: bool  # the check runs in this configuration
+    why: str
+
+
+def family_affected(name: str, version: tuple[int, int, int | None]) -> tuple[bool | None, str]:
+    major, minor, patch = version
+    line, at = (major, minor), (major, minor, patch or 0)
+    if major < 3:
+        return False, "Airflow 2: not this code"
+    if at > NEWEST_CHECKED:
+        return None, "newer than the releases read (3.3.2)"
+    if name == "trigger_flapping":
+        if at < (3, 2, 2):
+            return (
+                True,
+                "asset triggers are claimed without the alive-owner filter before 3.2.2 (callback triggers too)",
+            )
+        return True, "callback (deadline) triggers are claimed without the alive-owner filter up to 3.3.2"
+    if name == "double_bump":
+        if line <= (3, 1):
+            return True, "schedule_tis bumps try_number with no state guard in 3.0.x and 3.1.x (fixed in 3.2.0)"
+        return False, "fixed in 3.2.0 (schedule_tis guards the state)"
+    return True, "open in every 3.0.x-3.3.x release up to 3.3.2 (ON CONFLICT DO NOTHING keeps the first event's time)"
+
+
+def _family_exposure(name: str, seen: Observed) -> tuple[bool | None, str]:
+    if name == "trigger_flapping":
+        if seen.triggerers_alive is None:
+            return None, "triggerers alive: unknown"
+        return seen.triggerers_alive >= 2, f"{seen.triggerers_alive} triggerer(s) alive"
+    if name == "double_bump":
+        if seen.schedulers_alive is None:
+            return None, "schedulers alive: unknown"
+        return seen.schedulers_alive >= 2, f"{seen.schedulers_alive} scheduler(s) alive"
+    if seen.asset_dags is None:
+        return None, "asset-scheduled DAGs: unknown"
+    return seen.asset_dags > 0, f"{seen.asset_dags} asset-scheduled DAG(s) (one scheduler is enough)"
+
+
+def assess_family(seen: Observed) -> list[FamilyRisk]:
+    """One verdict per kind of the rest of the family, and whether dupguard's check watches for it."""
+    version = parse_version(seen.version)
+    out = []
+    for name, issues in FAMILY_ISSUES.items():
+        affected, why = (
+            (None, f"Airflow version {seen.version!r} not understood")
+            if version is None
+            else (family_affected(name, version))
+        )
+        status = Status.NOT_AFFECTED
+        if affected is not False:
+            exposed, how = _family_exposure(name, seen)
+            why = f"{why}; {how}"
+            unknown = exposed is None or (affected is None and exposed)
+            status = Status.UNKNOWN if unknown else (Status.AT_RISK if exposed else Status.NOT_EXPOSED)
+        watched = name in seen.checks_on
+        why += "; dupguard's check watches for it" if watched else "; dupguard's check does not run here"
+        out.append(FamilyRisk(name, issues, affected, status, watched, why))
+    return out

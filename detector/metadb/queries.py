@@ -487,7 +487,9 @@ STRANDED_EVENTS_PER_ASSET = 1000  # newer events than that per (DAG, asset) are 
 
 
 def stranded_event_candidates(conn: Connection, t: AirflowTables, since: datetime | None) -> list[CandidateEvent]:
-    """Events newer than their DAG's latest asset-triggered run, for unpaused DAGs with no queue row.
+    """Per (DAG, asset) reference: the events newer than the run that consumed the asset's newest
+    consumed event (a stranded event is newer than every event its DAG consumed), for DAGs unpaused,
+    not stale, with no queue row and with an asset-triggered run.
 
     One statement, so the events, their consumption, the queue and the runs are one snapshot (a run
     committed between two reads would look like a run created after an event it did consume). The
@@ -859,6 +861,16 @@ def schedulers_alive(conn: Connection, since: datetime) -> int:
     job = _job_heartbeat
     query = select(func.count()).where(
         job.c.job_type == "SchedulerJob", job.c.state == "running", job.c.latest_heartbeat > since
+    )
+    return int(conn.execute(query).scalar_one())
+
+
+def triggerers_alive(conn: Connection, since: datetime) -> int:
+    """Triggerer jobs in state running whose heartbeat is newer than ``since`` (``[triggerer]
+    triggerer_health_check_threshold``, 30 s by default; index job_type_heart)."""
+    job = _job_heartbeat
+    query = select(func.count()).where(
+        job.c.job_type == "TriggererJob", job.c.state == "running", job.c.latest_heartbeat > since
     )
     return int(conn.execute(query).scalar_one())
 

@@ -147,6 +147,9 @@ def test_one_scheduler_and_no_duplicate_is_not_at_risk_two_are(pg_templates: Tem
     code, doc = doctor("--database-url", url)
     assert (code, doc["schedulers_alive"], doc["duplicates"]["groups"]) == (0, 1, 0)
     assert {p["name"]: p["status"] for p in doc["code_paths"]}["asset_triggered"] == "not_exposed"
+    family = {r["name"]: r["status"] for r in doc["family"]}  # named; exit 0 all the same
+    assert family == {"trigger_flapping": "not_exposed", "stranded_events": "at_risk", "double_bump": "not_exposed"}
+    assert doc["triggerers_alive"] is not None and doc["triggerers_alive"] < 2  # the fixture has no second one
     sql(url, "INSERT INTO job (id, job_type, state, latest_heartbeat) VALUES (9200, 'SchedulerJob', 'running', now())")
     code, doc = doctor("--database-url", url)
     assert (code, doc["schedulers_alive"], doc["at_risk_unprotected"]) == (1, 2, ["asset_triggered"])

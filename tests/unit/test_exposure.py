@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from detector.core.exposure import Observed, PathName, Status, assess, parse_version, release_affected, unprotected
+from detector.core.exposure import (
+    Observed,
+    PathName,
+    Status,
+    assess,
+    assess_family,
+    family_affected,
+    parse_version,
+    release_affected,
+    unprotected,
+)
 
 ASSET, PART, SPLIT = PathName.ASSET, PathName.PARTITIONED, PathName.SPLIT
 
@@ -85,3 +95,44 @@ def test_airflow_2_is_never_at_risk() -> None:
 def test_an_unreadable_version_is_unknown() -> None:
     assert parse_version("unknown") is None
     assert {r.status for r in assess(Observed("unknown"))} == {Status.UNKNOWN}
+
+
+# --- the rest of the family (issue 25): named, watched, never in the verdict ---------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("2.10.5", {"trigger_flapping": False, "stranded_events": False, "double_bump": False}),
+        ("3.0.6", {"trigger_flapping": True, "stranded_events": True, "double_bump": True}),
+        ("3.1.8", {"trigger_flapping": True, "stranded_events": True, "double_bump": True}),
+        ("3.2.0", {"trigger_flapping": True, "stranded_events": True, "double_bump": False}),
+        ("3.2.2", {"trigger_flapping": True, "stranded_events": True, "double_bump": False}),  # callback triggers
+        ("3.3.2", {"trigger_flapping": True, "stranded_events": True, "double_bump": False}),
+        ("3.3.3", {"trigger_flapping": None, "stranded_events": None, "double_bump": None}),
+    ],
+)
+def test_the_familys_version_table(version: str, expected: dict[str, bool | None]) -> None:
+    found = {r.name: r.affected for r in assess_family(Observed(version=version))}
+    assert found == expected
+
+
+def test_asset_triggers_are_named_before_3_2_2_and_callback_triggers_after() -> None:
+    before = family_affected("trigger_flapping", (3, 2, 1))[1]
+    after = family_affected("trigger_flapping", (3, 2, 2))[1]
+    assert "asset triggers" in before and "asset triggers" not in after and "callback" in after
+
+
+def test_family_exposure_and_watching() -> None:
+    seen = Observed(
+        version="3.1.2", triggerers_alive=2, schedulers_alive=1, asset_dags=3, checks_on=("stranded_events",)
+    )
+    risks = {r.name: r for r in assess_family(seen)}
+    assert risks["trigger_flapping"].status is Status.AT_RISK and not risks["trigger_flapping"].watched
+    assert risks["double_bump"].status is Status.NOT_EXPOSED  # one scheduler
+    assert risks["stranded_events"].status is Status.AT_RISK and risks["stranded_events"].watched
+    assert "does not run here" in risks["trigger_flapping"].why and "watches for it" in risks["stranded_events"].why
+    quiet = {r.name: r.status for r in assess_family(Observed(version="3.1.2", triggerers_alive=1, asset_dags=0))}
+    assert quiet == {"trigger_flapping": Status.NOT_EXPOSED, "stranded_events": Status.NOT_EXPOSED,
+                     "double_bump": Status.UNKNOWN}  # fmt: skip
+    assert assess(seen) == assess(Observed(version="3.1.2", schedulers_alive=1, asset_dags=3))  # not in the verdict
