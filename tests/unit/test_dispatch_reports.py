@@ -317,8 +317,10 @@ def test_a_job_submitted_while_not_leading_waits_one_back_off_then_is_rejudged(l
     assert _lines(logs, "remediation_retry_scheduled") == []
 
 
-def test_a_retry_is_made_when_its_back_off_ends_on_the_dispatchers_clock() -> None:
+@pytest.mark.parametrize("origin", [100.0, -1.0])  # a monotonic clock's zero is arbitrary
+def test_a_retry_is_made_when_its_back_off_ends_on_the_dispatchers_clock(origin: float) -> None:
     clock = _Frozen()
+    clock.now = origin
     calls_at: list[float] = []
 
     def at(step: Step) -> Step:
@@ -331,10 +333,10 @@ def test_a_retry_is_made_when_its_back_off_ends_on_the_dispatchers_clock() -> No
     rig = _Rig(_Scripted(at(down), at(stopped)), clock=clock)
     assert rig.dispatcher.submit(_job())
     assert rig.reported.wait(10)
-    clock.now = 100.0 + 0.02  # the logged back-off of the first attempt
+    clock.now = origin + 0.02  # the logged back-off of the first attempt
     assert rig.finals.wait(10), "not retried once its back-off ended"
     rig.dispatcher.close()
-    assert calls_at == [100.0, 100.0 + 0.02]
+    assert calls_at == [origin, origin + 0.02]
 
 
 def test_a_picked_up_job_is_rejudged_before_its_first_attempt() -> None:
