@@ -242,6 +242,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Time between checks for split partition keys (Airflow 3.2+; a scan of asset_partition_dag_run).",
     ),
     Setting(
+        "stranded_poll_interval",
+        timedelta(seconds=60),
+        _positive_duration,
+        "Time between checks for asset events that triggered no run (apache/airflow#56050, every Airflow 3).",
+    ),
+    Setting(
         "disabled_checks",
         (),
         _globs,
@@ -384,6 +390,7 @@ class Config:
     suspect_window: timedelta
     split_grace: timedelta
     split_poll_interval: timedelta
+    stranded_poll_interval: timedelta
     disabled_checks: tuple[str, ...]
     gap_grace: timedelta
     dags: tuple[str, ...]

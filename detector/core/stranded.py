@@ -9,8 +9,8 @@ it until some unrelated later event arrives (docs/airflow-internals.md §11).
 The rule, per DAG scheduled directly on assets, on rows read in one snapshot:
 an event of one of its assets is **stranded** when no run of the DAG consumed it, it is newer than
 the run_after of the run that consumed the asset's newest consumed event (that run's window ended
-before it), that run was *created after* the event, and the DAG has no queue row at all (any row, even of another asset, could still make a run that
-consumes it). Not flagged, each for a reason Airflow's code gives:
+before it), that run was *created after* the event, and the DAG has no queue row at all (any row,
+even of another asset, could still make a run that consumes it). Not flagged, each for a reason Airflow's code gives:
 
 * partitioned events (3.2+): queued in ``asset_partition_dag_run``, never in the queue table;
 * events linked to an asset alias: alias-scheduled DAGs consume them differently per version
@@ -34,13 +34,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from detector.core.checks import Observation
 from detector.core.detect import ALL_DAGS, DagFilter
 
 KIND = "stranded_events"
 ADVICE = (
-    "The consumer DAG has not run for these asset events and will not until another event of its "
-    "assets arrives (apache/airflow#56050). Trigger it once (or let dupguard re-queue it with "
-    "DUPGUARD_REPAIR_STRANDED=requeue) and check the run consumed them."
+    "The consumer DAG has not run for these asset events and will not until another event of its assets "
+    "arrives (apache/airflow#56050). Create one asset event of one of its assets (REST API POST "
+    "/api/v2/assets/events, or the UI): the run it triggers consumes these too; check that it did."
 )
 
 
@@ -137,3 +138,25 @@ def stranded_dict(s: StrandedSet) -> dict[str, Any]:
         "event_ids": list(s.event_ids),
         "events": [{"id": e.event_id, "asset": e.asset, "timestamp": e.timestamp.isoformat()} for e in s.events],
     }
+
+
+def observe(s: StrandedSet, db_now: datetime) -> Observation:
+    first = s.events[0].timestamp
+    lines = (
+        f"run {s.run_id}: consumed events up to {s.run_after.isoformat()}, created {s.run_created.isoformat()}",
+        *(f"event {e.event_id} of {e.asset} at {e.timestamp.isoformat()}: consumed by no run" for e in s.events),
+        f"no queue row left for DAG {s.dag_id}; stranded for {max(0.0, (db_now - first).total_seconds()):.0f} s",
+    )
+    return Observation(
+        kind=KIND,
+        key=s.key,
+        confidence="confirmed",
+        severity="error",
+        dag_ids=(s.dag_id,),
+        title=f"{len(s.events)} asset event(s) of DAG {s.dag_id} triggered no run",
+        lines=lines,
+        advice=ADVICE,
+        facts=stranded_dict(s),
+        seen_at=db_now,
+        subject=s,
+    )

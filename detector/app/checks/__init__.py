@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from detector.app.checks.base import Check, CheckBase
 from detector.app.checks.split_partition import SplitPartitionCheck
+from detector.app.checks.stranded_events import StrandedEventsCheck
 from detector.config import Config
 from detector.errors import ConfigError
 from detector.metadb.engine import AirflowDb
@@ -15,7 +16,7 @@ from detector.metrics import Metrics
 
 __all__ = ["CHECKS", "KINDS", "Check", "CheckBase", "build", "unknown_kinds"]
 
-CHECKS: tuple[type[CheckBase], ...] = (SplitPartitionCheck,)
+CHECKS: tuple[type[CheckBase], ...] = (SplitPartitionCheck, StrandedEventsCheck)
 KINDS = tuple(c.kind for c in CHECKS)
 
 

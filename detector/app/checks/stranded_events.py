@@ -1,0 +1,33 @@
+"""Asset events that trigger nothing (apache/airflow#56050, every Airflow 3): ``detector.core.stranded``
+has the rule, ``queries.stranded_event_candidates`` the one-snapshot read.
+
+A stranded event is a state that lasts until another event of the DAG's assets arrives, so the check
+reads it every ``stranded_poll_interval`` (60 s); each (DAG, stranding run) is alerted once (its key).
+Alert only: dupguard does not re-queue anything.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy.engine import Connection
+
+from detector.app.checks.base import CheckBase
+from detector.core.checks import CheckContext, Observation
+from detector.core.stranded import KIND, find_stranded, observe
+from detector.metadb import queries
+from detector.metadb.engine import AirflowDb
+
+
+class StrandedEventsCheck(CheckBase):
+    kind = KIND
+
+    def applies(self, db: AirflowDb) -> bool:
+        return db.tables.asset_queue is not None  # Airflow 3
+
+    def interval(self) -> timedelta:
+        return self.config.stranded_poll_interval
+
+    def collect(self, conn: Connection, db: AirflowDb, ctx: CheckContext) -> list[Observation]:
+        candidates = queries.stranded_event_candidates(conn, db.tables, ctx.since)
+        return [observe(s, ctx.db_now) for s in find_stranded(candidates, dag_filter=ctx.dag_filter)]
