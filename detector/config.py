@@ -248,6 +248,25 @@ SETTINGS: tuple[Setting, ...] = (
         "Time between checks for asset events that triggered no run (apache/airflow#56050, every Airflow 3).",
     ),
     Setting(
+        "double_bump_poll_interval",
+        timedelta(seconds=30),
+        _positive_duration,
+        "Time between checks for task attempts bumped twice (apache/airflow#57618, Airflow 3.0/3.1; reads the "
+        "in-flight task instances).",
+    ),
+    Setting(
+        "trigger_flapping_interval",
+        timedelta(seconds=10),
+        _positive_duration,
+        "Time between looks at trigger owners (trigger_flapping; keep it under the threshold below minus 5 s).",
+    ),
+    Setting(
+        "triggerer_health_check_threshold",
+        timedelta(seconds=30),
+        _positive_duration,
+        "Your Airflow's `[triggerer] triggerer_health_check_threshold`: a triggerer heartbeating within it is alive.",
+    ),
+    Setting(
         "disabled_checks",
         (),
         _globs,
@@ -390,7 +409,10 @@ class Config:
     suspect_window: timedelta
     split_grace: timedelta
     split_poll_interval: timedelta
+    trigger_flapping_interval: timedelta
+    triggerer_health_check_threshold: timedelta
     stranded_poll_interval: timedelta
+    double_bump_poll_interval: timedelta
     disabled_checks: tuple[str, ...]
     gap_grace: timedelta
     dags: tuple[str, ...]

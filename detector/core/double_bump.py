@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from detector.core.checks import Observation
 from detector.core.detect import ALL_DAGS, DagFilter
 
 KIND = "double_bump"
@@ -150,3 +151,48 @@ def find_double_bumps(
 
 def _host(job: SchedulerJob | None) -> str | None:
     return job.hostname if job is not None else None
+
+
+def observe(bump: DoubleBump, seen_at: datetime) -> Observation:
+    ti, (k, k1) = bump.ti, bump.tries
+    where = f"{ti.dag_id}.{ti.task_id} run {ti.run_id}" + (f" map_index {ti.map_index}" if ti.map_index >= 0 else "")
+    earlier_host = bump.earlier.hostname if bump.earlier else None
+    lines = [
+        f"task instance {ti.id}: try {k} -> {k1} on the same id, no task_instance_history row for try {k}",
+        f"try {k}: {bump.earlier.state} on {earlier_host or 'unknown host'}"
+        if bump.earlier
+        else f"try {k}: not seen in flight by dupguard (Airflow keeps no earlier id): suspected",
+        f"try {k1}: {ti.state or 'none'} on {ti.hostname or 'no host yet'}",
+    ]
+    if bump.schedulers:
+        lines.append(f"schedulers: {', '.join(bump.schedulers)}")
+    facts = {
+        "dag_id": ti.dag_id,
+        "task_id": ti.task_id,
+        "run_id": ti.run_id,
+        "map_index": ti.map_index,
+        "ti_id": ti.id,
+        "tries": [k, k1],
+        "state": ti.state,
+        "hosts": [h for h in (earlier_host, ti.hostname) if h],
+        "earlier_state": bump.earlier.state if bump.earlier else None,
+        "schedulers": list(bump.schedulers),
+        "scheduled_at": ti.scheduled_dttm.isoformat() if ti.scheduled_dttm else None,
+    }
+    return Observation(
+        kind=KIND,
+        key=bump.key,
+        confidence="confirmed" if bump.confidence == "confirmed" else "suspected",
+        severity="error" if bump.confidence == "confirmed" else "warning",
+        dag_ids=(ti.dag_id,),
+        title=f"Task attempt bumped twice: {where}, tries {k} and {k1}",
+        lines=tuple(lines),
+        advice=(
+            f"Check try {k}'s worker{f' ({earlier_host})' if earlier_host else ''}: it is killed at its next "
+            f"heartbeat and the task runs again as try {k1}; make sure the task is idempotent or clean up "
+            "its partial output. Upgrade to Airflow 3.2+ (apache/airflow PR #60330)."
+        ),
+        facts=facts,
+        seen_at=seen_at,
+        subject=bump,
+    )

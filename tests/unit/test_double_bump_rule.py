@@ -10,7 +10,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from detector.core.detect import DagFilter
-from detector.core.double_bump import Evidence, SchedulerJob, TiRow, find_double_bumps
+from detector.core.double_bump import Evidence, SchedulerJob, TiRow, find_double_bumps, observe
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RUNNING_B = SchedulerJob(2, "running", T0 + timedelta(seconds=30), "scheduler-b")
@@ -48,13 +48,16 @@ def test_same_id_try_up_by_one_from_in_flight_with_no_history_is_confirmed() -> 
     [bump] = find_double_bumps([ti(2)], evidence(), memory={"ti-1": EARLIER})
     assert (bump.confidence, bump.tries, bump.earlier) == ("confirmed", (1, 2), EARLIER)
     assert bump.schedulers == ("scheduler-b", "scheduler-a")
-    assert bump.key == "double_bump:ti-1:1"
+    obs = observe(bump, T0)
+    assert obs.key == "double_bump:ti-1:1" and obs.severity == "error" and obs.confidence == "confirmed"
+    assert obs.facts["hosts"] == ["worker-1", "worker-2"] and obs.facts["tries"] == [1, 2]
+    assert "worker-1" in obs.advice and "etl.load" in obs.title
 
 
 def test_without_memory_the_same_shape_is_suspected() -> None:
     """scan (or a bump no pass saw in flight): Airflow keeps no earlier id, so it cannot be proven."""
     [bump] = find_double_bumps([ti(2)], evidence())
-    assert bump.confidence == "suspected"
+    assert bump.confidence == "suspected" and observe(bump, T0).severity == "warning"
 
 
 def test_earlier_try_seen_not_in_flight_is_not_confirmed() -> None:

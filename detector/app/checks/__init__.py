@@ -7,8 +7,10 @@ what it returns and never name a kind.
 from __future__ import annotations
 
 from detector.app.checks.base import Check, CheckBase
+from detector.app.checks.double_bump import DoubleBumpCheck
 from detector.app.checks.split_partition import SplitPartitionCheck
 from detector.app.checks.stranded_events import StrandedEventsCheck
+from detector.app.checks.trigger_flapping import TriggerFlappingCheck
 from detector.config import Config
 from detector.errors import ConfigError
 from detector.metadb.engine import AirflowDb
@@ -16,7 +18,12 @@ from detector.metrics import Metrics
 
 __all__ = ["CHECKS", "KINDS", "Check", "CheckBase", "build", "unknown_kinds"]
 
-CHECKS: tuple[type[CheckBase], ...] = (SplitPartitionCheck, StrandedEventsCheck)
+CHECKS: tuple[type[CheckBase], ...] = (
+    SplitPartitionCheck,
+    StrandedEventsCheck,
+    DoubleBumpCheck,
+    TriggerFlappingCheck,
+)
 KINDS = tuple(c.kind for c in CHECKS)
 
 
