@@ -24,6 +24,7 @@ from detector.core.checks import CheckContext, Observation
 from detector.core.double_bump import TiRow
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
+from tests.integration.test_split_partitions import _daemon  # the daemon with every check, a recording alerter
 from tests.pg import Templates, ground_truth, scenarios
 
 pytestmark = pytest.mark.integration
@@ -151,3 +152,16 @@ def test_the_check_does_not_apply_to_the_fixed_versions(pg_templates: Templates)
         assert "double_bump" not in [c.kind for c in checks.build(Config.of(database_url=url), db, Metrics())]
     finally:
         db.engine.dispose()
+
+
+def test_the_daemon_alerts_a_bump_once_and_never_remediates(pg_templates: Templates) -> None:
+    """`run --once` twice with one ledger (the daemon's own wiring of every check): one notice."""
+    url = pg_templates.clone("3.1.2", "double_bump")
+    [bump] = ground_truth("3.1.2", "double_bump")["expected_bumps"]
+    ledger, metrics, recorder = MemoryLedger(), Metrics(), Recorder()
+    first = _daemon(url, recorder, ledger, metrics)
+    assert first.run(once=True) == 0
+    assert _daemon(url, recorder, ledger, metrics).run(once=True) == 0
+    [notice] = [n for n in recorder.notices if n.kind == "double_bump"]
+    assert notice.key == f"double_bump:{bump['ti_id']}:1"
+    assert first.parts.remediator.actions == []  # type: ignore[attr-defined]
