@@ -74,4 +74,7 @@ def test_scenarios_made_by_airflow_match_ground_truth(
         if g["confidence"] == "suspected"
     )
     assert suspected == sorted((g["dag_id"], sorted(g["run_ids"])) for g in truth.get("suspected_groups", []))
-    assert code == (1 if doc["groups"] or doc["split_partitions"] else 0)
+    assert code == (1 if doc["groups"] or any(doc["checks"].values()) else 0)  # split partitions are a check too
+    assert sorted(
+        (s["dag_id"], s["event_ids"], s["run_id"]) for s in doc["checks"].get("stranded_events", [])
+    ) == sorted((s["dag_id"], s["event_ids"], s["stranding_run_id"]) for s in truth.get("expected_stranded", []))
