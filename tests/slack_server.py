@@ -262,7 +262,7 @@ class SlackServer:
 
             def _generic(self, raw: bytes) -> None:
                 p = json.loads(raw or b"{}")
-                types = {"detected", "outcome", "digest", "digest_outcome", "split_partition"}
+                types = {"detected", "outcome", "digest", "digest_outcome", "split_partition", "trigger_flapping"}
                 if p.get("schema") != "dupguard.alert/v1" or p.get("type") not in types:
                     return self._reject(400, "not a dupguard.alert/v1 payload", "bad payload")
                 server._record(lambda: server.generic_payloads.append(p))

@@ -1,0 +1,171 @@
+"""Triggers claimed by every triggerer (issue 25 §1): ``detector.core.trigger_flapping`` has the rule.
+
+Airflow keeps no history of a trigger's owners, so ``dupguard run`` sees the flapping live: this
+instance remembers the owner of each trigger (and that owner's heartbeat) from its previous run.
+Every ``trigger_flapping_interval`` (10 s): the owner flips at every loop of the triggerers (about
+1 s), so a look sees another owner than the last about every other time with two triggerers; and
+two looks must be closer than ``triggerer_health_check_threshold`` minus a heartbeat period (30 - 5 s
+by default) to prove the previous owner never went stale in between. One trigger is alerted once
+(its key: id and creation time). ``dupguard scan`` looks once, so it reports the exposure instead,
+and says that it is one. Nothing is ever remediated.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from detector.app.checks.base import CheckBase
+from detector.config import Config
+from detector.core.checks import CheckContext, Observation
+from detector.core.trigger_flapping import (
+    ASSET,
+    UNPROTECTED,
+    Exposure,
+    Flap,
+    Owner,
+    TriggererJob,
+    TriggerRow,
+    exposure,
+    judge_owners,
+)
+from detector.metadb import queries
+from detector.metadb.engine import AirflowDb
+from detector.metadb.schema import trigger_tables
+from detector.metrics import Metrics
+
+KIND = "trigger_flapping"
+ADVICE = {
+    ASSET: "Run one triggerer until Airflow 3.2.2+ (PR #65792), or expect one asset event per triggerer "
+    "and one consumer run per event: check the consumers of these assets for extra runs.",
+    "callback": "Run one triggerer until the fix (apache/airflow PR #72848) is released: the deadline "
+    "callback can run once per triggerer.",
+}
+
+
+class TriggerFlappingCheck(CheckBase):
+    kind = KIND
+
+    def __init__(self, config: Config, metrics: Metrics) -> None:
+        super().__init__(config, metrics)
+        self.memory: dict[tuple[int, datetime], Owner] = {}  # the owners seen by the previous run
+
+    def applies(self, db: AirflowDb) -> bool:
+        return db.info.family.value in UNPROTECTED  # Airflow 3 (2.x has no asset or callback triggers)
+
+    def interval(self) -> timedelta:
+        return self.config.trigger_flapping_interval
+
+    def collect(self, conn: Connection, db: AirflowDb, ctx: CheckContext) -> list[Observation]:
+        tt = trigger_tables(db.info.family)
+        triggers = [
+            t
+            for t in queries.flapping_candidates(conn, tt)
+            if not t.dag_ids or any(map(ctx.dag_filter.selects, t.dag_ids))
+        ]
+        threshold = self.config.triggerer_health_check_threshold
+        if not ctx.live:
+            jobs = queries.triggerer_jobs_since(conn, tt, ctx.since)
+            unprotected = UNPROTECTED[db.info.family.value]
+            return [_exposure(e, ctx.db_now) for e in exposure(triggers, jobs, unprotected, ctx.since)]
+        owners = {t.triggerer_id for t in triggers if t.triggerer_id is not None} | {
+            o.job_id for o in self.memory.values()
+        }
+        jobs = queries.triggerer_jobs_by_id(conn, tt, owners)
+        flaps, self.memory = judge_owners(triggers, jobs, self.memory, ctx.db_now, threshold)
+        return [_flap(f, threshold) for f in flaps]
+
+
+def _job(job: TriggererJob | None) -> dict[str, Any] | None:
+    if job is None:
+        return None
+    beat = job.latest_heartbeat.isoformat() if job.latest_heartbeat else None
+    return {"job_id": job.id, "hostname": job.hostname, "state": job.state, "latest_heartbeat": beat}
+
+
+def _trigger(t: TriggerRow) -> dict[str, Any]:
+    return {
+        "trigger_id": t.id,
+        "trigger_created": t.created_date.isoformat(),
+        "trigger_kind": t.kind,
+        "assets": list(t.assets),
+    }
+
+
+def _key(t: TriggerRow, prefix: str = "") -> str:
+    return f"{KIND}:{prefix}{t.id}:{t.created_date.isoformat()}"
+
+
+def _feeds(t: TriggerRow) -> str:
+    what = f"asset {', '.join(t.assets)}" if t.kind == ASSET else "a deadline callback"
+    return f"{what} -> DAGs {', '.join(t.dag_ids) or '(none)'}"
+
+
+def _host(job: TriggererJob | None) -> str:
+    return "(job gone)" if job is None else f"job {job.id} ({job.hostname or '?'})"
+
+
+def _flap(f: Flap, threshold: timedelta) -> Observation:
+    t = f.trigger
+    beat = f.previous.latest_heartbeat.isoformat() if f.previous.latest_heartbeat else "?"
+    return Observation(
+        kind=KIND,
+        key=_key(t),
+        confidence="confirmed",
+        severity="error",
+        dag_ids=t.dag_ids,
+        title=f"Trigger {t.id} ({t.kind}) moved between two live triggerers: each one runs it",
+        lines=(
+            f"trigger {t.id}: {_feeds(t)}",
+            f"owner {_host(f.previous)} at {f.previous_seen_at.isoformat()}, "
+            f"{_host(f.current)} at {f.seen_at.isoformat()}",
+            f"{_host(f.previous)} still alive: state {f.previous.state}, last heartbeat {beat} "
+            f"(threshold {threshold.total_seconds():g} s, database clock)",
+        ),
+        advice=ADVICE[t.kind],
+        facts=_trigger(t)
+        | {
+            "previous_owner": _job(f.previous),
+            "new_owner": _job(f.current),
+            "previous_seen_at": f.previous_seen_at.isoformat(),
+            "threshold_seconds": threshold.total_seconds(),
+        },
+        seen_at=f.seen_at,
+        subject=f,
+    )
+
+
+def _exposure(e: Exposure, db_now: datetime) -> Observation:
+    t, (a, b) = e.trigger, e.jobs
+    release = (
+        "this Airflow release does not keep such triggers with a live owner"
+        if e.certain_version
+        else "Airflow 3.2.0 and 3.2.1 do not keep asset triggers with a live owner "
+        "(3.2.2 does; the schema cannot tell them apart)"
+    )
+    return Observation(
+        kind=KIND,
+        key=_key(t, "exposure:"),
+        confidence="exposure",
+        severity="warning" if e.certain_version else "info",
+        dag_ids=t.dag_ids,
+        title=f"Trigger {t.id} ({t.kind}) may run on every triggerer (exposure: a scan cannot see owner changes)",
+        lines=(
+            f"trigger {t.id}: {_feeds(t)}",
+            release,
+            f"{_host(a)} and {_host(b)} alive at the same time from {e.overlap_start.isoformat()} "
+            f"to {e.overlap_end.isoformat()} (their own timestamps)",
+            "Airflow records no previous owners: `dupguard run` sees the flapping itself",
+        ),
+        advice=ADVICE[t.kind],
+        facts=_trigger(t)
+        | {
+            "triggerer_jobs": [_job(a), _job(b)],
+            "overlap": [e.overlap_start.isoformat(), e.overlap_end.isoformat()],
+            "certain_version": e.certain_version,
+        },
+        seen_at=db_now,
+        subject=e,
+    )
