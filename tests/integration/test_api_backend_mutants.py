@@ -333,3 +333,24 @@ def test_a_fail_patch_is_given_up_when_the_leader_lease_ends(h: Harness) -> None
     assert (
         _held_past_the_lease(h, Mode.FAIL) == "Airflow API at URL failed 1 times: PATCH dagRun state=failed: timed out"
     )
+
+
+def test_no_write_is_sent_once_the_lease_has_ended(h: Harness) -> None:
+    """The fence is asked right before the PATCH: none (the lease ended) sends nothing and says so."""
+    action = h.actions(Mode.FAIL)[0]
+    with CountingProxy(h.server.port) as proxy:
+        result = _remediator(h, proxy.url, fence=lambda: None).execute(action)
+        patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
+    assert result.result is Result.FAILED and result.retryable
+    assert result.detail == ("not written: this replica's leader lease ended (or it is waiting to act): nothing sent")
+    assert patches == 0
+    assert db_state(h.url)[action.run.run_id].state == "queued"
+
+
+def test_a_skip_through_the_api_is_done_with_the_tasks_it_skipped_named(h322: Harness) -> None:
+    """skip on 3.2: the result names what was skipped and nothing about start dates (the run is not
+    failed, so Airflow's missing start_date is not this write's doing)."""
+    (action,) = h322.actions(Mode.SKIP)
+    result = _remediator(h322, h322.server.url, mode=Mode.SKIP).execute(action)
+    assert result.result is Result.DONE
+    assert result.detail == "skipped: extract, load"
