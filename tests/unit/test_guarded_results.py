@@ -199,6 +199,8 @@ BEAT = datetime(2026, 11, 30, 4, 10, 29, tzinfo=UTC)
         ((TaskState("extract", -1, "running"),), f"{BOTH_RAN} (extract=running)"),
         ((TaskState("extract", -1, "failed", pid=42),), f"{BOTH_RAN} (extract=failed)"),
         ((TaskState("extract", -1, "failed", last_heartbeat_at=BEAT),), f"{BOTH_RAN} (extract=failed)"),
+        ((TaskState("extract", -1, "queued", pid=42),), f"{BOTH_RAN} (extract=queued)"),  # back after a try
+        ((TaskState("extract", -1, "scheduled", last_heartbeat_at=BEAT),), f"{BOTH_RAN} (extract=scheduled)"),
         ((TaskState("extract", -1, "up_for_retry"),), f"{NONE_RAN} (extract=up_for_retry)"),
         ((TaskState("extract", -1, "failed"),), f"{NONE_RAN} (extract=failed)"),
         (
@@ -206,7 +208,16 @@ BEAT = datetime(2026, 11, 30, 4, 10, 29, tzinfo=UTC)
             f"{BOTH_RAN} (extract[0]=failed, load=running)",
         ),
     ],
-    ids=["running-unmarked", "failed-pid", "failed-heartbeat", "retry-unmarked", "failed-unmarked", "mixed"],
+    ids=[
+        "running-unmarked",
+        "failed-pid",
+        "failed-heartbeat",
+        "queued-pid",
+        "scheduled-heartbeat",
+        "retry-unmarked",
+        "failed-unmarked",
+        "mixed",
+    ],
 )
 def test_too_late_says_whether_a_worker_ran_the_tasks(tasks: tuple[TaskState, ...], said: str) -> None:
     """A worker stamps pid and heartbeat; a task Airflow failed (or set up for retry) while queued has
