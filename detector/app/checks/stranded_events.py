@@ -3,7 +3,9 @@ has the rule, ``queries.stranded_event_candidates`` the one-snapshot read.
 
 A stranded event is a state that lasts until another event of the DAG's assets arrives, so the check
 reads it every ``stranded_poll_interval`` (60 s); each (DAG, stranding run) is alerted once (its key).
-Alert only: dupguard does not re-queue anything.
+Alert only: dupguard does not re-queue anything. Without SELECT on the queue tables (not in the
+grant of older setups) the check logs ``stranded_events_skipped`` naming them and finds nothing: a
+refused statement would abort the transaction ``scan`` and ``doctor`` share with their other reads.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from datetime import timedelta
 
 from sqlalchemy.engine import Connection
 
+from detector import logs
 from detector.app.checks.base import CheckBase
 from detector.core.checks import CheckContext, Observation
 from detector.core.stranded import KIND, find_stranded, observe
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb
+
+log = logs.get("dupguard.checks")
 
 
 class StrandedEventsCheck(CheckBase):
@@ -29,5 +34,12 @@ class StrandedEventsCheck(CheckBase):
         return self.config.stranded_poll_interval
 
     def collect(self, conn: Connection, db: AirflowDb, ctx: CheckContext) -> list[Observation]:
+        t = db.tables
+        names = [tbl.name for tbl in (t.asset_queue, t.schedule_refs, t.alias_events, t.dag) if tbl is not None]
+        held = queries.table_privileges(conn, [(name, "SELECT") for name in names])
+        if not all(held):
+            lacking = [name for name, ok in zip(names, held, strict=True) if not ok]
+            log.warning("stranded_events_skipped", reason=f"needs GRANT SELECT ON {', '.join(lacking)}")
+            return []
         candidates = queries.stranded_event_candidates(conn, db.tables, ctx.since)
         return [observe(s, ctx.db_now) for s in find_stranded(candidates, dag_filter=ctx.dag_filter)]
