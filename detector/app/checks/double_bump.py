@@ -20,7 +20,7 @@ from detector.config import Config
 from detector.core.checks import CheckContext, Observation
 from detector.core.double_bump import KIND, ORPHAN_WINDOW, Evidence, TiRow, find_double_bumps, observe
 from detector.metadb import queries
-from detector.metadb.engine import AirflowDb
+from detector.metadb.engine import AirflowDb, connect
 from detector.metadb.schema import Family, bump_tables
 from detector.metrics import Metrics
 
@@ -34,7 +34,15 @@ class DoubleBumpCheck(CheckBase):
         self.memory: dict[str, TiRow] = {}  # the in-flight TIs of the previous live run, by id
 
     def applies(self, db: AirflowDb) -> bool:
-        return db.info.family in (Family.AIRFLOW_3_0, Family.AIRFLOW_3_1)  # fixed in 3.2.0 (PR #60330)
+        """Airflow 3.0/3.1 (fixed in 3.2.0, PR #60330) with the columns it reads: every real 3.x schema has
+        them; dupguard's own demo database (a 3.1 schema cut down to what duplicates need) does not."""
+        if db.info.family not in (Family.AIRFLOW_3_0, Family.AIRFLOW_3_1):
+            return False
+        with connect(db.engine) as conn:
+            columns = queries.table_columns(conn, ("task_instance", "task_instance_history"))
+        return {"id", "queued_by_job_id"} <= columns.get("task_instance", set()) and bool(
+            columns.get("task_instance_history")
+        )
 
     def interval(self) -> timedelta:
         return self.config.double_bump_poll_interval
