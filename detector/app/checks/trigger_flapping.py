@@ -32,7 +32,7 @@ from detector.core.trigger_flapping import (
     judge_owners,
 )
 from detector.metadb import queries
-from detector.metadb.engine import AirflowDb
+from detector.metadb.engine import AirflowDb, connect
 from detector.metadb.schema import trigger_tables
 from detector.metrics import Metrics
 
@@ -53,7 +53,15 @@ class TriggerFlappingCheck(CheckBase):
         self.memory: dict[tuple[int, datetime], Owner] = {}  # the owners seen by the previous run
 
     def applies(self, db: AirflowDb) -> bool:
-        return db.info.family.value in UNPROTECTED  # Airflow 3 (2.x has no asset or callback triggers)
+        """Airflow 3 (2.x has no asset or callback triggers), with every table the check reads: a
+        database made without Airflow's migrations (dupguard's own SQLite demo) may lack them."""
+        if db.info.family.value not in UNPROTECTED:
+            return False
+        tt = trigger_tables(db.info.family)
+        tables = (tt.trigger, tt.asset_link, tt.asset, tt.consumer_ref, tt.job, tt.dag_run, tt.deadline, tt.callback)
+        names = {t.name for t in tables if t is not None}
+        with connect(db.engine) as conn:
+            return queries.existing_tables(conn, names) == names
 
     def interval(self) -> timedelta:
         return self.config.trigger_flapping_interval
