@@ -48,6 +48,16 @@ GUARD_HOW_TO_CHECK = (
 DETECT_TABLES: tuple[str, ...] = ("alembic_version", "dag_run", "task_instance", "dagrun_asset_event", "asset_event")
 DETECT_TABLES += ("asset", "job", "dag_run_note")
 PARTITION_TABLES = ("asset_partition_dag_run", "partitioned_asset_key_log")
+# The periodic checks' reads (docs/checks.md), those that exist in this version: asset_trigger (3.0/3.1) or
+# asset_watcher and callback (3.2+).
+CHECK_TABLES: tuple[str, ...] = (
+    "task_instance_history",
+    "asset_dag_run_queue",
+    "dag_schedule_asset_reference",
+    "dag",
+    "trigger",
+)
+CHECK_TABLES += ("asset_alias_asset_event", "deadline", "asset_trigger", "asset_watcher", "callback")
 LEDGER_TABLES = tuple(f"{SCHEMA}.{name}" for name in ("claims", "notes", "state"))
 LEDGER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 DB_BACKEND = (
@@ -148,6 +158,7 @@ def _grant_checks(db: AirflowDb, present: set[str], ledger: bool) -> list[tuple[
     """(need, table, privilege) for the tables that exist."""
     detect = [*DETECT_TABLES, *(PARTITION_TABLES if db.info.family.has_partitions else ())]
     checks = [("detection", t, "SELECT") for t in detect]
+    checks += [("checks", t, "SELECT") for t in CHECK_TABLES]
     checks += [("remediation_backend_db", t, p) for t, p in DB_BACKEND]
     if ledger:
         checks += [("ledger", t, p) for t in LEDGER_TABLES for p in LEDGER_PRIVILEGES]
@@ -197,9 +208,10 @@ def _grants(conn: Connection, checks: list[tuple[str, str, str]], out: Findings)
     held = queries.table_privileges(conn, [(t, p) for _, t, p in checks])
     rows = [(n, t, p, h) for (n, t, p), h in zip(checks, held, strict=True)]
     out.doc["grants"] = [{"need": n, "table": t, "privilege": p, "held": h} for n, t, p, h in rows]
-    missing = [f"{p} on {t}" for n, t, p, h in rows if not h and n == "detection"]
-    if missing:
-        out.problems.append(f"detection lacks {', '.join(missing)} (README, Read-only access)")
+    for need in ("detection", "checks"):
+        missing = [f"{p} on {t}" for n, t, p, h in rows if not h and n == need]
+        if missing:
+            out.problems.append(f"{need} lacks {', '.join(missing)} (README, Read-only access)")
     return {f"{t}:{p}": h for _, t, p, h in rows}
 
 

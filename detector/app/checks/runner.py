@@ -27,6 +27,7 @@ from detector.metadb.engine import AirflowDb, connect
 from detector.metrics import Metrics
 
 log = logs.get("dupguard.checks")
+GRANT_HINT = "grant SELECT on the table named (README, Read-only access); the check runs again every interval"
 
 
 class NoticeAlerter(Protocol):
@@ -48,6 +49,7 @@ class CheckRunner:
         self.db, self.ledger, self.alerter, self.metrics = db, ledger, alerter, metrics
         self.checks = {c.kind: c for c in checks}
         self.cluster, self.dag_filter = cluster, dag_filter
+        self.denied: set[str] = set()  # kinds whose last run lacked a privilege (logged once)
 
     def run(self, kind: str, now: datetime) -> list[Observation]:
         """One run of one check: read, judge, claim and alert what is new. Raises on database errors;
@@ -72,17 +74,38 @@ class CheckRunner:
         """``run``, for the scheduler: False (logged, counted) if it failed; never raises."""
         try:
             self.run(kind, now)
-        except Exception as exc:
+        except Exception as exc:  # one failing check must never end the sidecar, nor stop the others
             self.metrics.check_failures.labels(kind=kind).inc()
             expected = getattr(exc, "__module__", "").startswith(("sqlalchemy", "detector"))
-            if expected:  # the database, a timeout: one line, no trace
-                log.warning(
-                    "check_failed", kind=kind, error=str(exc).strip().splitlines()[0][:300] or type(exc).__name__
-                )
+            if _permission_denied(exc):  # a grant without this check's tables: said once, retried quietly
+                if kind not in self.denied:
+                    self.denied.add(kind)
+                    log.warning("check_not_permitted", kind=kind, error=_first_line(exc), detail=GRANT_HINT)
+            elif expected:  # the database, a timeout: one line, no trace
+                log.warning("check_failed", kind=kind, error=_first_line(exc))
             else:
                 log.exception("check_crashed", kind=kind)
             return False
+        if kind in self.denied:
+            self.denied.discard(kind)
+            log.info("check_permitted", kind=kind)
         return True
+
+
+def _permission_denied(exc: BaseException) -> bool:
+    """PostgreSQL's insufficient_privilege (SQLSTATE 42501), under SQLAlchemy's and dupguard's wrappers."""
+    seen: BaseException | None = exc
+    for _ in range(5):  # DatabaseError <- sqlalchemy ProgrammingError (.orig: psycopg2's error)
+        if seen is None:
+            return False
+        if getattr(seen, "pgcode", None) == "42501" or getattr(getattr(seen, "orig", None), "pgcode", None) == "42501":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300] or type(exc).__name__
 
 
 def observe(
