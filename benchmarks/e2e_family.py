@@ -33,6 +33,7 @@ def main() -> int:
     parser.add_argument("--airflow", default="3.1.2")
     parser.add_argument("--duration", type=float, default=120.0)
     parser.add_argument("--watch-interval", type=float, default=2.0)
+    parser.add_argument("--serial-seconds", type=float, default=8.0, help="consumer_serial's task duration")
     parser.add_argument("--tag", default="run")
     args = parser.parse_args()
     spec = RunSpec(
@@ -41,6 +42,7 @@ def main() -> int:
         watcher=True,
         triggerers=2,
         watch_interval=args.watch_interval,
+        serial_task_seconds=args.serial_seconds,
         mode="dry-run",
         duration=args.duration,
     )

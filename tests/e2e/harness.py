@@ -89,6 +89,7 @@ class RunSpec:
     worker_concurrency: int = 4  # per Celery worker
     watcher: bool = False  # triggerer + AssetWatcher (tests/e2e/dags_watcher): consumer_watched, consumer_two_assets
     watch_interval: float = 4.0  # seconds between two files for the watcher's FileDeleteTrigger
+    serial_task_seconds: float = 0.0  # consumer_serial's task sleeps this long (events pile up behind it)
     triggerers: int = 1  # with ``watcher``: 2 gives HA triggerers (issue 25 §1: each may run the same trigger)
     replicas: int = 1  # dupguard replicas (each as in a scheduler pod)
     leader_kills: int = 0  # SIGKILLs of the leading replica at random moments of the workload (restarted 1 s later)
@@ -592,6 +593,7 @@ class Cluster:
             "VIRTUAL_ENV": str(self.venv),
             "DUPGUARD_E2E_PRODUCER_SLEEP": str(spec.producer_sleep),
             "DUPGUARD_E2E_FANOUT": str(spec.fanout),
+            "DUPGUARD_E2E_SERIAL_SECONDS": str(spec.serial_task_seconds),
             "DUPGUARD_E2E_WATCH_FILE": str(self.watch_file),
         }
         if spec.executor == "celery":
