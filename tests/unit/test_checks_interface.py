@@ -136,7 +136,7 @@ def test_a_failing_check_is_logged_counted_and_never_raises(db: AirflowDb, error
 
 def test_the_generic_notice_on_every_channel() -> None:
     """Webhook payload, log fields and Alertmanager alert, from the observation's fields alone."""
-    obs = _obs("a", severity="error", facts={"thing": "a", "key": "not this one"})
+    obs = _obs("a", severity="error", facts={"thing": "a", "key": "not this one", "event": 7, "level": "x"})
     notice = observation_notice(obs, "prod-eu", NOW + timedelta(seconds=2))
     assert notice.payload == {
         "schema": "dupguard.alert/v1",
@@ -156,6 +156,11 @@ def test_the_generic_notice_on_every_channel() -> None:
         "look at it",
     ]
     assert notice.log_fields["group_key"] == "test_kind|a" and notice.log_fields["thing"] == "a"
+    assert not {"event", "level"} & set(notice.log_fields)  # structlog's keys: the log call must not break
+    alerter = _dispatcher()
+    with capture_logs() as logged:
+        alerter.notify_notice(notice)
+    assert [e["event"] for e in logged] == ["test_kind_detected"]
     alert = notice_alert(notice, "docs/runbooks.md")
     assert alert.labels == {
         "alertname": "DupguardTestKind",
@@ -192,6 +197,12 @@ def test_a_disabled_check_is_not_built(db: AirflowDb, monkeypatch: pytest.Monkey
     assert checks.build(Config.of(database_url="sqlite://", disabled_checks=("test_kind",)), db, Metrics()) == []
     with pytest.raises(ConfigError, match="unknown check nope"):
         checks.build(Config.of(database_url="sqlite://", disabled_checks=("nope",)), db, Metrics())
+
+
+def _dispatcher() -> Any:
+    from detector.actions.alerts.dispatch import build_alerter
+
+    return build_alerter(Config.of(database_url="sqlite://"), MemoryLedger(), Metrics())
 
 
 def _names(path: Path) -> set[str]:

@@ -110,7 +110,9 @@ class ObservationNotice:
     def log_fields(self) -> dict[str, Any]:
         obs = self.observation
         common = {"group_key": obs.key, "detected_at": self.detected_at.isoformat(), "cluster": self.cluster}
-        return {k: v for k, v in obs.as_dict().items() if k not in ("key", "lines", "advice")} | common
+        # structlog's own keys are left out: a kind's fact named "event" would break the log call
+        skip = {"key", "lines", "advice", "event", "level", "timestamp", "logger"}
+        return {k: v for k, v in obs.as_dict().items() if k not in skip} | common
 
     def message(self, ui_url: str | None = None, links: Links | None = None) -> Message:
         """Severity and what to do first, the evidence, then the runbook and the links."""
