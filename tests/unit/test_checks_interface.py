@@ -229,3 +229,18 @@ def test_every_check_has_its_runbook_section_and_a_row_in_the_docs(kind: str) ->
     runbooks = (ROOT.parent / "docs" / "runbooks.md").read_text()
     assert f'<a id="{alertname_of(kind)}"></a>' in runbooks
     assert f"| `{kind}` |" in (ROOT.parent / "docs" / "checks.md").read_text()
+
+
+def test_a_notice_after_the_alerter_closed_is_logged_undelivered_per_channel() -> None:
+    """As a group's alert: never dropped silently (it was: nothing logged but the detected line)."""
+    from detector.actions.alerts.dispatch import build_alerter
+
+    config = Config.of(database_url="sqlite://", webhook_url="http://127.0.0.1:9/hook")
+    alerter = build_alerter(config, MemoryLedger(), Metrics())
+    alerter.close(1.0)
+    with capture_logs() as logged:
+        alerter.notify_notice(observation_notice(_obs("late"), "prod-eu", NOW))
+    undelivered = [e for e in logged if e["event"] == "alert_undelivered"]
+    assert [(e["channel"], e["group_keys"], e["error"]) for e in undelivered] == [
+        ("webhook", ["test_kind|late"], "the alerter is closed")
+    ]

@@ -361,8 +361,14 @@ class Dispatcher:
         digest). Never raises."""
         try:
             logs.get(LOGGER).warning(f"{notice.kind}_detected", **notice.log_fields)
+        except Exception:  # noqa: BLE001 - a log line that fails must not keep the alert from the channels
+            logs.get(LOGGER).exception("alert_log_failed", group_key=notice.key)
+        try:
             if self._lanes and not self._closed:
                 self._inbound.put_nowait(notice)
+            elif self._lanes:
+                for lane in self._lanes:
+                    self._undelivered(lane.channel, notice, "the alerter is closed")
         except Exception:  # noqa: BLE001 - notify must never break detection
             logs.get(LOGGER).exception("alert_notify_failed", group_key=notice.key)
 
