@@ -354,3 +354,47 @@ def test_a_skip_through_the_api_is_done_with_the_tasks_it_skipped_named(h322: Ha
     result = _remediator(h322, h322.server.url, mode=Mode.SKIP).execute(action)
     assert result.result is Result.DONE
     assert result.detail == "skipped: extract, load"
+
+
+# --- a bulk skip whose answer did not arrive, or whose note did not follow ----------------------------
+
+
+def test_a_bulk_skip_that_landed_after_the_timeout_is_not_reported_as_someone_elses(h322: Harness) -> None:
+    """The bulk skip reaches Airflow after our timeout, so the note (sent after it) never went out: the
+    retry's re-check finds every task skipped and no note. That may well be our write: ``unknown``,
+    saying so, not ``already`` "not stopped by dupguard's write" (what it said before)."""
+    (action,) = h322.actions(Mode.SKIP)
+    with CountingProxy(h322.server.port) as proxy:
+        proxy.inject.append((RUNS, 0, 2.5))  # then forwarded, after our 1.5 s timeout
+        wait = lambda _: proxy.quiesce(30)  # noqa: E731 - the held bulk skip lands during the back-off
+        result = _remediator(h322, proxy.url, mode=Mode.SKIP, timeout=1.5, sleep=wait).execute(action)
+        patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
+    assert result.result is Result.UNKNOWN
+    assert result.detail == (
+        "every task is already skipped (run state queued) (after a failed attempt: PATCH taskInstances "
+        "(bulk skip): timed out: no complete answer within 1.5 s (--airflow-timeout)); dupguard's bulk skip "
+        "was sent and not answered, so it may have done it: it has no note (an operator, Airflow or another "
+        "writer)"
+    )
+    assert patches == 1  # the bulk skip only: no note claims a skip that cannot be proved ours
+    row = db_state(h322.url)[action.run.run_id]
+    assert {ti[0] for ti in row.tasks.values()} == {"skipped"} and row.note is None
+
+
+def test_a_bulk_skip_answered_whose_note_failed_is_done_by_its_read_back(h322: Harness) -> None:
+    """Airflow answered the bulk skip, the note after it failed (503): the tasks were skipped by our
+    write, proved by that answer and the read-back: ``done``, saying the note is missing, not ``already``
+    "not stopped by dupguard's write" (what it said before)."""
+    (action,) = h322.actions(Mode.SKIP)
+    with CountingProxy(h322.server.port) as proxy:
+        # the first rule forwards the bulk skip, the second answers the note's PATCH after it
+        proxy.inject += [(RUNS, 0, 0.0), (RUNS, 503, 0.0)]
+        result = _remediator(h322, proxy.url, mode=Mode.SKIP, backoff=0.0).execute(action)
+        patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
+    assert result.result is Result.DONE
+    assert result.detail == (
+        f"skipped: extract, load (applied, but its note was not written: PATCH dagRun note: HTTP 503 {INJECTED})"
+    )
+    assert patches == 2
+    row = db_state(h322.url)[action.run.run_id]
+    assert {ti[0] for ti in row.tasks.values()} == {"skipped"} and row.note is None

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -65,6 +66,16 @@ log = logs.get("dupguard.remediation.api")
 # SCHEDULED by TI id without re-checking the state (dagrun.py L2046 in 3.1.2, L1990 in 3.0.6);
 # 3.2.2 added ``schedulable_state_clause`` to that UPDATE.
 _SKIP_UNDONE = frozenset({Family.AIRFLOW_3_0, Family.AIRFLOW_3_1})
+
+
+@dataclass(slots=True)
+class _BulkSkips:
+    """What one action's bulk skips came to across its attempts. The note is sent after the bulk skip,
+    so a retry's re-check can find every task skipped without our note; this tells whose skip that is
+    as far as can be known."""
+
+    answered: datetime | None = None  # when Airflow answered one without errors: the skip is ours
+    unanswered: bool = False  # one went out and no answer came (a timeout, a 5xx): it may have landed
 
 
 class ApiBackend:
@@ -172,11 +183,12 @@ class ApiBackend:
 
     def apply(self, action: Action, work: Work, recheck: Recheck) -> Applied:
         budget = Budget()
+        skips = _BulkSkips()
         last = ""
         refused = conflict = False
         for attempt in range(1, self.attempts + 1):
             try:
-                self._apply_once(action, work, budget)
+                self._apply_once(action, work, budget, skips)
                 committed = now_utc()
                 return self._read_back(action, work, committed)
             except Gone as exc:
@@ -202,9 +214,14 @@ class ApiBackend:
                 if verdict.result is Result.ALREADY and conflict:
                     # 409: another writer (a second replica) stopped it; ours did not apply
                     return Applied(Result.ALREADY, f"{verdict.detail} (our write conflicted: {last})")
+                if verdict.result is Result.ALREADY and skips.answered is not None:
+                    # Airflow answered our bulk skip and the note after it failed: the skip is ours
+                    done = self._read_back(action, work, skips.answered)
+                    return replace(done, detail=f"{done.detail} (applied, but its note was not written: {last})")
                 if verdict.result is Result.ALREADY:
                     # _landed found no note of ours: stopped by someone else, or it cannot be told
-                    return self._stopped_meanwhile(action, f"{verdict.detail} (after a failed attempt: {last})")
+                    detail = f"{verdict.detail} (after a failed attempt: {last})"
+                    return self._stopped_meanwhile(action, detail, maybe_ours=skips.unanswered)
                 return Applied(verdict.result, f"{verdict.detail} (after a failed attempt: {last})")
             work = verdict.work
             log.info("remediation_retry", dag_id=action.dag_id, run_id=action.run.run_id, attempt=attempt, error=last)
@@ -234,10 +251,11 @@ class ApiBackend:
             return None
         return self._judged(action, work, after, now_utc())
 
-    def _stopped_meanwhile(self, action: Action, detail: str) -> Applied:
+    def _stopped_meanwhile(self, action: Action, detail: str, *, maybe_ours: bool) -> Applied:
         """A run found stopped after an attempt of ours failed, without our note: ``already``, saying
         who as far as its note tells (an operator's words, another writer's); ``unknown`` when even
-        the note cannot be read or is ours yet its read-back is not (``done`` needs that proof)."""
+        the note cannot be read or is ours yet its read-back is not (``done`` needs that proof), or
+        when a bulk skip of ours went out unanswered (``maybe_ours``): it may be what skipped them."""
         try:
             note = self.states.note(action)
         except DupguardError as exc:
@@ -245,6 +263,9 @@ class ApiBackend:
         if note == action.note:
             return Applied(Result.UNKNOWN, f"{detail}; our note is there but the run could not be read back")
         who = f"its note says {note[:200]!r}" if note else "it has no note (an operator, Airflow or another writer)"
+        if maybe_ours:
+            sent = "dupguard's bulk skip was sent and not answered, so it may have done it"
+            return Applied(Result.UNKNOWN, f"{detail}; {sent}: {who}")
         return Applied(Result.ALREADY, f"{detail}; not stopped by dupguard's write: {who}")
 
     def _read_back(self, action: Action, work: Work, committed: datetime) -> Applied:
@@ -270,7 +291,7 @@ class ApiBackend:
         detail = checked.detail + (NO_START_DATE if action.mode is Mode.FAIL and not work.ran else "")
         return Applied(checked.result, detail, committed_at=committed, started_tasks=checked.started)
 
-    def _apply_once(self, action: Action, work: Work, budget: Budget) -> None:
+    def _apply_once(self, action: Action, work: Work, budget: Budget, skips: _BulkSkips) -> None:
         dag_id, run_id = action.dag_id, action.run.run_id
         if action.mode is Mode.FAIL:
             body = DAGRunPatchBody(state=DagRunMutableStates.FAILED, note=action.note)
@@ -284,7 +305,7 @@ class ApiBackend:
             )
             return
         if work.to_skip or work.to_fail:
-            self._skip_tasks(dag_id, run_id, work, budget)
+            self._skip_tasks(dag_id, run_id, work, budget, skips)
         note = DAGRunPatchBody(note=action.note)
         self.session.call(
             "PATCH dagRun note",
@@ -295,7 +316,7 @@ class ApiBackend:
             needs=permissions.EDIT_RUNS,
         )
 
-    def _skip_tasks(self, dag_id: str, run_id: str, work: Work, budget: Budget) -> None:
+    def _skip_tasks(self, dag_id: str, run_id: str, work: Work, budget: Budget, skips: _BulkSkips) -> None:
         tasks = (*work.to_skip, *work.to_fail)
         bulk = BulkBodyBulkTaskInstanceBody.from_dict(
             {
@@ -310,16 +331,22 @@ class ApiBackend:
             }
         )
         assert bulk is not None
-        answer = self.session.call(
-            "PATCH taskInstances (bulk skip)",
-            lambda h: self.task_instances.bulk_task_instances_without_preload_content(
-                dag_id, run_id, bulk, _request_timeout=self.write_timeout(), _headers=h
-            ),
-            budget,
-            needs=permissions.EDIT_TASK_INSTANCES,
-        )
+        try:
+            answer = self.session.call(
+                "PATCH taskInstances (bulk skip)",
+                lambda h: self.task_instances.bulk_task_instances_without_preload_content(
+                    dag_id, run_id, bulk, _request_timeout=self.write_timeout(), _headers=h
+                ),
+                budget,
+                needs=permissions.EDIT_TASK_INSTANCES,
+            )
+        except Transient as exc:
+            # Refused: it never reached Airflow; 409: Airflow refused it. Else Airflow may have applied it.
+            skips.unanswered = skips.unanswered or not (exc.refused or exc.conflict)
+            raise
         errors = (answer.get("update") or {}).get("errors") or []
         if errors:
             if any(isinstance(e, dict) and e.get("status_code") == 404 for e in errors):
                 raise Gone(f"bulk skip: {errors}")
             raise AirflowApiError(f"bulk skip of {dag_id}/{run_id} reported errors: {errors}")
+        skips.answered = now_utc()
