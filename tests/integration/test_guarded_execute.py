@@ -232,3 +232,28 @@ def test_an_action_of_another_mode_than_configured_is_refused(fanout: Db) -> Non
     assert db_state(fanout.url) == before
     labels = {"mode": "skip", "backend": "db", "result": "skipped"}
     assert metrics.registry.get_sample_value("dupguard_remediations_total", labels) == 1
+
+
+def test_a_task_that_had_already_finished_makes_the_stop_caught_after_start(fanout: Db) -> None:
+    """``DUPGUARD_REMEDIATE_STARTED`` and a task of the duplicate that ran and succeeded before the
+    re-read: the write leaves it as it is (finished), stops the rest, and the result still says the
+    duplicate's work had started (never ``done``: both runs executed), naming that task."""
+    action = fanout.actions(Mode.FAIL)[0]
+    sql(
+        fanout.url,
+        "UPDATE task_instance SET state='success', start_date=now() - interval '5 seconds', end_date=now()"
+        " WHERE run_id=:r AND task_id='extract'",
+        r=action.run.run_id,
+    )
+    backend = DbBackend(fanout.engine, fanout.db.tables, remediate_started=True)
+    remediator, metrics = _remediator(fanout, backend, remediate_started=True)
+    with capture_logs() as logs:
+        result = remediator.execute(action)
+    detail = (
+        "caught after start: run -> failed; skipped: load, but task(s) had started before the write landed:"
+        " extract (success -> success)"
+    )
+    assert (result.result, result.detail) == (Result.CAUGHT_AFTER_START, detail)
+    assert result.started_tasks == (StartedTask("extract", -1, "success", "success"),)
+    assert logs == [_line(action, result, "warning", started_tasks=["extract (success -> success)"])]
+    assert _counted(metrics, "caught_after_start") == 1
