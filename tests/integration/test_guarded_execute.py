@@ -257,3 +257,22 @@ def test_a_task_that_had_already_finished_makes_the_stop_caught_after_start(fano
     assert result.started_tasks == (StartedTask("extract", -1, "success", "success"),)
     assert logs == [_line(action, result, "warning", started_tasks=["extract (success -> success)"])]
     assert _counted(metrics, "caught_after_start") == 1
+
+
+@pytest.mark.parametrize("mode", [Mode.DRY_RUN, Mode.OFF])
+def test_an_action_of_a_mode_that_never_writes_is_refused_even_with_a_backend(fanout: Db, mode: Mode) -> None:
+    """Defence in depth: ``build_remediator`` wires no backend for off and dry-run, but an executor
+    that has one anyway (a wiring slip) still writes only fail and skip actions: nothing lands."""
+    action = replace(fanout.actions(Mode.FAIL)[0], mode=mode)
+    before = db_state(fanout.url)
+    remediator = GuardedRemediator(
+        configured_mode=mode,
+        backend=DbBackend(fanout.engine, fanout.db.tables),
+        engine=fanout.engine,
+        tables=fanout.db.tables,
+        metrics=None,
+    )
+    result = remediator.execute(action)
+    detail = f"refused: outcome remediate, mode {mode}, configured {mode}"
+    assert result == RemediationResult(action, Result.SKIPPED, detail)
+    assert db_state(fanout.url) == before
