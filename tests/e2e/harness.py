@@ -53,6 +53,8 @@ HERE = Path(__file__).resolve().parent
 DAGS = HERE / "dags"
 DAGS_PARTITIONED = HERE / "dags_partitioned"
 DAGS_WATCHER = HERE / "dags_watcher"
+DAGS_BURSTS = HERE / "dags_bursts"
+PRODUCER_BURSTS = "producer_bursts"
 SITE = HERE / "site"
 DUPGUARD = str(Path(sys.executable).parent / "dupguard")
 PRODUCER = "producer_asset_trigger"
@@ -95,6 +97,12 @@ class RunSpec:
     leader_kills: int = 0  # SIGKILLs of the leading replica at random moments of the workload (restarted 1 s later)
     api_outage: float = 0.0  # seconds the API server is stopped, once, at a random moment of the workload
     seed: int = 0  # the random moments of kills and outage (0: a fresh seed, recorded in the report)
+    # Events per burst of tests/e2e/dags_bursts (0: no burst DAGs), the wait before each burst, the
+    # serial consumer's task duration, and dupguard's stranded_events interval (0: its default).
+    bursts: int = 0
+    burst_gap: float = 20.0
+    burst_serial_seconds: float = 6.0
+    stranded_poll_interval: float = 0.0
 
     @property
     def partitioned(self) -> bool:
@@ -116,10 +124,14 @@ class RunSpec:
             *(f"consumer_fanout_{i + 1}" for i in range(self.fanout)),
             "consumer_serial",
             *(["consumer_watched", "consumer_two_assets"] if self.watcher else []),
+            *(["consumer_burst", "consumer_burst_serial"] if self.bursts else []),
         ]
 
+    def producers(self) -> list[str]:
+        return [self.producer, *([PRODUCER_BURSTS] if self.bursts else [])]
+
     def dag_ids(self) -> list[str]:
-        return [self.producer, *self.consumers()]
+        return [*self.producers(), *self.consumers()]
 
 
 @dataclass
@@ -333,7 +345,7 @@ class Cluster:
             time.sleep(0.5)
         for _, action in plan:  # a fault planned past the end (rounding) still happens
             action()
-        self.execute("UPDATE dag SET is_paused = true WHERE dag_id = :d", d=self.spec.producer)
+        self.execute("UPDATE dag SET is_paused = true WHERE dag_id = ANY(:d)", d=self.spec.producers())
         self.timings.mark("producer_paused")
         self.drained = self._drain()
         self.timings.mark("drained")
@@ -473,10 +485,10 @@ class Cluster:
                 # The producer's tasks that can still emit an event: not 'scheduled' ones, which the
                 # scheduler never queues once the DAG is paused (`~DM.is_paused` in the query of
                 # executable tasks, scheduler_job_runner.py L400 in 3.1.2), so the drain would wait for ever.
-                + " + (SELECT count(*) FROM task_instance WHERE dag_id = :p"
+                + " + (SELECT count(*) FROM task_instance WHERE dag_id = ANY(:p)"
                 "    AND state IN ('queued', 'running', 'up_for_retry', 'restarting'))",
                 c=consumers,
-                p=self.spec.producer,
+                p=self.spec.producers(),
             )
             if self.spec.watcher and self.watch_file.exists():
                 busy += 1  # the trigger has not fired for the last file yet
@@ -507,9 +519,10 @@ class Cluster:
             queue = conn.execute(text("SELECT target_dag_id, asset_id FROM asset_dag_run_queue")).all()
             producer = conn.execute(
                 text(
-                    "SELECT run_id, state FROM task_instance WHERE dag_id = :p AND state NOT IN ('success', 'failed')"
+                    "SELECT run_id, state FROM task_instance"
+                    " WHERE dag_id = ANY(:p) AND state NOT IN ('success', 'failed')"
                 ),
-                {"p": self.spec.producer},
+                {"p": self.spec.producers()},
             ).all()
         return {
             "runs": [[r.dag_id, r.run_id, r.state, [str(t) for t in r.tis]] for r in runs],
@@ -543,7 +556,11 @@ class Cluster:
     def _write_home(self) -> None:
         (self.home / "dags").mkdir(parents=True, exist_ok=True)
         (self.home / "config").mkdir(exist_ok=True)
-        dirs = [self.spec.dags_dir, *([DAGS_WATCHER] if self.spec.watcher else [])]
+        dirs = [
+            self.spec.dags_dir,
+            *([DAGS_WATCHER] if self.spec.watcher else []),
+            *([DAGS_BURSTS] if self.spec.bursts else []),
+        ]
         for dag in (d for dags in dirs for d in dags.glob("*.py")):
             shutil.copy(dag, self.home / "dags" / dag.name)
         self.watch_file.parent.mkdir(parents=True, exist_ok=True)
@@ -595,6 +612,9 @@ class Cluster:
             "DUPGUARD_E2E_FANOUT": str(spec.fanout),
             "DUPGUARD_E2E_SERIAL_SECONDS": str(spec.serial_task_seconds),
             "DUPGUARD_E2E_WATCH_FILE": str(self.watch_file),
+            "DUPGUARD_E2E_BURST": str(spec.bursts),
+            "DUPGUARD_E2E_BURST_GAP": str(spec.burst_gap),
+            "DUPGUARD_E2E_BURST_SERIAL_SECONDS": str(spec.burst_serial_seconds),
         }
         if spec.executor == "celery":
             env |= {
@@ -748,6 +768,8 @@ class Cluster:
             env["DUPGUARD_STATE_FILE"] = str(self.run_dir / "dupguard-state.json")
         else:
             env["DUPGUARD_DATABASE_URL"] = self.db_url
+        if self.spec.stranded_poll_interval:  # a stranded set lasts about one burst gap: look within it
+            env["DUPGUARD_STRANDED_POLL_INTERVAL"] = f"{self.spec.stranded_poll_interval}s"
         return env | {
             "DUPGUARD_LOG_FORMAT": "json",
             "DUPGUARD_REMEDIATION": self.spec.mode,
