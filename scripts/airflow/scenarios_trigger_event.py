@@ -1,0 +1,275 @@
+"""Duplicate asset events of one message, one per triggerer copy, made by Airflow's OWN code (issue 25 §1).
+
+Why: up to 3.2.1 every triggerer claims and runs the same asset trigger (docs/airflow-internals.md
+§10), and ``Trigger.submit_event`` checks no owner, so one message becomes one ``asset_event`` per
+copy (§13). When the consumer's run is made between the two, the second event makes a second run:
+a duplicate run today's ``asset`` rule does not link (the runs share no event). dupguard links them
+by the message id in the payload, and must leave alone what merely looks like it.
+
+Every row is written by Airflow: the DAG parsed by its DAG-processing code (which creates the
+trigger and its ``asset_trigger``/``asset_watcher`` row), two ``TriggererJob`` rows whose loops are
+the database part of ``load_triggers`` (``scenarios_triggers.claim``'s steps:
+``Trigger.assign_unassigned`` then ``Trigger.ids_for_triggerer``), the trigger run as the triggerer
+runs it (class from the row's classpath, kwargs from the row, first event of ``run()``) by each
+triggerer whose ``ids_for_triggerer`` returned it, its event submitted with
+``Trigger.submit_event``, the consumer's runs made by ``SchedulerJobRunner._create_dagruns_for_dags``,
+a REST event by the route function ``create_asset_event``. The trigger is
+``queue_triggers.QueueFileTrigger`` (a payload of a real provider's shape, see that module).
+
+The ground truth is what Airflow recorded: which triggerer's copy submitted which event, of which
+message (we delivered it), and which run consumed each event. ``expected_groups``: a message whose
+events (with an id in the payload) were consumed by two runs; ``suspected_groups``: the same where
+the payload carries no id (dupguard cannot prove it); ``duplicate_events``: every message that
+became more than one event.
+
+Run through scripts/airflow/regen_trigger_event.sh (fresh migrated DB per scenario, dump, load check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import scenarios_asset as sa
+import scenarios_triggers as st  # sets the triggerer environment before Airflow is imported
+
+QUEUE = Path(os.environ["AIRFLOW_HOME"]) / "queue.json"  # af.sh sets it (stable per scenario)
+DAG_FILE = """\
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, Asset, AssetWatcher
+from queue_triggers import QueueFileTrigger
+
+orders = Asset(name="orders", uri="sqs://orders", watchers=[{watchers}])
+with DAG("orders_consumer", schedule=[orders], catchup=False):
+    EmptyOperator(task_id="load")
+"""
+BODY = '{"order": 42}'
+
+
+def sqs_message(message_id: str, receipt: str) -> dict[str, Any]:
+    import hashlib
+
+    return {
+        "MessageId": message_id,
+        "ReceiptHandle": receipt,  # SQS gives each receive of a message a new receipt handle
+        "MD5OfBody": hashlib.md5(BODY.encode()).hexdigest(),  # noqa: S324 - SQS's own checksum
+        "Body": BODY,
+    }
+
+
+REDIS_MESSAGE = {"channel": "orders", "data": BODY}
+
+SCENARIOS = {
+    "trigger_event_two_runs": (
+        "sqs",
+        "Two alive triggerers run the orders AssetWatcher (SQS-shaped payload). Triggerer-a's copy "
+        "receives message M1 and submits its event; the scheduler makes orders_consumer's run; "
+        "triggerer-b's copy receives M1 again (same MessageId, new ReceiptHandle) and submits; the "
+        "scheduler makes a second run. Up to 3.2.1 both copies run: a duplicate run; 3.2.2+ only "
+        "triggerer-a runs the trigger: one event, one run.",
+    ),
+    "trigger_event_one_run": (
+        "sqs",
+        "Both copies submit M1 before the scheduler's next loop: one run consumes both events (a "
+        "duplicate event, no duplicate run: nothing to stop).",
+    ),
+    "trigger_event_distinct_ids": (
+        "sqs",
+        "Look-alike: triggerer-a's copy receives M1, a run follows; triggerer-b's copy receives M2, "
+        "another message with an equal body and its own MessageId; a second run. Two real messages.",
+    ),
+    "trigger_event_no_id": (
+        "redis",
+        "Both copies receive the same Redis pub/sub message (the payload has no id) and each event "
+        "makes a run: one message twice, which only the payload's equality shows (suspected).",
+    ),
+    "trigger_event_manual": (
+        "sqs",
+        "Look-alike: triggerer-a's copy submits M1, a run follows; then an operator posts an asset "
+        "event with the same extra through the REST API (Airflow adds from_rest_api); a second run.",
+    ),
+}
+
+
+def write_queue(message: dict[str, Any]) -> None:
+    QUEUE.write_text(json.dumps(message))
+
+
+def last_event_id() -> int:
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    with create_session() as session:
+        return int(session.scalar(select(func.max(AssetEvent.id))) or 0)
+
+
+def deliver(owned: list[int], trigger_id: int) -> int | None:
+    """The copy of a triggerer whose ``ids_for_triggerer`` returned the trigger runs it and submits
+    its first event (``TriggerRunner.create_triggers`` inflates the class from the row); None if
+    this triggerer does not run it."""
+    import importlib
+
+    from airflow.models.trigger import Trigger
+    from airflow.utils.session import create_session
+
+    if trigger_id not in owned:
+        return None
+    with create_session() as session:
+        row = session.get(Trigger, trigger_id)
+        classpath, kwargs = row.classpath, dict(row.kwargs)
+    module, _, name = classpath.rpartition(".")  # what import_string does (it moved in 3.2)
+    trigger = getattr(importlib.import_module(module), name)(**kwargs)
+
+    async def first() -> Any:
+        async for event in trigger.run():
+            return event
+
+    before = last_event_id()
+    Trigger.submit_event(trigger_id, asyncio.run(first()))
+    after = last_event_id()
+    return after if after > before else None
+
+
+def rest_event(extra: dict[str, Any]) -> int:
+    """An operator's POST /api/v2/assets/events, through the route's own function and body model."""
+    from airflow.api_fastapi.core_api.datamodels.assets import CreateAssetEventsBody
+    from airflow.api_fastapi.core_api.routes.public.assets import create_asset_event
+    from airflow.models.asset import AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        asset_id = session.scalar(select(AssetModel.id).where(AssetModel.name == "orders"))
+        return int(create_asset_event(CreateAssetEventsBody(asset_id=asset_id, extra=extra), session).id)
+
+
+def event_extra(event_id: int) -> dict[str, Any]:
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return dict(session.get(AssetEvent, event_id).extra)
+
+
+def body(name: str, af: sa.AF) -> dict[str, Any]:
+    """Returns the message each event carried (our delivery) and the runs Airflow made."""
+    shape = SCENARIOS[name][0]
+    st.WATCHER = f"AssetWatcher(name='orders_watcher', trigger=QueueFileTrigger(path='{QUEUE}', shape='{shape}'))"
+    st.DAG_FILE, st.CONSUMERS = DAG_FILE, ["orders_consumer"]
+    first = sqs_message("5fea7756-0ea4-451a-a703-a558b933e274", "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a-1")
+    write_queue(first if shape == "sqs" else REDIS_MESSAGE)
+    st.write_dags(with_watcher=True)
+    (trigger_id,) = _trigger_ids()
+    sched = af.new_scheduler("scheduler-a")
+    a, b = st.new_triggerer("triggerer-a"), st.new_triggerer("triggerer-b")
+    st.heartbeat(a)
+    owned_a = st.load_triggers(a)
+    st.heartbeat(b)
+    owned_b = st.load_triggers(b)
+    messages: dict[int, str] = {}  # event id -> the message it carried (what we delivered)
+    message_id = first["MessageId"] if shape == "sqs" else "redis-1"
+
+    def copy(owned: list[int], mid: str) -> None:
+        event = deliver(owned, trigger_id)
+        if event is not None:
+            messages[event] = mid
+
+    copy(owned_a, message_id)
+    if name != "trigger_event_one_run":
+        af.create_runs(sched)
+        time.sleep(0.05)
+    if name == "trigger_event_distinct_ids":
+        write_queue(sqs_message("9b1c8f4e-2f0a-4c55-8d7e-0e6b1d9a7c31", "AQEBzT0pQm4n7Vx2L9sR-2"))
+        copy(owned_b, "9b1c8f4e-2f0a-4c55-8d7e-0e6b1d9a7c31")
+    elif name == "trigger_event_manual":
+        (event,) = messages
+        messages[rest_event(event_extra(event))] = "rest"
+    else:
+        if shape == "sqs":
+            write_queue(sqs_message(message_id, "AQEBkX3vN8pLq2Ty5Rw-2"))  # M1 received again
+        copy(owned_b, message_id)
+    af.create_runs(sched)
+    return {
+        "trigger_id": trigger_id,
+        "ids_for_triggerer": {"triggerer-a": owned_a, "triggerer-b": owned_b},
+        "messages": messages,
+        "shape": shape,
+    }
+
+
+def _trigger_ids() -> list[int]:
+    from airflow.models.trigger import Trigger
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return list(session.scalars(select(Trigger.id)))
+
+
+def truth(af: sa.AF, done: dict[str, Any]) -> dict[str, Any]:
+    """Groups from Airflow's records: the runs that consumed the events of one delivered message."""
+    runs = [r for r in af.runs("orders_consumer") if r["run_type"] == "asset_triggered"]
+    by_message: dict[str, list[int]] = {}
+    for event, mid in done["messages"].items():
+        if mid != "rest":
+            by_message.setdefault(mid, []).append(event)
+    expected, suspected, duplicates = [], [], []
+    for mid, events in sorted(by_message.items()):
+        if len(events) < 2:
+            continue
+        duplicates.append({"message": mid, "event_ids": sorted(events)})
+        consumers = [r for r in runs if set(r["event_ids"]) & set(events)]
+        if len(consumers) < 2:
+            continue
+        group = {
+            "dag_id": "orders_consumer",
+            "run_ids": [r["run_id"] for r in consumers],
+            "first_run_id": consumers[0]["run_id"],
+            "shared_event_ids": sorted(events),
+            "run_after": consumers[0]["run_after"],
+            "creating_job_ids": [r["creating_job_id"] for r in consumers],
+        }
+        if done["shape"] == "sqs":
+            expected.append({**group, "kind": "trigger_event", "confidence": "confirmed"})
+        else:
+            suspected.append({**group, "kind": "trigger_event", "confidence": "suspected"})
+    return {"expected_groups": expected, "suspected_groups": suspected, "duplicate_events": duplicates}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    ap.add_argument("--out-json", required=True)
+    args = ap.parse_args()
+    af = sa.AF()
+    done = body(args.scenario, af)
+    found = truth(af, done)
+    runs = af.runs()
+    doc = {
+        "scenario": args.scenario,
+        "airflow_version": af.version,
+        "description": SCENARIOS[args.scenario][1],
+        **found,
+        "trigger_id": done["trigger_id"],
+        "ids_for_triggerer": done["ids_for_triggerer"],
+        "event_messages": {str(k): v for k, v in sorted(done["messages"].items())},
+        "all_run_ids": [r["run_id"] for r in runs],
+        "runs": runs,
+        "generator": "scripts/airflow/scenarios_trigger_event.py",
+    }
+    Path(args.out_json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out_json).write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"{args.scenario}: {len(runs)} runs, {json.dumps(found)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
