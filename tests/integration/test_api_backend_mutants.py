@@ -10,9 +10,10 @@ checks the database too: what the result says happened is what Airflow recorded.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from structlog.testing import capture_logs
@@ -21,12 +22,13 @@ from detector.actions.remediation.api import ApiBackend
 from detector.actions.remediation.guarded import GuardedRemediator
 from detector.actions.remediation.readback import NO_START_DATE
 from detector.airflowapi.permissions import EDIT_TASK_INSTANCES
-from detector.app.wiring import build_remediator
+from detector.app.wiring import api_reader, build_remediator
 from detector.config import Config
 from detector.core.fence import Fence
 from detector.core.plan import Action, Mode
 from detector.core.ports import Result
 from detector.metrics import Metrics
+from detector.sources.api.reader import ApiRunStates
 from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server, db_state, sql
 from tests.integration.test_remediation_api import FANOUT, JWT_LIFETIME, STARTED, Harness
 from tests.pg import Templates
@@ -398,3 +400,88 @@ def test_a_bulk_skip_answered_whose_note_failed_is_done_by_its_read_back(h322: H
     assert patches == 2
     row = db_state(h322.url)[action.run.run_id]
     assert {ti[0] for ti in row.tasks.values()} == {"skipped"} and row.note is None
+
+
+# --- reads that fail after a write: the guard and the read-back through the API (--source api) --------
+
+
+def _read_through_api(h: Harness, proxy: CountingProxy) -> GuardedRemediator:
+    """A fail-mode remediator whose re-reads and read-backs go through the proxy too, as with
+    ``--source api``, so a read can be made to fail after the write (no back-off sleeps)."""
+    settings = Config.of(
+        database_url=h.url, airflow_api_url=proxy.url, airflow_username="admin", airflow_password="admin"
+    )
+    return _remediator(h, proxy.url, states=ApiRunStates(api_reader(settings)), backoff=0.0)
+
+
+def _after_the_patch(proxy: CountingProxy, *rules: int, then: Callable[[], None] = lambda: None) -> None:
+    """Once the PATCH arrives (it is forwarded unless ``proxy.inject`` says otherwise): ``then``, and the
+    reads after it answered in order, one status each (0: forwarded, else that status)."""
+
+    def arm() -> None:
+        then()
+        proxy.inject[:0] = [(RUNS, status, 0.0) for status in rules]
+
+    proxy.hooks.append(("PATCH " + RUNS, arm))
+
+
+# the guard's re-read before the write, forwarded: the duplicate and its tasks, the kept run and its tasks
+_BEFORE_THE_PATCH = [(RUNS, 0, 0.0)] * 4
+
+
+def _get_failed(action: Action) -> str:
+    return f"GET /api/v2/dags/{action.dag_id}/dagRuns/{quote(action.run.run_id)}: HTTP 503 {INJECTED}"
+
+
+def test_a_patch_answered_whose_read_back_fails_is_unknown(h: Harness) -> None:
+    """Airflow answered the PATCH, the read-back after it is answered 503: ``unknown`` ("answered by
+    Airflow, but the read-back failed"), never ``done``, and the run is as the PATCH left it."""
+    action = h.actions(Mode.FAIL)[0]
+    with CountingProxy(h.server.port) as proxy:
+        _after_the_patch(proxy, 503)
+        result = _read_through_api(h, proxy).execute(action)
+        patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
+    assert result.result is Result.UNKNOWN
+    assert result.detail == (
+        f"run -> failed; skipped: extract, load answered by Airflow, but the read-back failed "
+        f"({_get_failed(action)}): check the run"
+    )
+    assert result.committed_at is not None and not result.retryable
+    assert patches == 1
+    row = db_state(h.url)[action.run.run_id]
+    assert row.state == "failed" and row.note == action.note
+
+
+def test_a_run_stopped_meanwhile_whose_note_cannot_be_read_is_unknown(h: Harness) -> None:
+    """Our PATCH fails (503) while an operator fails the run; the run's note cannot be read afterwards
+    (503 on that read, twice), so whether our write did it cannot be told: ``unknown``, saying why."""
+    action = h.actions(Mode.FAIL)[0]
+    with CountingProxy(h.server.port) as proxy:
+        proxy.inject += [*_BEFORE_THE_PATCH, (RUNS, 503, 0.0)]
+        # the landing check reads the run, its tasks, then its note (503); the re-check the run and its
+        # tasks; then the note again (503)
+        _after_the_patch(proxy, 0, 0, 503, 0, 0, 503, then=lambda: _stop_by_hand(h, action, None))
+        result = _read_through_api(h, proxy).execute(action)
+    assert result.result is Result.UNKNOWN
+    assert result.detail == (
+        f"the run is already failed (after a failed attempt: {_patch_failed(503)}); whether our write did it "
+        f"is unknown (note unreadable: {_get_failed(action)})"
+    )
+    row = db_state(h.url)[action.run.run_id]
+    assert row.state == "failed" and row.note is None
+
+
+def test_a_run_carrying_our_note_that_cannot_be_read_back_is_unknown(h: Harness) -> None:
+    """The PATCH is answered 503 but landed (a gateway's 503 after Airflow applied it: our note is
+    there); the landing check cannot read the run (503), the re-check then finds it failed: the note
+    is ours, yet nothing read the run back after it, so ``unknown``, not ``done`` nor ``already``."""
+    action = h.actions(Mode.FAIL)[0]
+    with CountingProxy(h.server.port) as proxy:
+        proxy.inject += [*_BEFORE_THE_PATCH, (RUNS, 503, 0.0)]
+        _after_the_patch(proxy, 503, then=lambda: _stop_by_hand(h, action, action.note))
+        result = _read_through_api(h, proxy).execute(action)
+    assert result.result is Result.UNKNOWN
+    assert result.detail == (
+        f"the run is already failed (after a failed attempt: {_patch_failed(503)}); our note is there but the "
+        "run could not be read back"
+    )

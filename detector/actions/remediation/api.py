@@ -66,6 +66,9 @@ log = logs.get("dupguard.remediation.api")
 # SCHEDULED by TI id without re-checking the state (dagrun.py L2046 in 3.1.2, L1990 in 3.0.6);
 # 3.2.2 added ``schedulable_state_clause`` to that UPDATE.
 _SKIP_UNDONE = frozenset({Family.AIRFLOW_3_0, Family.AIRFLOW_3_1})
+# A read that failed: the database's errors, or through the API (--source api) its 5xx and timeouts
+# too, which must not pass for a failed write (the read-back of a PATCH Airflow answered is not one).
+_READ_FAILED = (DupguardError, Transient)
 
 
 @dataclass(slots=True)
@@ -245,7 +248,7 @@ class ApiBackend:
         try:
             after = self.states.state(action)
             note = self.states.note(action) if after is not None else None
-        except DupguardError:
+        except _READ_FAILED:
             return None
         if after is None or note != action.note:
             return None
@@ -258,7 +261,7 @@ class ApiBackend:
         when a bulk skip of ours went out unanswered (``maybe_ours``): it may be what skipped them."""
         try:
             note = self.states.note(action)
-        except DupguardError as exc:
+        except _READ_FAILED as exc:
             return Applied(Result.UNKNOWN, f"{detail}; whether our write did it is unknown (note unreadable: {exc})")
         if note == action.note:
             return Applied(Result.UNKNOWN, f"{detail}; our note is there but the run could not be read back")
@@ -276,7 +279,7 @@ class ApiBackend:
         """
         try:
             after = self.states.state(action)
-        except DupguardError as exc:
+        except _READ_FAILED as exc:
             return Applied(
                 Result.UNKNOWN,
                 f"{work.describe()} answered by Airflow, but the read-back failed ({exc}): check the run",
