@@ -276,3 +276,24 @@ def test_an_action_of_a_mode_that_never_writes_is_refused_even_with_a_backend(fa
     detail = f"refused: outcome remediate, mode {mode}, configured {mode}"
     assert result == RemediationResult(action, Result.SKIPPED, detail)
     assert db_state(fanout.url) == before
+
+
+def test_a_kept_run_stopped_before_the_attempt_is_refused_before_the_backend_is_called(fanout: Db) -> None:
+    """An operator failed the kept run before any of its tasks ran, before the attempt: the unlocked
+    re-read refuses (the backend is never asked, so the detail has no "(re-checked under lock)"),
+    logged as a refusal, and nothing is written."""
+    action = fanout.actions(Mode.FAIL)[0]
+    sql(fanout.url, "UPDATE dag_run SET state = 'failed', end_date = now() WHERE run_id = :r", r=action.kept_run_id)
+    sql(fanout.url, "UPDATE task_instance SET state = 'skipped' WHERE run_id = :r", r=action.kept_run_id)
+    before = db_state(fanout.url)
+    remediator, metrics = _remediator(fanout, DbBackend(fanout.engine, fanout.db.tables))
+    with capture_logs() as logs:
+        result = remediator.execute(action)
+    detail = (
+        f"refused: the kept run {action.kept_run_id} was stopped before any task ran, state failed;"
+        " this run is left alone"
+    )
+    assert result == RemediationResult(action, Result.SKIPPED, detail)
+    assert logs == [_line(action, result, "warning")]
+    assert _counted(metrics, "skipped") == 1
+    assert db_state(fanout.url) == before
