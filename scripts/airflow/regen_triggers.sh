@@ -4,6 +4,7 @@
 # A sub-folder, so the duplicate-run suites that iterate over every <ver>/*.json do not pick them up.
 #
 #   scripts/airflow/regen_triggers.sh [VERSION...]   (default: all four)
+#   ONLY="flip_callback" scripts/airflow/regen_triggers.sh 3.2.2 3.3.2   (those scenarios only)
 #
 # Per scenario: fresh DB af_trg_<ver>_<scenario> -> `airflow db migrate` -> generator (dumps the DB
 # after each step and writes the .json ground truth) -> every dump loaded with ON_ERROR_STOP into a
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/../.."
 declare -A SCENARIOS=(
   [3.0.6]="flip_asset"
   [3.1.2]="flip_asset stale_owner ended_owner recreated"
-  [3.2.2]="flip_asset"
+  [3.2.2]="flip_asset flip_callback"
   [3.3.2]="flip_asset flip_callback"
 )
 if [ $# -gt 0 ]; then VERSIONS=("$@"); else VERSIONS=(3.0.6 3.1.2 3.2.2 3.3.2); fi
@@ -26,7 +27,7 @@ for ver in "${VERSIONS[@]}"; do
   scripts/airflow/venv.sh "$ver" >/dev/null
   out="tests/fixtures/scenarios/$ver/triggers"
   mkdir -p "$out"
-  for sc in ${SCENARIOS[$ver]}; do
+  for sc in ${ONLY:-${SCENARIOS[$ver]}}; do
     db="af_trg_${ver//./_}_$sc"
     "$PSQL" "$BASE_URL" -qX -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
     home="/tmp/dupguard-airflow-home/trg-$ver-$sc"   # stable path: it ends up in dag.fileloc

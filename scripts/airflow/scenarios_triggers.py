@@ -18,9 +18,9 @@ Every row is written by Airflow itself:
   ``Trigger.assign_unassigned(job.id, capacity, health_check_threshold)`` then
   ``Trigger.ids_for_triggerer(job.id)`` (the ids the triggerer then runs); the subprocess that would
   run the trigger is not started.
-* A callback trigger (3.3.2): ``Deadline(...)`` for a run made by ``trigger_dag``, then
-  ``Deadline.handle_miss`` (what the scheduler calls for a missed deadline), which creates the
-  ``callback`` row and its trigger.
+* A callback trigger (3.2.2, 3.3.2): ``Deadline(...)`` for a run made by ``trigger_dag``, committed, then
+  read back by the scheduler loop's query and ``Deadline.handle_miss`` (what the scheduler calls for a
+  missed deadline), which creates the ``callback`` row and its trigger.
 
 The ground truth is what Airflow did: which triggerer's ``ids_for_triggerer`` returned the trigger at
 each step, and whether the previous owner was in Airflow's own alive set (the subquery of
@@ -172,13 +172,20 @@ def load_triggers(job: Any) -> list[int]:
 
 
 def make_callback_trigger() -> None:
-    """A missed deadline of a manual run, handled by Airflow's ``Deadline.handle_miss`` (3.2+)."""
+    """A missed deadline of a manual run, handled by Airflow's ``Deadline.handle_miss`` (3.2+) on the row
+    read back as the scheduler loop reads it (``_run_scheduler_loop``: 3.2.2 L1709-1718, 3.3.2 L1832-1851;
+    the lock 3.3.2 adds changes nothing for one scheduler). Read back, not the object just added: its
+    ``id`` is then the ``uuid6.UUID`` of the column's default, and 3.2.2's ``handle_miss`` puts ``self.id``
+    itself into the trigger's kwargs, which ``airflow.sdk.serde`` cannot serialize (it has a serializer for
+    ``uuid.UUID`` only, the type SQLAlchemy returns for a loaded row); 3.3.2 puts ``str(self.id)``."""
     from airflow.api.common.trigger_dag import trigger_dag
     from airflow.models.deadline import Deadline
     from airflow.sdk import AsyncCallback
     from airflow.utils import timezone
     from airflow.utils.session import create_session
     from airflow.utils.types import DagRunTriggeredByType
+    from sqlalchemy import select
+    from sqlalchemy.orm import selectinload
 
     with create_session() as session:
         run = trigger_dag(
@@ -192,9 +199,12 @@ def make_callback_trigger() -> None:
             deadline_alert_id=None,
             dag_id="late_report",
         )
-        session.add(deadline)
-        session.flush()
-        deadline.handle_miss(session)
+        session.add(deadline)  # committed at the block's end, as the run's creation commits it
+    with create_session() as session:
+        missed = select(Deadline).where(Deadline.deadline_time < timezone.utcnow()).where(~Deadline.missed)
+        options = (selectinload(Deadline.callback), selectinload(Deadline.dagrun))
+        for row in session.scalars(missed.options(*options)):
+            row.handle_miss(session)
 
 
 def iso(value: Any) -> str | None:

@@ -77,7 +77,12 @@ def _scan(url: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, 
 
 @pytest.mark.parametrize(
     ("version", "scenario", "severity"),
-    [("3.1.2", "flip_asset", "warning"), ("3.2.2", "flip_asset", "info"), ("3.3.2", "flip_callback", "warning")],
+    [
+        ("3.1.2", "flip_asset", "warning"),
+        ("3.2.2", "flip_asset", "info"),
+        ("3.2.2", "flip_callback", "warning"),
+        ("3.3.2", "flip_callback", "warning"),
+    ],
 )
 def test_scan_reports_the_exposure_and_says_it_is_one(
     version: str, scenario: str, severity: str, pg_templates: Templates, capsys: pytest.CaptureFixture[str]
