@@ -248,6 +248,20 @@ SETTINGS: tuple[Setting, ...] = (
         "Time between checks for asset events that triggered no run (apache/airflow#56050, every Airflow 3).",
     ),
     Setting(
+        "repair_stranded",
+        "dry-run",
+        _choice("off", "dry-run", "requeue"),
+        "Stranded asset events (stranded_events): off, dry-run (log the queue row it would write), requeue "
+        "(write it: INSERT on asset_dag_run_queue; Airflow's scheduler then makes the run; docs/runbooks.md).",
+    ),
+    Setting(
+        "stranded_repair_deadline",
+        timedelta(minutes=15),
+        _positive_duration,
+        "How long after a requeue the run that consumes the stranded events may take to appear before "
+        "`repair_unverified` is alerted (a DAG at max_active_runs waits for its running run).",
+    ),
+    Setting(
         "double_bump_poll_interval",
         timedelta(seconds=30),
         _positive_duration,
@@ -412,6 +426,8 @@ class Config:
     trigger_flapping_interval: timedelta
     triggerer_health_check_threshold: timedelta
     stranded_poll_interval: timedelta
+    repair_stranded: str
+    stranded_repair_deadline: timedelta
     double_bump_poll_interval: timedelta
     disabled_checks: tuple[str, ...]
     gap_grace: timedelta

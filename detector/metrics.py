@@ -168,6 +168,13 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.stranded_repairs = Counter(
+            "dupguard_stranded_repairs_total",
+            "Repairs of stranded asset events by outcome (planned, requeued, repaired, repair_unverified, "
+            "refused, skipped, failed, not_permitted).",
+            ["outcome"],
+            registry=r,
+        )
         self.check_seconds = Histogram(
             "dupguard_check_duration_seconds",
             "Duration of one run of a periodic check (read, judge, claim).",

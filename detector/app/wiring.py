@@ -115,6 +115,7 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
         metrics,
         cluster=config.cluster_name,
         dag_filter=DagFilter(config.dags, config.exclude_dags),
+        fence=leadership.fence,
     )
     return Parts(
         source=DatabaseSource(config, db, ledger, metrics),

@@ -34,12 +34,15 @@ from sqlalchemy import (
     union,
     values,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import OID
 from sqlalchemy.exc import NoSuchTableError
 
 from detector.core.double_bump import IN_FLIGHT, SchedulerJob, TiKey, TiRow
 from detector.core.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, PartitionRow, Run, TaskProgress, ti_started
-from detector.core.stranded import CandidateEvent
+from detector.core.stranded import CandidateEvent, StrandedSet
+from detector.core.stranded_repair import RepairedRun, RepairState, Requeue, WindowEvent
+from detector.core.trigger_event import TriggerEvent, trigger_event
 from detector.core.trigger_flapping import ASSET, CALLBACK, TriggererJob, TriggerRow
 from detector.metadb.schema import AirflowTables, BumpTables, TriggerTables, UtcDateTime, alembic_version_table
 
@@ -288,6 +291,62 @@ def runs_sharing_events(conn: Connection, t: AirflowTables, since: datetime | No
     for part in chunks(ids):
         runs.extend(_run(r) for r in conn.execute(_run_select(t).where(dr.c.id.in_(part))))
     return runs
+
+
+def _trigger_events(rows: Iterable[Row[Any]]) -> list[TriggerEvent]:
+    found = (trigger_event(r.id, r.asset_id, r.timestamp, r.extra, r.source_dag_id) for r in rows)
+    return [e for e in found if e is not None]
+
+
+def _trigger_event_select(t: AirflowTables) -> Select[Any]:
+    """Events no task wrote (a trigger's, or the REST API's): only those carry a trigger's extra."""
+    ae = t.asset_event
+    return select(ae.c.id, ae.c.asset_id, ae.c.timestamp, ae.c.extra, ae.c.source_dag_id).where(
+        ae.c.source_dag_id.is_(None)
+    )
+
+
+def trigger_events(conn: Connection, t: AirflowTables, event_ids: Iterable[int]) -> list[TriggerEvent]:
+    """The events among ``event_ids`` that a trigger submitted (asset_event_pkey)."""
+    found: list[TriggerEvent] = []
+    for part in chunks(sorted(set(event_ids))):
+        found += _trigger_events(conn.execute(_trigger_event_select(t).where(t.asset_event.c.id.in_(part))))
+    return found
+
+
+def trigger_events_near(
+    conn: Connection, t: AirflowTables, events: Iterable[TriggerEvent], window: timedelta
+) -> list[TriggerEvent]:
+    """Trigger events of each event's asset within ``window`` of it: one range of
+    idx_asset_id_timestamp per event (a new run's trigger events are one or two)."""
+    ae, found = t.asset_event, {}
+    for event in events:
+        near = _trigger_event_select(t).where(
+            ae.c.asset_id == event.asset_id,
+            ae.c.timestamp.between(event.timestamp - window, event.timestamp + window),
+        )
+        found.update({e.id: e for e in _trigger_events(conn.execute(near))})
+    return list(found.values())
+
+
+def trigger_events_since(conn: Connection, t: AirflowTables, since: datetime | None) -> list[TriggerEvent]:
+    """Every trigger event since ``since`` (scan): a filter over asset_event (no index on source_dag_id;
+    Airflow's idx_asset_id_timestamp leads with the asset), streamed where the driver can."""
+    query = _trigger_event_select(t)
+    if since is not None:
+        query = query.where(t.asset_event.c.timestamp >= since)
+    return _trigger_events(conn.execution_options(stream_results=True, yield_per=CHUNK).execute(query))
+
+
+def runs_consuming(conn: Connection, t: AirflowTables, event_ids: Iterable[int]) -> list[Run]:
+    """The asset-triggered runs that consumed any of ``event_ids`` (idx_dagrun_asset_events_event_id)."""
+    dr, rev = t.dag_run, t.run_events
+    found: dict[int, Run] = {}
+    for part in chunks(sorted(set(event_ids))):
+        consumers = select(rev.c.dag_run_id).where(rev.c.event_id.in_(part))
+        query = _run_select(t).where(dr.c.run_type == ASSET_TRIGGERED, dr.c.id.in_(consumers))
+        found.update({r.id: r for r in map(_run, conn.execute(query))})
+    return list(found.values())
 
 
 def runs_for_asset_keys(conn: Connection, t: AirflowTables, keys: Sequence[tuple[str, datetime]]) -> list[Run]:
@@ -624,6 +683,84 @@ def stranded_event_candidates(conn: Connection, t: AirflowTables, since: datetim
         )
         for r in conn.execute(query)
     ]
+
+
+def stranded_repair_state(conn: Connection, t: AirflowTables, s: StrandedSet, requeue_at: datetime) -> RepairState:
+    """The DAG of ``s`` as Airflow's scheduler would read it for a queue row created at ``requeue_at``
+    (``detector.core.stranded_repair``): its schedule, queue rows, the run below that bounds the window,
+    runs at or after it, the window's events and which of the set's events a run consumed. In the
+    repair's writing transaction (READ COMMITTED) each statement sees what was committed before it."""
+    q, refs, dag = t.asset_queue, t.schedule_refs, t.dag
+    assert q is not None and refs is not None and dag is not None  # the check applies to Airflow 3 only
+    dr, e, x = t.dag_run, t.asset_event, t.run_events
+    partitioned = dag.c.timetable_partitioned if "timetable_partitioned" in dag.c else literal(False)
+    head = conn.execute(
+        select(dag.c.is_paused, dag.c.asset_expression, partitioned.label("partitioned")).where(
+            dag.c.dag_id == s.dag_id
+        )
+    ).one()
+    assets = tuple(conn.scalars(select(refs.c.asset_id).where(refs.c.dag_id == s.dag_id).order_by(refs.c.asset_id)))
+    rows = conn.scalar(select(func.count()).select_from(q).where(q.c.target_dag_id == s.dag_id)) or 0
+    asset_runs = and_(dr.c.dag_id == s.dag_id, dr.c.run_type == ASSET_TRIGGERED)
+    previous = conn.scalar(select(func.max(dr.c.run_after)).where(asset_runs, dr.c.run_after < requeue_at))
+    later = tuple(conn.scalars(select(dr.c.run_id).where(asset_runs, dr.c.run_after >= requeue_at).order_by(dr.c.id)))
+    consumed_by_dag = (
+        select(literal(1))
+        .select_from(x.join(dr, dr.c.id == x.c.dag_run_id))
+        .where(x.c.event_id == e.c.id, dr.c.dag_id == s.dag_id)
+        .exists()
+    )
+    # The scheduler's event SELECT (3.0.6 L1650 … 3.3.2 L2638) for a DAG on assets only (aliases are refused).
+    window = []
+    if previous is not None:
+        window = [
+            WindowEvent(event_id=r.id, asset_id=r.asset_id, consumed=bool(r.consumed))
+            for r in conn.execute(
+                select(e.c.id, e.c.asset_id, consumed_by_dag.label("consumed"))
+                .where(e.c.asset_id.in_(assets), e.c.timestamp > previous, e.c.timestamp <= requeue_at)
+                .order_by(e.c.timestamp, e.c.id)
+            )
+        ]
+    consumed = tuple(conn.scalars(select(e.c.id).where(e.c.id.in_(s.event_ids), consumed_by_dag).order_by(e.c.id)))
+    return RepairState(
+        dag_id=s.dag_id,
+        paused=bool(head.is_paused),
+        partitioned=bool(head.partitioned),
+        expression=head.asset_expression,
+        scheduled_assets=assets,
+        queue_rows=int(rows),
+        previous_run_after=previous,
+        later_runs=later,
+        window=tuple(window),
+        consumed=consumed,
+    )
+
+
+def requeue_stranded(conn: Connection, t: AirflowTables, plan: Requeue) -> int:
+    """The repair's write: the queue rows Airflow's own ``ON CONFLICT DO NOTHING`` insert would have
+    left (airflow/assets/manager.py), with ``created_at`` = the plan's T; never over a row the scheduler
+    or a new event wrote (it wins). Returns how many rows were written."""
+    q = t.asset_queue
+    assert q is not None
+    rows = [{"asset_id": a, "target_dag_id": plan.dag_id, "created_at": plan.created_at} for a in plan.asset_ids]
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    result = conn.execute(insert(q).values(rows).on_conflict_do_nothing())
+    return int(result.rowcount or 0)
+
+
+def asset_runs_at(conn: Connection, t: AirflowTables, dag_id: str, run_after: datetime) -> list[RepairedRun]:
+    """The DAG's asset-triggered runs with this ``run_after`` and the events each consumed (the
+    repair's follow-up)."""
+    dr, x = t.dag_run, t.run_events
+    found: dict[str, list[int]] = defaultdict(list)
+    for r in conn.execute(
+        select(dr.c.run_id, x.c.event_id)
+        .select_from(dr.outerjoin(x, x.c.dag_run_id == dr.c.id))
+        .where(dr.c.dag_id == dag_id, dr.c.run_type == ASSET_TRIGGERED, dr.c.run_after == run_after)
+        .order_by(dr.c.id, x.c.event_id)
+    ):
+        found[r.run_id] += [r.event_id] if r.event_id is not None else []
+    return [RepairedRun(run_id=k, event_ids=tuple(v)) for k, v in found.items()]
 
 
 def ping(conn: Connection) -> None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     Boolean,
     Column,
     DateTime,
@@ -140,6 +141,9 @@ def airflow_tables(family: Family) -> AirflowTables:
         Column("source_dag_id", String(250)),
         Column("source_run_id", String(250)),
         Column("timestamp", UtcDateTime, nullable=False),
+        # {"from_trigger": true, "payload": ...} on a trigger's event (docs/airflow-internals.md §13):
+        # read only for events no task wrote (the trigger_event rule)
+        Column("extra", JSON),
         *[Column("partition_key", String(250))] if family.has_partitions else [],
     )
     asset = Table(
@@ -187,7 +191,7 @@ def airflow_tables(family: Family) -> AirflowTables:
             Column("asset_event_id", Integer, nullable=False),
             Column("asset_partition_dag_run_id", Integer, nullable=False),
         )
-    queue_tables = _asset_queue_tables(md) if family is not Family.AIRFLOW_2 else {}
+    queue_tables = _asset_queue_tables(md, family) if family is not Family.AIRFLOW_2 else {}
     return AirflowTables(
         family=family,
         metadata=md,
@@ -205,7 +209,7 @@ def airflow_tables(family: Family) -> AirflowTables:
     )
 
 
-def _asset_queue_tables(md: MetaData) -> dict[str, Table]:
+def _asset_queue_tables(md: MetaData, family: Family) -> dict[str, Table]:
     """Same columns in 3.0.6-3.3.2 (docs/airflow-internals.md §1.3); PKs as Airflow declares them."""
     return {
         "asset_queue": Table(
@@ -234,6 +238,8 @@ def _asset_queue_tables(md: MetaData) -> dict[str, Table]:
             Column("dag_id", String(250), primary_key=True),
             Column("is_paused", Boolean),
             Column("is_stale", Boolean),  # removed from the DAG files: Airflow makes no run for it
+            Column("asset_expression", JSON),  # the serialized asset condition (the stranded repair reads it)
+            *([Column("timetable_partitioned", Boolean)] if family.has_partitions else []),
         ),
     }
 

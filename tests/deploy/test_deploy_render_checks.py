@@ -75,6 +75,8 @@ NOT_CHECKED_BY_THE_CHART = {
     "trigger_flapping_interval": "no chart value (extraEnv, standalone)",
     "triggerer_health_check_threshold": "no chart value (extraEnv, standalone)",
     "stranded_poll_interval": "no chart value (extraEnv, standalone)",
+    "repair_stranded": "no chart value (extraEnv, standalone): a repair is switched on by hand, like remediation",
+    "stranded_repair_deadline": "no chart value (extraEnv, standalone)",
     "double_bump_poll_interval": "no chart value (extraEnv, standalone)",
     "db_timeout": "no chart value (extraEnv, standalone)",
     "leader_check_interval": "no chart value (extraEnv, standalone)",

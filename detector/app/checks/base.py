@@ -10,6 +10,8 @@ off by its ``kind`` (``DUPGUARD_DISABLED_CHECKS``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import ClassVar, Protocol
 
@@ -18,6 +20,8 @@ from sqlalchemy.engine import Connection
 from detector.actions.alerts.notice import Notice, observation_notice
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
+from detector.core.fence import FenceSource
+from detector.core.ports import Ledger
 from detector.metadb.engine import AirflowDb
 from detector.metrics import Metrics
 
@@ -45,6 +49,24 @@ class Check(Protocol):
         """Called after each run with what it found and what was new (its own metrics, if any)."""
         ...
 
+    def repair(self, found: list[Observation], rc: RepairContext) -> None:
+        """An optional repair step after each ``run`` (leader only, never in ``scan``): none by default."""
+        ...
+
+
+@dataclass(frozen=True)
+class RepairContext:
+    """What a check's repair step may use: the database, the ledger (a claim per repair), the leader's
+    fence (None: not allowed to write now), the alert channels and both clocks."""
+
+    db: AirflowDb
+    ledger: Ledger
+    fence: FenceSource
+    notify: Callable[[Notice], None]
+    cluster: str
+    now: datetime
+    db_now: datetime
+
 
 class CheckBase(ABC):
     """Defaults: every Airflow, the generic alert, no metrics of its own."""
@@ -67,4 +89,7 @@ class CheckBase(ABC):
         return observation_notice(obs, cluster, detected_at)
 
     def observed(self, found: list[Observation], new: list[Observation]) -> None:
+        return None
+
+    def repair(self, found: list[Observation], rc: RepairContext) -> None:
         return None

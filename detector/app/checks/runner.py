@@ -3,8 +3,9 @@ every kind, so neither the daemon loop nor ``scan`` knows which checks exist.
 
 ``dupguard run``: one job per enabled check on the daemon's one APScheduler (``max_instances=1,
 coalesce=True``), leader only; every observation is claimed ``detected`` in the ledger under its key and
-sent once to every alert channel. ``scan`` and ``doctor``: ``observe`` runs each check once on the
-scan's connection (``live`` False), claims nothing and alerts nothing.
+sent once to every alert channel; then the check's repair step, if it has one (``Check.repair``).
+``scan`` and ``doctor``: ``observe`` runs each check once on the scan's connection (``live`` False),
+claims nothing, alerts nothing and repairs nothing.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from sqlalchemy.engine import Connection
 
 from detector import logs
 from detector.actions.alerts.notice import Notice
-from detector.app.checks.base import Check
+from detector.app.checks.base import Check, RepairContext
 from detector.core.checks import CheckContext, Observation
 from detector.core.detect import ALL_DAGS, DagFilter
+from detector.core.fence import UNFENCED, FenceSource
 from detector.core.ports import Ledger
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, connect
@@ -45,8 +47,10 @@ class CheckRunner:
         *,
         cluster: str,
         dag_filter: DagFilter = ALL_DAGS,
+        fence: FenceSource = lambda: UNFENCED,  # the leader's permission to write (a repair step's)
     ) -> None:
         self.db, self.ledger, self.alerter, self.metrics = db, ledger, alerter, metrics
+        self.fence = fence
         self.checks = {c.kind: c for c in checks}
         self.cluster, self.dag_filter = cluster, dag_filter
         self.denied: set[str] = set()  # kinds whose last run lacked a privilege (logged once)
@@ -68,6 +72,8 @@ class CheckRunner:
         self.metrics.check_detected.labels(kind=kind).inc(len(new))
         self.metrics.check_seconds.labels(kind=kind).observe(time.monotonic() - started)
         check.observed(found, new)
+        check.repair(found, RepairContext(self.db, self.ledger, self.fence, self.alerter.notify_notice,
+                                          self.cluster, now, ctx.db_now))  # fmt: skip
         return found
 
     def run_reported(self, kind: str, now: datetime) -> bool:

@@ -3,7 +3,8 @@ has the rule, ``queries.stranded_event_candidates`` the one-snapshot read.
 
 A stranded event is a state that lasts until another event of the DAG's assets arrives, so the check
 reads it every ``stranded_poll_interval`` (60 s); each (DAG, stranding run) is alerted once (its key).
-Alert only: dupguard does not re-queue anything. Without SELECT on the queue tables (not in the
+Its repair step (``stranded_repair.py``, ``DUPGUARD_REPAIR_STRANDED``, dry-run by default) puts back
+the missing queue row so Airflow's scheduler makes the run. Without SELECT on the queue tables (not in the
 grant of older setups) the check logs ``stranded_events_skipped`` naming them and finds nothing: a
 refused statement would abort the transaction ``scan`` and ``doctor`` share with their other reads.
 """
@@ -15,17 +16,27 @@ from datetime import timedelta
 from sqlalchemy.engine import Connection
 
 from detector import logs
-from detector.app.checks.base import CheckBase
+from detector.app.checks.base import CheckBase, RepairContext
+from detector.app.checks.stranded_repair import StrandedRepairer
+from detector.config import Config
 from detector.core.checks import CheckContext, Observation
 from detector.core.stranded import KIND, find_stranded, observe
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb
+from detector.metrics import Metrics
 
 log = logs.get("dupguard.checks")
 
 
 class StrandedEventsCheck(CheckBase):
     kind = KIND
+
+    def __init__(self, config: Config, metrics: Metrics) -> None:
+        super().__init__(config, metrics)
+        self.repairer = StrandedRepairer(config.repair_stranded, config.stranded_repair_deadline, metrics)
+
+    def repair(self, found: list[Observation], rc: RepairContext) -> None:
+        self.repairer.repair(found, rc)
 
     def applies(self, db: AirflowDb) -> bool:
         return db.tables.asset_queue is not None  # Airflow 3
