@@ -297,3 +297,20 @@ def test_a_kept_run_stopped_before_the_attempt_is_refused_before_the_backend_is_
     assert logs == [_line(action, result, "warning")]
     assert _counted(metrics, "skipped") == 1
     assert db_state(fanout.url) == before
+
+
+def test_by_default_the_executor_leaves_a_started_duplicate_alone_before_the_backend(fanout: Db) -> None:
+    """``remediate_started`` is off unless asked for: a task of the duplicate running by the re-read
+    makes it too late there, before the backend is asked (no "(re-checked under lock)")."""
+    action = fanout.actions(Mode.FAIL)[0]
+    sql(
+        fanout.url,
+        "UPDATE task_instance SET state='running', start_date=now() WHERE run_id=:r AND task_id='extract'",
+        r=action.run.run_id,
+    )
+    before = db_state(fanout.url)
+    remediator, _ = _remediator(fanout, DbBackend(fanout.engine, fanout.db.tables))
+    result = remediator.execute(action)
+    detail = "too late, both runs executed: tasks already started (extract=running)"
+    assert result == RemediationResult(action, Result.TOO_LATE, detail)
+    assert db_state(fanout.url) == before
