@@ -4,7 +4,8 @@
 # mutated function (tests/unit and the PostgreSQL integration tests; the `airflow` and `e2e` markers
 # are left out: they start Airflow processes, minutes per mutant). Not part of CI: about an hour on
 # two cores. Prints the score per module; `.venv/bin/mutmut show NAME` shows a survivor's diff.
-# MUTMUT_CHILDREN sets the parallel workers (default 2).
+# MUTMUT_CHILDREN sets the parallel workers (default 2). Then the api backend, whose tests need real
+# Airflow API servers: scripts/mutation_api.sh holds them for its own run (MUTATION_API=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
@@ -25,3 +26,6 @@ log="$(mktemp)"  # mutmut redraws a progress line many times a second: kept, not
 mv "$log" mutants/run.log
 .venv/bin/mutmut results --all true >mutants/results.txt
 .venv/bin/python scripts/mutation_score.py mutants/results.txt
+if [ "${MUTATION_API:-1}" != 0 ]; then
+  MUTMUT_CHILDREN=1 scripts/mutation_api.sh
+fi
