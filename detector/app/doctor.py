@@ -58,6 +58,8 @@ CHECK_TABLES: tuple[str, ...] = (
     "trigger",
 )
 CHECK_TABLES += ("asset_alias_asset_event", "deadline", "asset_trigger", "asset_watcher", "callback")
+# DUPGUARD_REPAIR_STRANDED=requeue writes the queue row Airflow left out (docs/runbooks.md#DupguardStrandedEvents).
+REPAIR_STRANDED = (("asset_dag_run_queue", "INSERT"),)
 LEDGER_TABLES = tuple(f"{SCHEMA}.{name}" for name in ("claims", "notes", "state"))
 LEDGER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 DB_BACKEND = (
@@ -150,6 +152,7 @@ def _from_database(cfg: Config, out: Findings, now: datetime) -> None:
             out.seen |= {"asset_groups_found": 0, "partitioned_groups_found": 0, "splits_found": 0}
         out.doc["lock_database"] = _lock_database(cfg)
         _remediation(cfg, out, grants)
+        _repair_stranded(cfg, out, grants)
     finally:
         engine.dispose()
 
@@ -160,6 +163,7 @@ def _grant_checks(db: AirflowDb, present: set[str], ledger: bool) -> list[tuple[
     checks = [("detection", t, "SELECT") for t in detect]
     checks += [("checks", t, "SELECT") for t in CHECK_TABLES]
     checks += [("remediation_backend_db", t, p) for t, p in DB_BACKEND]
+    checks += [("repair_stranded", t, p) for t, p in REPAIR_STRANDED]
     if ledger:
         checks += [("ledger", t, p) for t in LEDGER_TABLES for p in LEDGER_PRIVILEGES]
     return [c for c in checks if c[1] in present]
@@ -174,6 +178,7 @@ def _read_database(cfg: Config, db: AirflowDb, conn: Connection, out: Findings, 
         "session_pinned": is_pinned(conn) if postgres else None,
     }
     wanted = {*DETECT_TABLES, *PARTITION_TABLES, *LEDGER_TABLES, "dag", *queries.SCHEDULE_TABLES}
+    wanted |= {t for t, _ in REPAIR_STRANDED}
     present = queries.existing_tables(conn, wanted | set(queries.ALIAS_TABLES) | set(queries.WATCHER_TABLES))
     ledger = set(LEDGER_TABLES) <= present
     grants = _grants(conn, _grant_checks(db, present, ledger), out)
@@ -286,6 +291,16 @@ def _remediation(cfg: Config, out: Findings, grants: dict[str, bool] | None) -> 
     doc["can_act"] = acting and not doc["problems"]
     out.seen["remediation_acts"] = doc["can_act"]
     out.doc["remediation"] = doc
+
+
+def _repair_stranded(cfg: Config, out: Findings, grants: dict[str, bool] | None) -> None:
+    """What the stranded-events repair can do here: it writes only with ``requeue`` and its grant."""
+    doc: dict[str, Any] = {"mode": cfg.repair_stranded, "problems": []}
+    lacking = [key.replace(":", " ") for t, p in REPAIR_STRANDED if not (grants or {}).get(key := f"{t}:{p}", False)]
+    if cfg.repair_stranded == "requeue" and lacking:
+        doc["problems"].append(f"DUPGUARD_REPAIR_STRANDED=requeue lacks {', '.join(lacking)}: nothing is re-queued")
+    doc["can_act"] = cfg.repair_stranded == "requeue" and not doc["problems"]
+    out.doc["repair_stranded"] = doc
 
 
 def api_readiness(cfg: Config) -> dict[str, Any]:

@@ -184,8 +184,16 @@ def test_the_readme_grant_alone_detects_and_says_what_it_cannot_count(
         ("task_instance", "UPDATE"),
         ("dag_run_note", "INSERT"),
         ("dag_run_note", "UPDATE"),
+        ("asset_dag_run_queue", "INSERT"),  # DUPGUARD_REPAIR_STRANDED=requeue's write, not in the read-only grant
     }
     assert any("the db backend lacks" in p for p in doc["remediation"]["problems"])
+    assert doc["repair_stranded"] == {"mode": "dry-run", "problems": [], "can_act": False}
+    _, doc = doctor("--database-url", _as(url, read_only_role, grant), "--repair-stranded", "requeue")
+    assert doc["repair_stranded"] == {
+        "mode": "requeue",
+        "problems": ["DUPGUARD_REPAIR_STRANDED=requeue lacks asset_dag_run_queue INSERT: nothing is re-queued"],
+        "can_act": False,
+    }
 
 
 def test_the_table_names_the_verdict(pg_templates: Templates, capsys: pytest.CaptureFixture[str]) -> None:
