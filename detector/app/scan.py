@@ -15,9 +15,11 @@ from detector.core.model import Finding
 from detector.core.reprocess import needs_origins, refine_partitioned
 from detector.core.split import KIND as SPLIT
 from detector.core.split import SplitPartition
+from detector.core.trigger_event import find_trigger_event_duplicates
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, ServerRole, connect, server_role
 from detector.metadb.versions import SchemaInfo
+from detector.sources.database import copies
 
 Progress = Callable[[int, int], None]  # (done, total) in runs examined
 
@@ -68,6 +70,8 @@ def scan(
         found = queries.runs_for_asset_keys(conn, t, asset_keys)
         found += queries.runs_sharing_events(conn, t, start)  # the overlap race: other run_after
         found += queries.runs_for_partition_keys(conn, t, part_keys, start)
+        found_copies, consumers = copies.since(conn, t, start, suspect_window)  # the trigger_event kind
+        found += consumers
         runs = list({r.id: r for r in found if dag_filter.selects(r.dag_id)}.values())
         ids = [r.id for r in runs]
         events: dict[int, frozenset[int]] = {}
@@ -87,6 +91,12 @@ def scan(
         if suspects:
             origins = queries.partition_rows_for_runs(conn, t, suspects)
             findings = refine_partitioned(findings, origins, events, task_progress, suspect_window=suspect_window)
+        if found_copies:
+            taken = frozenset(r.id for f in findings for r in f.runs)
+            findings += find_trigger_event_duplicates(
+                runs, events, found_copies, task_progress, dag_filter=dag_filter, prior=prior, taken=taken
+            )
+            findings.sort(key=lambda f: (f.dag_id, f.run_after, f.key))
         ctx = CheckContext(db_now=db_now, now=now, dag_filter=dag_filter, live=False, since=start)
         observations = observe(checks, conn, db, ctx)
     return ScanReport(

@@ -134,7 +134,14 @@ def _event_set(run: Run, events: Mapping[int, frozenset[int]]) -> frozenset[int]
 
 def _linked_groups(dag_runs: Sequence[Run], events: Mapping[int, frozenset[int]]) -> list[list[Run]]:
     """Connected sets (>= 2 runs, by id) of one DAG's runs linked by a shared run_after or event."""
-    parent = {r.id: r.id for r in dag_runs}
+    marks = {r.id: {("run_after", r.run_after), *(("event", e) for e in _event_set(r, events))} for r in dag_runs}
+    return linked_sets(dag_runs, marks)
+
+
+def linked_sets(runs: Sequence[Run], marks: Mapping[int, Iterable[object]]) -> list[list[Run]]:
+    """Connected sets (>= 2 runs, each sorted by id) of ``runs`` linked by a shared mark (``marks``:
+    run id -> its marks; a mark held by one run links nothing)."""
+    parent = {r.id: r.id for r in runs}
 
     def root(i: int) -> int:
         while parent[i] != i:
@@ -148,14 +155,14 @@ def _linked_groups(dag_runs: Sequence[Run], events: Mapping[int, frozenset[int]]
             parent[max(ra, rb)] = min(ra, rb)
 
     first_with: dict[object, int] = {}
-    for run in sorted(dag_runs, key=lambda r: r.id):
-        for mark in (("run_after", run.run_after), *(("event", e) for e in _event_set(run, events))):
+    for run in sorted(runs, key=lambda r: r.id):
+        for mark in marks.get(run.id, ()):
             if mark in first_with:
                 link(first_with[mark], run.id)
             else:
                 first_with[mark] = run.id
     members: dict[int, list[Run]] = defaultdict(list)
-    for run in dag_runs:
+    for run in runs:
         members[root(run.id)].append(run)
     return [sorted(g, key=lambda r: r.id) for g in members.values() if len(g) > 1]
 
@@ -177,7 +184,7 @@ def _asset_finding(
     # The lowest id is the run committed first (the DagModel row lock serialises the creators), so it
     # never changes as the group grows, and its run_after is the one key of an exact pair (as before).
     first = min(group, key=lambda r: r.id)
-    return _finding(
+    return finding(
         key=f"asset|{first.dag_id}|{first.run_after.isoformat()}",
         kind=Kind.ASSET,
         confidence=Confidence.CONFIRMED if confirmed else Confidence.SUSPECTED,
@@ -211,7 +218,7 @@ def _partition_findings(
         if len(members) > 1 and event_set:
             digest = hashlib.sha256(",".join(map(str, sorted(event_set))).encode()).hexdigest()[:16]
             findings.append(
-                _finding(
+                finding(
                     key=f"partitioned|{dag_id}|{partition_key}|{digest}",
                     kind=Kind.PARTITIONED,
                     confidence=Confidence.CONFIRMED,
@@ -228,7 +235,7 @@ def _partition_findings(
         if len(cluster) > 1:
             shared = frozenset.intersection(*(_event_set(r, events) for r in cluster))
             findings.append(
-                _finding(
+                finding(
                     key=f"partitioned-suspected|{dag_id}|{partition_key}|{min(r.id for r in cluster)}",
                     kind=Kind.PARTITIONED,
                     confidence=Confidence.SUSPECTED,
@@ -252,7 +259,7 @@ def _clusters_within(runs: Sequence[Run], window: timedelta) -> list[list[Run]]:
     return clusters
 
 
-def _finding(
+def finding(
     *,
     key: str,
     kind: Kind,

@@ -44,6 +44,8 @@ def ti_started(state: str | None, pid: int | None = None, last_heartbeat_at: dat
 class Kind(enum.StrEnum):
     ASSET = "asset"
     PARTITIONED = "partitioned"
+    # Runs that consumed different copies of one message, one per triggerer (detector.core.trigger_event).
+    TRIGGER_EVENT = "trigger_event"
 
 
 class Confidence(enum.StrEnum):

@@ -63,6 +63,7 @@ class Action:
 _WHY = {  # which Airflow bug made such a duplicate: the link an operator follows from the run page
     Kind.ASSET: "same asset trigger, HA scheduler race; see apache/airflow#54491",
     Kind.PARTITIONED: "same partition key, partitioned asset race; see apache/airflow#68045 and #71070",
+    Kind.TRIGGER_EVENT: "one message, one asset event per triggerer running its trigger; see apache/airflow#65792",
 }
 
 

@@ -20,7 +20,7 @@ The ground truth is what Airflow recorded: which triggerer's copy submitted whic
 message (we delivered it), and which run consumed each event. ``expected_groups``: a message whose
 events (with an id in the payload) were consumed by two runs; ``suspected_groups``: the same where
 the payload carries no id (dupguard cannot prove it); ``duplicate_events``: every message that
-became more than one event.
+became more than one event; ``expected_stranded``: copies consumed by no run (see ``stranded``).
 
 Run through scripts/airflow/regen_trigger_event.sh (fresh migrated DB per scenario, dump, load check).
 """
@@ -78,8 +78,9 @@ SCENARIOS = {
     ),
     "trigger_event_one_run": (
         "sqs",
-        "Both copies submit M1 before the scheduler's next loop: one run consumes both events (a "
-        "duplicate event, no duplicate run: nothing to stop).",
+        "Both copies submit M1 before the scheduler's next loop: one run, which consumes the first copy "
+        "only (the queue row keeps the first copy's time); the second copy is consumed by no run and "
+        "no queue row is left for it (stranded, as in §11): no duplicate run, nothing to stop.",
     ),
     "trigger_event_distinct_ids": (
         "sqs",
@@ -242,7 +243,32 @@ def truth(af: sa.AF, done: dict[str, Any]) -> dict[str, Any]:
             expected.append({**group, "kind": "trigger_event", "confidence": "confirmed"})
         else:
             suspected.append({**group, "kind": "trigger_event", "confidence": "suspected"})
-    return {"expected_groups": expected, "suspected_groups": suspected, "duplicate_events": duplicates}
+    return {
+        "expected_groups": expected,
+        "suspected_groups": suspected,
+        "duplicate_events": duplicates,
+        "expected_stranded": stranded(af, sorted(done["messages"]), runs),
+    }
+
+
+def stranded(af: sa.AF, event_ids: list[int], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events consumed by no run, with no queue row left and a run created after them: a copy that
+    came after the first copy queued the consumer and before its run (the queue row keeps the first
+    copy's time, docs/airflow-internals.md §11), what scenarios_stranded.py records as stranded."""
+    from airflow.models.asset import AssetDagRunQueue, AssetEvent
+    from sqlalchemy import func, select
+
+    with af.create_session() as session:
+        if session.scalar(select(func.count()).select_from(AssetDagRunQueue)):
+            return []
+        stamps = dict(session.execute(select(AssetEvent.id, AssetEvent.timestamp)).all())
+        queued = dict(session.execute(select(af.DagRun.run_id, af.DagRun.queued_at)).all())
+    consumed = {e for r in runs for e in r["event_ids"]}
+    left = [e for e in event_ids if e not in consumed]
+    after = [r for r in runs if left and queued[r["run_id"]] > max(stamps[e] for e in left)]
+    if not after:
+        return []
+    return [{"dag_id": "orders_consumer", "event_ids": left, "stranding_run_id": after[0]["run_id"]}]
 
 
 def main() -> None:

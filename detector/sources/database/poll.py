@@ -25,9 +25,11 @@ from sqlalchemy import Connection
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
 from detector.core.model import ASSET_TRIGGERED, NO_DECISIONS, Decisions, Finding, Run, TaskProgress, asset_labels
 from detector.core.reprocess import needs_origins, refine_partitioned
+from detector.core.trigger_event import find_trigger_event_duplicates
 from detector.metadb import queries
 from detector.metadb.prepared import TopRunId
 from detector.metadb.schema import AirflowTables
+from detector.sources.database import copies
 from detector.sources.database.prior import notes_readable
 
 DEFAULT_GRACE = timedelta(seconds=60)
@@ -168,6 +170,11 @@ class IncrementalDetector:
             for sibling in queries.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window):
                 candidates.setdefault(sibling.id, sibling)
                 alone = alone and sibling.id == run.id
+        # Runs that consumed another copy of a message one of these runs' trigger events carried.
+        found_copies, consumers = copies.near_runs(conn, t, watched, events, self.suspect_window)
+        for consumer in consumers:
+            candidates.setdefault(consumer.id, consumer)
+        alone = alone and len(consumers) < 2  # one run holding every copy makes no group
         if alone:
             return []  # the common case: every new run is the only one of its trigger
         new_ids = {r.id for r in watched}
@@ -215,6 +222,17 @@ class IncrementalDetector:
         if suspects:  # rare: partitioned runs of one key with different events (detector.core.reprocess)
             origins = queries.partition_rows_for_runs(conn, t, suspects)
             findings = refine_partitioned(findings, origins, events, progress, suspect_window=self.suspect_window)
+        if found_copies:
+            taken = frozenset(r.id for f in findings for r in f.runs)
+            findings += find_trigger_event_duplicates(
+                candidates.values(),
+                events,
+                found_copies,
+                progress,
+                prior=prior,
+                taken=taken,
+                dag_filter=self.dag_filter,
+            )
         return self._named(conn, [f for f in findings if any(r.id in new_ids for r in f.runs)], events)
 
     def _named(self, conn: Connection, findings: list[Finding], events: Mapping[int, frozenset[int]]) -> list[Finding]:

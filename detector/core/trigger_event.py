@@ -1,0 +1,203 @@
+"""Duplicate runs made by one message that every triggerer's copy of an asset trigger submitted.
+
+Why (docs/airflow-internals.md §10, §13): up to 3.2.1 every triggerer runs the same asset trigger, and
+``Trigger.submit_event`` writes one ``asset_event`` per copy, ``extra = {"from_trigger": true,
+"payload": <the event's payload>}``, naming neither the trigger nor the triggerer. When the
+consumer's run is created between the copies, each copy's event makes a run: runs that share no
+event and no run_after, so the ``asset`` rule (detect.py) does not link them.
+
+The rule: runs of one DAG are linked when they consumed *different* events of one asset that are
+copies of one message. Copies are proven only by a unique message id in the payload (SQS
+``MessageId``, Kinesis shard and sequence number, Pub/Sub ``message_id``: the table of §13), events
+of one asset within ``window`` of each other. Equal payloads without an id may be two real messages
+with equal bodies: such a group is only ever ``suspected``. A group is ``confirmed`` when every link
+is an id and one run consumed every message and every other event of the group (the keep rule of
+``detect.keep_order``): stopping the others then leaves no message unprocessed. Copies consumed by a
+single run made no extra run: nothing to stop, no group.
+
+Pure: rows in, findings out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from detector.core.detect import ALL_DAGS, DagFilter, finding, linked_sets
+from detector.core.model import (
+    ASSET_TRIGGERED,
+    NO_DECISIONS,
+    Confidence,
+    Decisions,
+    Finding,
+    Kind,
+    Run,
+    TaskProgress,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerEvent:
+    """One ``asset_event`` a trigger submitted: its payload's message ids and, for equality, a digest
+    of the payload (a message batch can be large; scan holds every trigger event of its window)."""
+
+    id: int
+    asset_id: int
+    timestamp: datetime
+    message_ids: frozenset[str]
+    payload: str  # sha256 of the canonical JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Copies:
+    """Events of one asset that carry one message: ``proven`` by an id, or only by equal payloads."""
+
+    event_ids: frozenset[int]
+    proven: bool
+
+
+def from_trigger(extra: object, source_dag_id: str | None) -> bool:
+    """Whether Airflow's ``Trigger.submit_event`` wrote this event: its extra, no source task, and not
+    the REST API's (which adds ``from_rest_api`` to whatever extra it is given, so a copied extra
+    still differs)."""
+    return (
+        source_dag_id is None
+        and isinstance(extra, dict)
+        and extra.get("from_trigger") is True
+        and "from_rest_api" not in extra
+    )
+
+
+def message_ids(payload: object) -> frozenset[str]:
+    """The unique ids of the messages a trigger's payload carries, by the providers' shapes (§13);
+    empty when it carries none. Prefixed by shape, so ids of different brokers never meet."""
+    if not isinstance(payload, dict):
+        return frozenset()
+    found: set[str] = set()
+    batch = payload.get("message_batch")
+    if isinstance(batch, list):  # SqsSensorTrigger, KinesisTrigger
+        for message in batch:
+            if not isinstance(message, dict):
+                continue
+            if isinstance(message.get("MessageId"), str):
+                found.add(f"sqs:{message['MessageId']}")
+            elif isinstance(message.get("ShardId"), str) and isinstance(message.get("SequenceNumber"), str):
+                found.add(f"kinesis:{message['ShardId']}/{message['SequenceNumber']}")
+    pulled = payload.get("message")
+    if isinstance(pulled, list):  # PubsubPullTrigger: ReceivedMessage.to_dict per message
+        for received in pulled:
+            inner = received.get("message") if isinstance(received, dict) else None
+            if isinstance(inner, dict) and isinstance(inner.get("message_id"), str) and inner["message_id"]:
+                found.add(f"pubsub:{inner['message_id']}")
+    return frozenset(found)
+
+
+def trigger_event(
+    event_id: int, asset_id: int, timestamp: datetime, extra: object, source_dag_id: str | None
+) -> TriggerEvent | None:
+    """The event as this rule sees it, or None when no trigger submitted it."""
+    if not from_trigger(extra, source_dag_id):
+        return None
+    payload = extra["payload"] if isinstance(extra, dict) and "payload" in extra else None
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    return TriggerEvent(event_id, asset_id, timestamp, message_ids(payload), digest)
+
+
+def copies(events: Iterable[TriggerEvent], window: timedelta) -> list[Copies]:
+    """Sets of two or more events of one asset carrying one message within ``window`` of each other:
+    by a message id where the payload has one, else by an equal payload."""
+    marks: dict[tuple[object, ...], list[TriggerEvent]] = defaultdict(list)
+    for event in {e.id: e for e in events}.values():
+        if event.message_ids:
+            for mid in event.message_ids:
+                marks[("id", event.asset_id, mid)].append(event)
+        else:
+            marks[("payload", event.asset_id, event.payload)].append(event)
+    found: list[Copies] = []
+    for mark, members in marks.items():
+        chain: list[TriggerEvent] = []
+        for event in sorted(members, key=lambda e: (e.timestamp, e.id)):
+            if chain and event.timestamp - chain[-1].timestamp > window:
+                found.extend(_copies(chain, mark[0] == "id"))
+                chain = []
+            chain.append(event)
+        found.extend(_copies(chain, mark[0] == "id"))
+    return found
+
+
+def _copies(chain: Sequence[TriggerEvent], proven: bool) -> list[Copies]:
+    return [Copies(frozenset(e.id for e in chain), proven)] if len(chain) > 1 else []
+
+
+def find_trigger_event_duplicates(
+    runs: Iterable[Run],
+    events: Mapping[int, frozenset[int]],
+    found_copies: Sequence[Copies],
+    progress: Mapping[int, TaskProgress] | None = None,
+    *,
+    dag_filter: DagFilter = ALL_DAGS,
+    prior: Decisions = NO_DECISIONS,
+    taken: frozenset[int] = frozenset(),
+) -> list[Finding]:
+    """Groups of non-partitioned asset runs of one DAG that consumed different copies of one message.
+
+    ``events``: run id -> the events it consumed; ``found_copies``: from ``copies``; ``taken``: runs
+    already in a group of another kind (an ``asset`` group shares events: judged there, not twice).
+    """
+    progress = progress or {}
+    chosen = [
+        r
+        for r in {r.id: r for r in runs}.values()
+        if r.run_type == ASSET_TRIGGERED
+        and r.partition_key is None
+        and dag_filter.selects(r.dag_id)
+        and r.id not in taken
+    ]
+    copy_of = {e: i for i, c in enumerate(found_copies) for e in c.event_ids}
+    by_dag: dict[str, list[Run]] = defaultdict(list)
+    for run in chosen:
+        by_dag[run.dag_id].append(run)
+    findings: list[Finding] = []
+    for dag_runs in by_dag.values():
+        marks = {r.id: {copy_of[e] for e in events.get(r.id, ()) if e in copy_of} for r in dag_runs}
+        for group in linked_sets(dag_runs, marks):
+            findings.append(_group_finding(group, events, found_copies, copy_of, progress, prior))
+    findings.sort(key=lambda f: (f.dag_id, f.run_after, f.key))
+    return findings
+
+
+def _group_finding(
+    group: list[Run],
+    events: Mapping[int, frozenset[int]],
+    found_copies: Sequence[Copies],
+    copy_of: Mapping[int, int],
+    progress: Mapping[int, TaskProgress],
+    prior: Decisions,
+) -> Finding:
+    # What each run processed: a message (its copy set) or any other event by its own id.
+    identities = {
+        r.id: {("message", copy_of[e]) if e in copy_of else ("event", e) for e in events.get(r.id, ())} for r in group
+    }
+    used = {copy_of[e] for r in group for e in events.get(r.id, ()) if e in copy_of}
+    # Only copy sets that reached two runs of the group link it; a set inside one run links nothing.
+    linking = {i for i in used if sum(any(copy_of.get(e) == i for e in events.get(r.id, ())) for r in group) > 1}
+    everything = set().union(*identities.values())
+    covering = frozenset(r.id for r in group if identities[r.id] == everything)
+    confirmed = bool(covering) and all(found_copies[i].proven for i in linking)
+    shared = frozenset(e for r in group for e in events.get(r.id, ()) if copy_of.get(e) in linking)
+    first = min(group, key=lambda r: r.id)
+    return finding(
+        key=f"trigger_event|{first.dag_id}|{first.run_after.isoformat()}",
+        kind=Kind.TRIGGER_EVENT,
+        confidence=Confidence.CONFIRMED if confirmed else Confidence.SUSPECTED,
+        group=group,
+        shared=shared,
+        progress=progress,
+        prior=prior,
+        preferred=covering,
+    )

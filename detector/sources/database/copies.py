@@ -1,0 +1,48 @@
+"""The trigger events the database source judges for the ``trigger_event`` kind (detector.core.trigger_event).
+
+Cheap on the poll: a new asset run's consumed events are looked up by primary key, and only those
+no task wrote (``source_dag_id`` NULL) are read with their extra; only a trigger's event leads to a
+range of ``idx_asset_id_timestamp`` (its asset, ``window`` around it), and only copies found there
+to the runs that consumed them (``idx_dagrun_asset_events_event_id``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection
+
+from detector.core.model import Run
+from detector.core.trigger_event import Copies, TriggerEvent, copies
+from detector.metadb import queries
+from detector.metadb.schema import AirflowTables
+
+
+def near_runs(
+    conn: Connection, t: AirflowTables, runs: Iterable[Run], events: Mapping[int, frozenset[int]], window: timedelta
+) -> tuple[list[Copies], list[Run]]:
+    """Copies of the messages ``runs``' trigger events carried, and the runs of those DAGs that consumed one."""
+    runs = list(runs)
+    mine = queries.trigger_events(conn, t, {e for r in runs for e in events.get(r.id, ())})
+    if not mine:
+        return [], []
+    ids = {e.id for e in mine}
+    found = [c for c in copies(queries.trigger_events_near(conn, t, mine, window), window) if c.event_ids & ids]
+    return found, _consumers(conn, t, found, {r.dag_id for r in runs})
+
+
+def since(
+    conn: Connection, t: AirflowTables, start: datetime | None, window: timedelta
+) -> tuple[list[Copies], list[Run]]:
+    """Every copy set among the trigger events since ``start`` (scan), and the runs that consumed one."""
+    events: list[TriggerEvent] = queries.trigger_events_since(conn, t, start)
+    found = copies(events, window)
+    return found, _consumers(conn, t, found, None)
+
+
+def _consumers(conn: Connection, t: AirflowTables, found: list[Copies], dag_ids: set[str] | None) -> list[Run]:
+    if not found:
+        return []
+    runs = queries.runs_consuming(conn, t, {e for c in found for e in c.event_ids})
+    return [r for r in runs if dag_ids is None or r.dag_id in dag_ids]
