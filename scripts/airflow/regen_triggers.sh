@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 declare -A SCENARIOS=(
   [3.0.6]="flip_asset"
-  [3.1.2]="flip_asset stale_owner ended_owner recreated"
+  [3.1.2]="flip_asset flip_callback stale_owner ended_owner recreated"
   [3.2.2]="flip_asset flip_callback"
   [3.3.2]="flip_asset flip_callback"
 )

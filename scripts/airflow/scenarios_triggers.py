@@ -18,7 +18,7 @@ Every row is written by Airflow itself:
   ``Trigger.assign_unassigned(job.id, capacity, health_check_threshold)`` then
   ``Trigger.ids_for_triggerer(job.id)`` (the ids the triggerer then runs); the subprocess that would
   run the trigger is not started.
-* A callback trigger (3.2.2, 3.3.2): ``Deadline(...)`` for a run made by ``trigger_dag``, committed, then
+* A callback trigger (3.1.2, 3.2.2, 3.3.2): ``Deadline(...)`` for a run made by ``trigger_dag``, committed, then
   read back by the scheduler loop's query and ``Deadline.handle_miss`` (what the scheduler calls for a
   missed deadline), which creates the ``callback`` row and its trigger.
 
@@ -172,38 +172,45 @@ def load_triggers(job: Any) -> list[int]:
 
 
 def make_callback_trigger() -> None:
-    """A missed deadline of a manual run, handled by Airflow's ``Deadline.handle_miss`` (3.2+) on the row
-    read back as the scheduler loop reads it (``_run_scheduler_loop``: 3.2.2 L1709-1718, 3.3.2 L1832-1851;
-    the lock 3.3.2 adds changes nothing for one scheduler). Read back, not the object just added: its
-    ``id`` is then the ``uuid6.UUID`` of the column's default, and 3.2.2's ``handle_miss`` puts ``self.id``
-    itself into the trigger's kwargs, which ``airflow.sdk.serde`` cannot serialize (it has a serializer for
-    ``uuid.UUID`` only, the type SQLAlchemy returns for a loaded row); 3.3.2 puts ``str(self.id)``."""
+    """A missed deadline of a manual run, handled by Airflow's ``Deadline.handle_miss`` (3.1+) on the row
+    read back as the scheduler loop reads it (``_run_scheduler_loop``: 3.1.2 L1392-1400, 3.2.2 L1709-1718,
+    3.3.2 L1832-1851; the lock 3.3.2 adds changes nothing for one scheduler). Read back, not the object
+    just added: its ``id`` is then the ``uuid6.UUID`` of the column's default, and 3.2.2's ``handle_miss``
+    puts ``self.id`` itself into the trigger's kwargs, which ``airflow.sdk.serde`` cannot serialize (it has
+    a serializer for ``uuid.UUID`` only, the type SQLAlchemy returns for a loaded row); 3.3.2 puts
+    ``str(self.id)``. 3.1 has no ``callback`` table: the deadline holds its serialized callback and
+    ``handle_miss`` sets ``deadline.trigger_id``; an unhandled deadline is ``callback_state IS NULL``."""
     from airflow.api.common.trigger_dag import trigger_dag
     from airflow.models.deadline import Deadline
-    from airflow.sdk import AsyncCallback
     from airflow.utils import timezone
     from airflow.utils.session import create_session
     from airflow.utils.types import DagRunTriggeredByType
     from sqlalchemy import select
     from sqlalchemy.orm import selectinload
 
+    v31 = _airflow_version() < (3, 2)
+    if v31:
+        from airflow.sdk.definitions.deadline import AsyncCallback
+    else:
+        from airflow.sdk import AsyncCallback
     with create_session() as session:
         run = trigger_dag(
             "late_report", triggered_by=DagRunTriggeredByType.REST_API, triggering_user_name="admin", session=session
         )
         session.flush()
-        deadline = Deadline(
-            deadline_time=timezone.utcnow() - timedelta(seconds=1),
-            callback=AsyncCallback("asyncio.sleep", kwargs={"delay": 0}),
-            dagrun_id=run.id,
-            deadline_alert_id=None,
-            dag_id="late_report",
-        )
-        session.add(deadline)  # committed at the block's end, as the run's creation commits it
+        callback = AsyncCallback("asyncio.sleep", kwargs={"delay": 0})
+        due = timezone.utcnow() - timedelta(seconds=1)
+        extra = {} if v31 else {"deadline_alert_id": None, "dag_id": "late_report"}
+        # committed at the block's end, as the run's creation commits it
+        session.add(Deadline(deadline_time=due, callback=callback, dagrun_id=run.id, **extra))
     with create_session() as session:
-        missed = select(Deadline).where(Deadline.deadline_time < timezone.utcnow()).where(~Deadline.missed)
-        options = (selectinload(Deadline.callback), selectinload(Deadline.dagrun))
-        for row in session.scalars(missed.options(*options)):
+        missed = select(Deadline).where(Deadline.deadline_time < timezone.utcnow())
+        if v31:
+            missed = missed.where(Deadline.callback_state.is_(None))
+        else:
+            missed = missed.where(~Deadline.missed)
+            missed = missed.options(selectinload(Deadline.callback), selectinload(Deadline.dagrun))
+        for row in session.scalars(missed):
             row.handle_miss(session)
 
 
@@ -292,8 +299,8 @@ def run(name: str, rec: Recorder) -> dict[str, Any]:
     version = _airflow_version()
     write_dags(with_watcher=name != "flip_callback")
     if name == "flip_callback":
-        if version < (3, 2):
-            raise SystemExit("flip_callback needs the callback table (3.2+)")
+        if version < (3, 1):
+            raise SystemExit("flip_callback needs deadline callbacks (3.1+)")
         make_callback_trigger()
     a, b = new_triggerer("triggerer-a"), new_triggerer("triggerer-b")
     flips: list[dict[str, Any]] = []

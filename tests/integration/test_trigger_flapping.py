@@ -76,6 +76,7 @@ def test_each_trigger_is_read_with_the_dags_it_feeds(version: str, scenario: str
     [
         ("3.0.6", "flip_asset", [(ASSET, True)]),
         ("3.1.2", "flip_asset", [(ASSET, True)]),
+        ("3.1.2", "flip_callback", [(CALLBACK, True)]),  # deadline.trigger_id, no callback table
         ("3.2.2", "flip_asset", [(ASSET, False)]),  # one alembic head for 3.2.0-3.2.2: uncertain
         ("3.2.2", "flip_callback", [(CALLBACK, True)]),  # no callback filter in any 3.2
         ("3.3.2", "flip_asset", []),

@@ -79,6 +79,7 @@ def _scan(url: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, 
     ("version", "scenario", "severity"),
     [
         ("3.1.2", "flip_asset", "warning"),
+        ("3.1.2", "flip_callback", "warning"),
         ("3.2.2", "flip_asset", "info"),
         ("3.2.2", "flip_callback", "warning"),
         ("3.3.2", "flip_callback", "warning"),
