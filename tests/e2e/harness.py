@@ -17,6 +17,9 @@ and ``consumer_serial`` (``max_active_runs=1``). With ``RunSpec(dags="partitione
 the DAG set is ``tests/e2e/dags_partitioned/`` instead: ``producer_partitioned`` (``schedule=None``,
 triggered by the harness through the REST API every ``producer_sleep + 1`` s with a new
 ``partition_key``) and ``consumer_partitioned`` (``PartitionedAssetTimetable``, identity mapper).
+With ``RunSpec(bursts=N)`` the DAGs of ``tests/e2e/dags_bursts/`` run beside them: ``producer_bursts``
+(N events of its own asset after each ``burst_gap``) and its consumers ``consumer_burst`` and
+``consumer_burst_serial`` (``max_active_runs=1``): asset events that trigger nothing (issue 25 §2).
 Fault injection and the worker pickup delay are in ``tests/e2e/site/sitecustomize.py`` (schedulers'
 ``PYTHONPATH`` only). The guard (issue 6), when on, is ``dupguard guard print-local-settings``
 written to ``$AIRFLOW_HOME/config/airflow_local_settings.py``.
