@@ -279,7 +279,7 @@ def test_requeue_without_the_insert_grant_says_so_once_and_repairs_once_granted(
     """SELECT on everything (the README's read-only grant and more), no INSERT on asset_dag_run_queue:
     ``stranded_repair_not_permitted`` once, no claim, nothing written, no crash; once granted, repaired."""
     url = pg_templates.clone(VERSION, SCENARIO)
-    dbname = make_url(url).database
+    dbname = str(make_url(url).database)
     execute_admin(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"', dbname=dbname)
     as_role = make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
     try:
