@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -284,6 +284,7 @@ def test_a_patch_that_timed_out_but_landed_is_done_by_its_read_back(h: Harness) 
         # a back-off that outlasts the held PATCH: it has landed when the attempt is re-checked
         wait = lambda _: proxy.quiesce(30)  # noqa: E731
         remediator = _remediator(h, proxy.url, timeout=1.5, sleep=wait)
+        sent = datetime.now(UTC)
         result = remediator.execute(action)
         patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
     assert result.result is Result.DONE
@@ -291,7 +292,31 @@ def test_a_patch_that_timed_out_but_landed_is_done_by_its_read_back(h: Harness) 
         "run -> failed; skipped: extract, load" + NO_START_DATE + " (applied although the attempt failed: "
         "PATCH dagRun state=failed: timed out: no complete answer within 1.5 s (--airflow-timeout))"
     )
+    # when it was found landed (the alert's and the ledger's committed_at), not None
+    assert result.committed_at is not None and sent <= result.committed_at <= datetime.now(UTC)
+    assert result.started_tasks == ()
     assert patches == 1
+    row = db_state(h.url)[action.run.run_id]
+    assert row.state == "failed" and row.note == action.note
+
+
+def test_a_last_attempt_that_timed_out_but_landed_is_done_by_its_read_back(h: Harness) -> None:
+    """The only attempt's PATCH is applied at once but its answer trickles in, one byte a second, past
+    our 1.5 s timeout: found landed right after the last attempt (our note is there), ``done``, saying
+    the last attempt failed, with when it was found landed."""
+    action = h.actions(Mode.FAIL)[0]
+    with CountingProxy(h.server.port) as proxy:
+        proxy.trickle.add(RUNS)
+        sent = datetime.now(UTC)
+        result = _remediator(h, proxy.url, timeout=1.5, attempts=1).execute(action)
+        proxy.trickle.clear()
+    assert result.result is Result.DONE
+    assert result.detail == (
+        "run -> failed; skipped: extract, load" + NO_START_DATE + " (applied although the last attempt failed: "
+        "PATCH dagRun state=failed: timed out: no complete answer within 1.5 s (--airflow-timeout))"
+    )
+    assert result.committed_at is not None and sent <= result.committed_at <= datetime.now(UTC)
+    assert result.started_tasks == ()
     row = db_state(h.url)[action.run.run_id]
     assert row.state == "failed" and row.note == action.note
 
@@ -485,3 +510,16 @@ def test_a_run_carrying_our_note_that_cannot_be_read_back_is_unknown(h: Harness)
         f"the run is already failed (after a failed attempt: {_patch_failed(503)}); our note is there but the "
         "run could not be read back"
     )
+
+
+def test_wrong_credentials_fail_at_once_and_the_next_token_request_waits_a_minute(h: Harness) -> None:
+    """The backend as the daemon builds it (no options): Airflow refuses the user, the action fails at
+    once naming the settings to check and the back-off before the next token request, 60 s."""
+    action = h.actions(Mode.FAIL)[0]
+    result = _remediator(h, h.server.url, user="nobody").execute(action)
+    assert result.result is Result.FAILED
+    assert result.detail == (
+        f"Airflow rejected user 'nobody' at {h.server.url}/auth/token (HTTP 401 Invalid credentials): check "
+        "DUPGUARD_AIRFLOW_USERNAME / DUPGUARD_AIRFLOW_PASSWORD; next attempt in 60 s"
+    )
+    assert db_state(h.url)[action.run.run_id].state == "queued"
