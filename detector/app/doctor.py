@@ -121,7 +121,8 @@ def _duplicates(findings: list[Finding], splits: int, checks_found: dict[str, in
     from detector.app.render import summary
 
     asset = sum(f.kind is Kind.ASSET for f in findings)
-    out.seen |= {"asset_groups_found": asset, "partitioned_groups_found": len(findings) - asset, "splits_found": splits}
+    partitioned = sum(f.kind is Kind.PARTITIONED for f in findings)  # trigger_event groups are neither path's
+    out.seen |= {"asset_groups_found": asset, "partitioned_groups_found": partitioned, "splits_found": splits}
     out.doc["duplicates"] = summary(findings) | {"split_partitions": splits, "checks": checks_found}
 
 

@@ -158,3 +158,15 @@ def test_no_group_without_two_runs_of_one_dag() -> None:
         [a, b], {10: frozenset({5}), 11: frozenset({6})}, PROVEN, taken=frozenset({11})
     )
     assert taken == []
+
+
+def test_doctor_counts_a_trigger_event_group_on_neither_scheduler_path() -> None:
+    """doctor's exposure per code path (asset: the 3.0/3.1 queue race; partitioned: 3.2) must not take
+    a group the triggerers made for a partitioned race."""
+    from detector.app.doctor import Findings, _duplicates
+
+    a, b = run(id=10), run(id=11)
+    [f] = find_trigger_event_duplicates([a, b], {10: frozenset({5}), 11: frozenset({6})}, PROVEN)
+    out = Findings()
+    _duplicates([f], 0, {}, out)
+    assert (out.seen["asset_groups_found"], out.seen["partitioned_groups_found"]) == (0, 0)
