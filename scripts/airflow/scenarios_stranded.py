@@ -119,6 +119,69 @@ def held_creation(af: sa.AF, runner: Any, during: Callable[[], object]) -> None:
         raise errors[0]
 
 
+def held_emit(af: sa.AF, producer: str, asset_name: str, *, before_queue: bool) -> Callable[[], int]:
+    """A producer's success in its own transaction, held open: the event is flushed (its timestamp set
+    by the column default) and, with ``before_queue``, held before ``AssetManager._queue_dagruns``
+    (the queue insert), else after it; the returned ``finish`` lets it queue (if held before) and
+    commit, as the execution API's request does at its end (docs/airflow-internals.md §11.2)."""
+    run_id = af.trigger(producer)
+    reached, release = threading.Event(), threading.Event()
+    original = af.AssetManager._queue_dagruns
+    ids: list[int] = []
+    errors: list[BaseException] = []
+
+    def queue(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "producer-late" and before_queue:
+            reached.set()
+            if not release.wait(60):
+                raise TimeoutError("never released")
+        return original(*args, **kwargs)
+
+    def run() -> None:
+        try:
+            with af.create_session() as session:
+                ti = session.query(af.TaskInstance).filter_by(dag_id=producer, run_id=run_id).one()
+                end = sa._utcnow()
+                af.finish_ti(ti, end, end)
+                session.merge(ti)
+                asset = session.query(af.AssetModel).filter_by(name=asset_name).one()
+                event = af.AssetManager.register_asset_change(task_instance=ti, asset=asset, session=session)
+                ids.append(int(event.id))
+                if not before_queue:
+                    reached.set()
+                    if not release.wait(60):
+                        raise TimeoutError("never released")
+        except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(e)
+            reached.set()
+
+    af.AssetManager._queue_dagruns = classmethod(queue)  # type: ignore[method-assign,assignment]
+    t = threading.Thread(target=run, name="producer-late")
+    t.start()
+    if not reached.wait(60):
+        raise TimeoutError("the producer never reached its hold")
+
+    def finish() -> int:
+        release.set()
+        t.join(60)
+        af.AssetManager._queue_dagruns = original  # type: ignore[method-assign]
+        if errors:
+            raise errors[0]
+        return ids[0]
+
+    if errors:
+        finish()
+    return finish
+
+
+def event_times(af: sa.AF, ids: list[int]) -> dict[int, str]:
+    from airflow.models.asset import AssetEvent
+
+    with af.create_session() as session:
+        rows = session.query(AssetEvent).filter(AssetEvent.id.in_(ids))
+        return {int(e.id): e.timestamp.isoformat() for e in rows}
+
+
 def check(cond: bool, what: str) -> None:
     if not cond:
         raise AssertionError(what)
@@ -333,7 +396,109 @@ def sc_stranded_cleared() -> Scenario:
     )
 
 
+def sc_stranded_late_commit() -> Scenario:
+    files = _dags(sa.producer_dag("orders_producer", ORDERS), sa.consumer_dag("orders_consumer", f"[{ORDERS}]"))
+
+    def body(af: sa.AF) -> Truth:
+        a = af.new_scheduler("scheduler-a")
+        af.emit("orders_producer", "orders")
+        af.create_runs(a)  # an ordinary earlier run
+        time.sleep(0.05)
+        finish = held_emit(af, "orders_producer", "orders", before_queue=True)
+        time.sleep(0.05)
+        e2 = af.emit("orders_producer", "orders")  # committed, queued: row created after late's timestamp
+        af.create_runs(a)  # the run: late is in its window by timestamp, but not committed yet
+        late = finish()  # late's own queue row (the old one was deleted), then its commit
+        af.create_runs(a)  # the next loop: a run from late's row, whose window starts after late
+        runs = af.runs("orders_consumer")
+        check(len(runs) == 3 and runs[1]["event_ids"] == [e2], f"the run consumed e2 only: {runs}")
+        check(runs[2]["event_ids"] == [], f"late's own row made a run that consumed nothing: {runs}")
+        check(late not in consumed(af, "orders_consumer") and not queue_rows(af), f"{runs} {queue_rows(af)}")
+        times = event_times(af, [late, e2])
+        check(times[late] <= runs[1]["run_after"], f"late is inside the run's window: {times} {runs}")
+        return {
+            "expected_stranded": [],
+            "expected_committed_late": [
+                {"dag_id": "orders_consumer", "event_ids": [late], "window_run_id": runs[1]["run_id"]}
+            ],
+            "notes": {"late_event": late, "timestamps": times},
+        }
+
+    return (
+        "One scheduler; a producer's transaction flushed event late (timestamp set) and was held before "
+        "its queue insert; e2 was registered and committed meanwhile (its row created after late's "
+        "timestamp) and the scheduler made the run: it consumed e2 only (late not committed yet). The "
+        "producer then queued its own row and committed; the next loop made a run from that row whose "
+        "window starts at the first run's run_after: it consumed nothing. late is lost for good.",
+        files,
+        body,
+    )
+
+
+def sc_stranded_late_next_window() -> Scenario:
+    files = _dags(sa.producer_dag("orders_producer", ORDERS), sa.consumer_dag("orders_consumer", f"[{ORDERS}]"))
+
+    def body(af: sa.AF) -> Truth:
+        a = af.new_scheduler("scheduler-a")
+        af.emit("orders_producer", "orders")
+        af.create_runs(a)
+        time.sleep(0.05)
+        e2 = af.emit("orders_producer", "orders")
+        time.sleep(0.05)
+        finish = held_emit(af, "orders_producer", "orders", before_queue=True)  # after e2's row
+        af.create_runs(a)
+        late = finish()
+        af.create_runs(a)
+        runs = af.runs("orders_consumer")
+        check(len(runs) == 3 and runs[1]["event_ids"] == [e2], f"{runs}")
+        check(runs[2]["event_ids"] == [late], f"the next run consumed late: {runs}")
+        return {"expected_stranded": [], "expected_committed_late": [], "notes": {"late_event": late}}
+
+    return (
+        "As stranded_late_commit, but late was flushed after e2's queue row was written: late's timestamp "
+        "is after the run's run_after, so the run its own row makes consumes it. Committed late, not lost.",
+        files,
+        body,
+    )
+
+
+def sc_stranded_late_own_row() -> Scenario:
+    files = _dags(
+        sa.producer_dag("orders_producer", ORDERS),
+        sa.producer_dag("customers_producer", CUSTOMERS),
+        sa.consumer_dag("orders_or_customers", f"({ORDERS} | {CUSTOMERS})"),
+    )
+
+    def body(af: sa.AF) -> Truth:
+        a = af.new_scheduler("scheduler-a")
+        af.emit("orders_producer", "orders")
+        af.create_runs(a)
+        time.sleep(0.05)
+        finish = held_emit(af, "orders_producer", "orders", before_queue=False)  # row written, held
+        time.sleep(0.05)
+        ec = af.emit("customers_producer", "customers")  # another asset's row: no conflict with late's
+        af.create_runs(a)  # sees the customers row only, deletes what it saw
+        late = finish()  # late's orders row (created before that run's run_after) is still there
+        af.create_runs(a)
+        runs = af.runs("orders_or_customers")
+        check(len(runs) == 3 and runs[1]["event_ids"] == [ec], f"{runs}")
+        check(late in consumed(af, "orders_or_customers"), f"late's own row made a run reaching back: {runs}")
+        return {"expected_stranded": [], "expected_committed_late": [], "notes": {"late_event": late}}
+
+    return (
+        "orders_or_customers (orders | customers): a producer's transaction wrote late and its orders "
+        "queue row and was held; customers's event was committed and the scheduler made a run from its "
+        "row (late not visible; its row not deleted). After the commit late's row, older than that run's "
+        "run_after, made a run whose window reaches back over late: consumed, not lost.",
+        files,
+        body,
+    )
+
+
 SCENARIOS: dict[str, Callable[[], Scenario]] = {
+    "stranded_late_commit": sc_stranded_late_commit,
+    "stranded_late_next_window": sc_stranded_late_next_window,
+    "stranded_late_own_row": sc_stranded_late_own_row,
     "stranded_race": sc_stranded_race,
     "stranded_max_active": sc_stranded_max_active,
     "stranded_paused": sc_stranded_paused,
