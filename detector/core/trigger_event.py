@@ -49,7 +49,7 @@ class TriggerEvent:
     asset_id: int
     timestamp: datetime
     message_ids: frozenset[str]
-    payload: str  # sha256 of the canonical JSON
+    payload: str  # sha256 of the canonical JSON ("" when message_ids decide)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +103,11 @@ def trigger_event(
     if not from_trigger(extra, source_dag_id):
         return None
     payload = extra["payload"] if isinstance(extra, dict) and "payload" in extra else None
+    ids = message_ids(payload)
+    if ids:  # the ids decide; the digest is only compared between events without one
+        return TriggerEvent(event_id, asset_id, timestamp, ids, "")
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    digest = hashlib.sha256(canonical.encode()).hexdigest()
-    return TriggerEvent(event_id, asset_id, timestamp, message_ids(payload), digest)
+    return TriggerEvent(event_id, asset_id, timestamp, ids, hashlib.sha256(canonical.encode()).hexdigest())
 
 
 def copies(events: Iterable[TriggerEvent], window: timedelta) -> list[Copies]:
