@@ -41,6 +41,7 @@ from sqlalchemy.exc import NoSuchTableError
 from detector.core.double_bump import IN_FLIGHT, SchedulerJob, TiKey, TiRow
 from detector.core.model import ASSET_TRIGGERED, GUARD_NOTE_PREFIX, PartitionRow, Run, TaskProgress, ti_started
 from detector.core.stranded import CandidateEvent, StrandedSet
+from detector.core.stranded_late import LateCandidate
 from detector.core.stranded_repair import RepairedRun, RepairState, Requeue, WindowEvent
 from detector.core.trigger_event import TriggerEvent, trigger_event
 from detector.core.trigger_flapping import ASSET, CALLBACK, TriggererJob, TriggerRow
@@ -545,41 +546,30 @@ def partition_row_events(conn: Connection, t: AirflowTables, row_ids: Iterable[i
 STRANDED_EVENTS_PER_ASSET = 1000  # newer events than that per (DAG, asset) are not read in one check
 
 
-def stranded_event_candidates(conn: Connection, t: AirflowTables, since: datetime | None) -> list[CandidateEvent]:
-    """Per (DAG, asset) reference: the events newer than the run that consumed the asset's newest
-    consumed event (a stranded event is newer than every event its DAG consumed), for DAGs unpaused,
-    not stale, with no queue row and with an asset-triggered run.
-
-    One statement, so the events, their consumption, the queue and the runs are one snapshot (a run
-    committed between two reads would look like a run created after an event it did consume). The
-    prefilters keep the result to what ``detector.core.stranded`` judges (it checks them again):
-    idx_asset_id_timestamp serves the event range, idx_dagrun_asset_events_event_id the consumption.
-    """
-    q, refs, alias, dag = t.asset_queue, t.schedule_refs, t.alias_events, t.dag
-    if q is None or refs is None or alias is None or dag is None:
-        return []
-    dr, e, a, x = t.dag_run, t.asset_event, t.asset, t.run_events
-    consumer = dr.alias("consumer_run")
-    floor = refs.alias("floor_ref")
-    partitioned = "partition_key" in dr.c
-    # The run to judge against, per (DAG, asset): the asset-triggered run of the DAG that consumed the
-    # asset's newest consumed event (a stranded event is newer than every event its DAG consumed).
-    # Walking the asset's events newest first (idx_asset_id_timestamp) stops at the first consumed
-    # one; ordering the DAG's runs by run_after instead made PostgreSQL walk idx_dag_run_run_after
-    # backwards through every run of every DAG for a DAG that never ran (30 s at 10M events).
-    seen, consumed_by, any_run = e.alias("consumed_event"), x.alias("consumed_link"), dr.alias("any_run")
-    # Outer-only conditions inside the LATERAL are a one-time filter before its scan: the walk above
-    # never starts for a DAG with a queue row, paused, stale, or without any asset-triggered run.
-    gate = (
+def _stranded_gate(t: AirflowTables, refs: Any) -> tuple[Any, ...]:
+    """The DAGs the stranded reads judge: unpaused, not stale, with an asset-triggered run."""
+    dag, any_run = t.dag, t.dag_run.alias("any_run")
+    assert dag is not None
+    return (
         or_(dag.c.is_paused.is_(None), dag.c.is_paused.is_(False)),
         or_(dag.c.is_stale.is_(None), dag.c.is_stale.is_(False)),
-        ~select(literal(1)).where(q.c.target_dag_id == refs.c.dag_id).correlate(refs).exists(),
         select(literal(1))
         .where(any_run.c.dag_id == refs.c.dag_id, any_run.c.run_type == ASSET_TRIGGERED)
         .correlate(refs)
         .exists(),
     )
-    latest_query = (
+
+
+def _latest_consuming_run(t: AirflowTables, refs: Any, gate: tuple[Any, ...]) -> Any:
+    """Per (DAG, asset): the asset-triggered run of the DAG that consumed the asset's newest consumed
+    event (a stranded event is newer than every event its DAG consumed; a late one is in its window).
+    Walking the asset's events newest first (idx_asset_id_timestamp) stops at the first consumed one;
+    ordering the DAG's runs by run_after instead made PostgreSQL walk idx_dag_run_run_after backwards
+    through every run of every DAG for a DAG that never ran (30 s at 10M events)."""
+    dr, e, x = t.dag_run, t.asset_event, t.run_events
+    partitioned = "partition_key" in dr.c
+    seen, consumed_by = e.alias("consumed_event"), x.alias("consumed_link")
+    return (
         select(
             dr.c.id,
             dr.c.run_id,
@@ -597,6 +587,32 @@ def stranded_event_candidates(conn: Connection, t: AirflowTables, since: datetim
         .order_by(seen.c.timestamp.desc(), seen.c.id.desc(), dr.c.run_after.desc(), dr.c.id.desc())
         .limit(1)
     )
+
+
+def stranded_event_candidates(conn: Connection, t: AirflowTables, since: datetime | None) -> list[CandidateEvent]:
+    """Per (DAG, asset) reference: the events newer than the run that consumed the asset's newest
+    consumed event (a stranded event is newer than every event its DAG consumed), for DAGs unpaused,
+    not stale, with no queue row and with an asset-triggered run.
+
+    One statement, so the events, their consumption, the queue and the runs are one snapshot (a run
+    committed between two reads would look like a run created after an event it did consume). The
+    prefilters keep the result to what ``detector.core.stranded`` judges (it checks them again):
+    idx_asset_id_timestamp serves the event range, idx_dagrun_asset_events_event_id the consumption.
+    """
+    q, refs, alias, dag = t.asset_queue, t.schedule_refs, t.alias_events, t.dag
+    if q is None or refs is None or alias is None or dag is None:
+        return []
+    dr, e, a, x = t.dag_run, t.asset_event, t.asset, t.run_events
+    consumer = dr.alias("consumer_run")
+    floor = refs.alias("floor_ref")
+    partitioned = "partition_key" in dr.c
+    # Outer-only conditions inside the LATERAL are a one-time filter before its scan: the walk
+    # never starts for a DAG with a queue row, paused, stale, or without any asset-triggered run.
+    gate = (
+        *_stranded_gate(t, refs),
+        ~select(literal(1)).where(q.c.target_dag_id == refs.c.dag_id).correlate(refs).exists(),
+    )
+    latest_query = _latest_consuming_run(t, refs, gate)
     event_cols = [e.c.id, e.c.asset_id, e.c.timestamp, *([e.c.partition_key] if partitioned else [])]
     latest: Any
     ev: Any = e
@@ -680,6 +696,113 @@ def stranded_event_candidates(conn: Connection, t: AirflowTables, since: datetim
             run_created_at=r.run_created_at,
             run_queued_at=r.queued_at,
             run_clear_number=int(r.clear_number or 0),
+        )
+        for r in conn.execute(query)
+    ]
+
+
+def stranded_late_candidates(conn: Connection, t: AirflowTables, since: datetime | None) -> list[LateCandidate]:
+    """Per (DAG, asset) reference of a DAG the stranded reads judge (``_stranded_gate``; a queue row
+    does not exclude it): the events consumed by no run of the DAG between the asset's newest event
+    consumed by an earlier asset run of the DAG and the run_after of the run that consumed its newest
+    consumed event (``detector.core.stranded_late``). One statement, one snapshot.
+
+    Both walks go down idx_asset_id_timestamp from that run_after and probe
+    idx_dagrun_asset_events_event_id: they read the latest run's window, not the asset's history. On
+    SQLite (a dev database, no LATERAL) nothing is read.
+    """
+    q, refs, alias, dag = t.asset_queue, t.schedule_refs, t.alias_events, t.dag
+    if q is None or refs is None or alias is None or dag is None or conn.dialect.name == "sqlite":
+        return []
+    dr, e, a, x = t.dag_run, t.asset_event, t.asset, t.run_events
+    partitioned = "partition_key" in dr.c
+    gate = _stranded_gate(t, refs)
+    latest = _latest_consuming_run(t, refs, gate).lateral("latest_run")
+    bound_event, bound_link, earlier = e.alias("bound_event"), x.alias("bound_link"), dr.alias("earlier_run")
+    # The window's lower end: an event consumed by an earlier run of the DAG is at or before that run's
+    # run_after, so every event after it and up to the latest run's run_after is in a kept run's window.
+    bound = (
+        select(bound_event.c.timestamp)
+        .select_from(
+            bound_event.join(bound_link, bound_link.c.event_id == bound_event.c.id).join(
+                earlier, earlier.c.id == bound_link.c.dag_run_id
+            )
+        )
+        .where(
+            bound_event.c.asset_id == refs.c.asset_id,
+            bound_event.c.timestamp <= latest.c.run_after,
+            earlier.c.dag_id == refs.c.dag_id,
+            earlier.c.run_type == ASSET_TRIGGERED,
+            earlier.c.id != latest.c.id,
+        )
+        .order_by(bound_event.c.timestamp.desc(), bound_event.c.id.desc())
+        .limit(1)
+        .lateral("window_from")
+    )
+    consumer = dr.alias("consumer_run")
+    consumed = (
+        select(literal(1))
+        .select_from(x.join(consumer, consumer.c.id == x.c.dag_run_id))
+        .where(x.c.event_id == e.c.id, consumer.c.dag_id == refs.c.dag_id)
+        .correlate_except(x, consumer)  # two levels down: the events of the LATERAL and the outer refs
+        .exists()
+    )
+    conn.execute(select(func.set_config("jit", "off", True)))  # as in stranded_event_candidates
+    ev = (
+        select(e.c.id, e.c.asset_id, e.c.timestamp, *([e.c.partition_key] if partitioned else []))
+        .where(
+            e.c.asset_id == refs.c.asset_id,
+            e.c.timestamp > bound.c.timestamp,
+            e.c.timestamp <= latest.c.run_after,
+            ~consumed,
+        )
+        .order_by(e.c.timestamp, e.c.id)
+        .limit(STRANDED_EVENTS_PER_ASSET)
+        .lateral("late_event")
+    )
+    query = (
+        select(
+            refs.c.dag_id,
+            ev.c.id.label("event_id"),
+            a.c.name,
+            a.c.uri,
+            ev.c.timestamp,
+            select(literal(1)).where(alias.c.event_id == ev.c.id).exists().label("via_alias"),
+            (ev.c.partition_key if partitioned else literal(None, String)).label("partition_key"),
+            refs.c.created_at.label("schedule_since"),
+            latest.c.run_id,
+            latest.c.run_after,
+            bound.c.timestamp.label("window_from"),
+            select(func.max(q.c.created_at))
+            .where(q.c.target_dag_id == refs.c.dag_id)
+            .scalar_subquery()
+            .label("queue_newest"),
+        )
+        .select_from(
+            refs.join(dag, dag.c.dag_id == refs.c.dag_id)
+            .join(latest, true())
+            .join(bound, true())
+            .join(ev, true())
+            .join(a, a.c.id == ev.c.asset_id)
+        )
+        .where(*gate)
+        .order_by(refs.c.dag_id, ev.c.timestamp, ev.c.id)
+    )
+    if since is not None:
+        query = query.where(ev.c.timestamp >= since)
+    return [
+        LateCandidate(
+            dag_id=r.dag_id,
+            event_id=r.event_id,
+            asset=r.name if r.name == r.uri else f"{r.name} ({r.uri})",
+            timestamp=r.timestamp,
+            via_alias=bool(r.via_alias),
+            partition_key=r.partition_key,
+            schedule_since=r.schedule_since,
+            run_id=r.run_id,
+            run_after=r.run_after,
+            window_from=r.window_from,
+            queue_newest=r.queue_newest,
         )
         for r in conn.execute(query)
     ]

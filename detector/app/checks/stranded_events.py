@@ -3,6 +3,9 @@ has the rule, ``queries.stranded_event_candidates`` the one-snapshot read.
 
 A stranded event is a state that lasts until another event of the DAG's assets arrives, so the check
 reads it every ``stranded_poll_interval`` (60 s); each (DAG, stranding run) is alerted once (its key).
+Events committed after the run whose window held them (``detector.core.stranded_late``,
+``queries.stranded_late_candidates``) are the same kind with the reason ``committed_late``: lost for
+good, never repaired (the repair step acts on ``StrandedSet`` only).
 Its repair step (``stranded_repair.py``, ``DUPGUARD_REPAIR_STRANDED``, dry-run by default) puts back
 the missing queue row so Airflow's scheduler makes the run. Without SELECT on the queue tables (not in the
 grant of older setups) the check logs ``stranded_events_skipped`` naming them and finds nothing: a
@@ -21,6 +24,7 @@ from detector.app.checks.stranded_repair import StrandedRepairer
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
 from detector.core.stranded import KIND, find_stranded, observe
+from detector.core.stranded_late import find_late, observe_late
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb
 from detector.metrics import Metrics
@@ -53,4 +57,6 @@ class StrandedEventsCheck(CheckBase):
             log.warning("stranded_events_skipped", reason=f"needs GRANT SELECT ON {', '.join(lacking)}")
             return []
         candidates = queries.stranded_event_candidates(conn, db.tables, ctx.since)
-        return [observe(s, ctx.db_now) for s in find_stranded(candidates, dag_filter=ctx.dag_filter)]
+        found = [observe(s, ctx.db_now) for s in find_stranded(candidates, dag_filter=ctx.dag_filter)]
+        late = queries.stranded_late_candidates(conn, db.tables, ctx.since)
+        return found + [observe_late(s, ctx.db_now) for s in find_late(late, dag_filter=ctx.dag_filter)]
