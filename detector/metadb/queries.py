@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
+    Interval,
     Row,
     Select,
     String,
@@ -330,13 +331,33 @@ def trigger_events_near(
     return list(found.values())
 
 
-def trigger_events_since(conn: Connection, t: AirflowTables, since: datetime | None) -> list[TriggerEvent]:
-    """Every trigger event since ``since`` (scan): a filter over asset_event (no index on source_dag_id;
-    Airflow's idx_asset_id_timestamp leads with the asset), streamed where the driver can."""
-    query = _trigger_event_select(t)
+def trigger_events_since(
+    conn: Connection, t: AirflowTables, since: datetime | None, window: timedelta | None = None
+) -> list[TriggerEvent]:
+    """The trigger events since ``since`` that could be a copy (scan): a filter over asset_event (no
+    index on source_dag_id; Airflow's idx_asset_id_timestamp leads with the asset). On PostgreSQL only
+    the events with another event no task wrote of their asset within ``window`` (lag/lead per asset)
+    are read with their extra: parsing every payload was most of the cost
+    (benchmarks/trigger_event_cost.py). Copies are within ``window`` of each other, so none is missed."""
+    ae = t.asset_event
+    if window is None or conn.dialect.name != "postgresql":  # dupguard's SQLite demo: read them all
+        query = _trigger_event_select(t)
+        if since is not None:
+            query = query.where(ae.c.timestamp >= since)
+        return _trigger_events(conn.execute(query))
+    order = (ae.c.timestamp, ae.c.id)
+    near = select(
+        ae.c.id,
+        ae.c.timestamp,
+        func.lag(ae.c.timestamp).over(partition_by=ae.c.asset_id, order_by=order).label("prev"),
+        func.lead(ae.c.timestamp).over(partition_by=ae.c.asset_id, order_by=order).label("next"),
+    ).where(ae.c.source_dag_id.is_(None))
     if since is not None:
-        query = query.where(t.asset_event.c.timestamp >= since)
-    return _trigger_events(conn.execution_options(stream_results=True, yield_per=CHUNK).execute(query))
+        near = near.where(ae.c.timestamp >= since)
+    n = near.subquery()
+    span = literal(window, Interval())
+    close = select(n.c.id).where(or_(n.c.prev >= n.c.timestamp - span, n.c.next <= n.c.timestamp + span))
+    return trigger_events(conn, t, conn.execute(close).scalars())
 
 
 def runs_consuming(conn: Connection, t: AirflowTables, event_ids: Iterable[int]) -> list[Run]:

@@ -36,7 +36,7 @@ def since(
     conn: Connection, t: AirflowTables, start: datetime | None, window: timedelta
 ) -> tuple[list[Copies], list[Run]]:
     """Every copy set among the trigger events since ``start`` (scan), and the runs that consumed one."""
-    events: list[TriggerEvent] = queries.trigger_events_since(conn, t, start)
+    events: list[TriggerEvent] = queries.trigger_events_since(conn, t, start, window)
     found = copies(events, window)
     return found, _consumers(conn, t, found, None)
 
