@@ -9,6 +9,7 @@ checks the database too: what the result says happened is what Airflow recorded.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -416,9 +417,11 @@ def test_a_bulk_skip_answered_whose_note_failed_is_done_by_its_read_back(h322: H
     with CountingProxy(h322.server.port) as proxy:
         # the first rule forwards the bulk skip, the second answers the note's PATCH after it
         proxy.inject += [(RUNS, 0, 0.0), (RUNS, 503, 0.0)]
+        sent = datetime.now(UTC)
         result = _remediator(h322, proxy.url, mode=Mode.SKIP, backoff=0.0).execute(action)
         patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
     assert result.result is Result.DONE
+    assert result.committed_at is not None and sent <= result.committed_at <= datetime.now(UTC)
     assert result.detail == (
         f"skipped: extract, load (applied, but its note was not written: PATCH dagRun note: HTTP 503 {INJECTED})"
     )
@@ -523,3 +526,20 @@ def test_wrong_credentials_fail_at_once_and_the_next_token_request_waits_a_minut
         "DUPGUARD_AIRFLOW_USERNAME / DUPGUARD_AIRFLOW_PASSWORD; next attempt in 60 s"
     )
     assert db_state(h.url)[action.run.run_id].state == "queued"
+
+
+def test_the_note_after_a_bulk_skip_is_fenced_too(h322: Harness) -> None:
+    """Fencing asks before every write, the note's PATCH too: the lease ends once the bulk skip is
+    answered, so the note is not sent (one PATCH), the action is retried by the next leader."""
+    (action,) = h322.actions(Mode.SKIP)
+    lease = Fence(term=1, ends=math.inf, clock=time.monotonic)
+    asked: list[Fence | None] = [lease]  # the first ask (the bulk skip) gets the lease, later ones none
+    with CountingProxy(h322.server.port) as proxy:
+        result = _remediator(h322, proxy.url, mode=Mode.SKIP, fence=lambda: asked.pop() if asked else None).execute(
+            action
+        )
+        patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
+    assert patches == 1
+    assert result.result is Result.FAILED and result.retryable
+    row = db_state(h322.url)[action.run.run_id]
+    assert {ti[0] for ti in row.tasks.values()} == {"skipped"} and row.note is None
