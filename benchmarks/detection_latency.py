@@ -105,13 +105,14 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def db_ms(url: str, db: str) -> float:
+def db_ms(url: str, db: str) -> tuple[float, int]:
+    """Execution time (ms) and number of the statements run in ``db`` (pg_stat_statements)."""
     sql = (
-        "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements s "
+        "SELECT coalesce(sum(total_exec_time), 0), coalesce(sum(calls), 0) FROM pg_stat_statements s "
         f"JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{db}'"
     )
     rows = admin(url, db=db, sql=sql)
-    return float(rows[0][0])
+    return float(rows[0][0]), int(rows[0][1])
 
 
 def pct(values: list[float], q: float) -> float:
@@ -211,9 +212,14 @@ def measure_polling(
             be0 = backend_cpu_seconds(url, name)
             time.sleep(idle)
             elapsed = time.monotonic() - t0
-            idle_cpu = 100 * (cpu_seconds(proc.pid) - cpu0) / elapsed
-            idle_db = 100 * (db_ms(url, name) - db0) / 1000 / elapsed
+            idle_cpu_s = cpu_seconds(proc.pid) - cpu0
+            db1 = db_ms(url, name)
+            idle_db = 100 * (db1[0] - db0[0]) / 1000 / elapsed
+            # A 10 ms loop polls less often on a loaded machine (each pass waits for a CPU too), so the
+            # CPU per statement is the figure that compares runs at different loads.
+            statements = db1[1] - db0[1]
             idle_backend = 100 * (backend_cpu_seconds(url, name) - be0) / elapsed
+            idle_cpu = 100 * idle_cpu_s / elapsed
             idle_rss = rss_mb(proc.pid)
             load_idle = statistics.fmean(load.samples) if load.samples else None
 
@@ -257,6 +263,8 @@ def measure_polling(
         "stopped_within_15s_of_sigterm": stopped,
         "idle_cpu_pct_of_core": round(idle_cpu, 2),
         "idle_db_exec_pct_of_core": round(idle_db, 3),
+        "idle_statements_per_s": round(statements / elapsed, 1),
+        "idle_cpu_us_per_statement": round(1e6 * idle_cpu_s / statements, 1) if statements else None,
         "idle_db_backend_cpu_pct_of_core": round(idle_backend, 2),
         "rss_mb_idle": round(idle_rss, 1),
         "rss_mb_after_load": round(peak_rss, 1),
@@ -378,7 +386,8 @@ def measure_listen_notify(url: str, pairs: int) -> dict[str, Any]:
 
 
 SUMMARY_KEYS = {
-    "poll": ["p50_ms", "p99_ms", "max_ms", "idle_cpu_pct_of_core", "idle_db_exec_pct_of_core",
+    "poll": ["p50_ms", "p99_ms", "max_ms", "idle_cpu_pct_of_core", "idle_statements_per_s", "idle_cpu_us_per_statement",
+             "idle_db_exec_pct_of_core",
              "idle_db_backend_cpu_pct_of_core", "rss_mb_idle", "rss_mb_after_load", "load_before",
              "load_during_mean"],
     "failover": ["start_to_leader_ms", "kill_to_leader_ms", "kill_to_first_judgement_ms", "commit_to_judgement_ms",

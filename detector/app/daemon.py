@@ -51,6 +51,11 @@ MAX_BACKOFF = 5.0
 EXIT_DB = 3  # as ``dupguard scan``: the database failed
 ONCE_DRAIN_SECONDS = 60.0  # ``run --once`` waits this long for its remediations
 LOCK_RELEASE_WAIT = 2.0  # seconds shutdown waits for a running leader check before releasing anyway
+# The idle loop's pauses up to this long sleep instead of waiting on ``stop``: a timed Event.wait (a
+# Condition, a lock allocated per call, a timed futex) cost ~25 µs more CPU than time.sleep per pause,
+# a quarter of a point of a core at the default 10 ms poll (docs/benchmarks.md, "The idle loop's CPU").
+# ``stop`` is then seen at the next pass, at most this much later.
+SHORT_PAUSE = 0.05
 
 
 class Leadership(Protocol):
@@ -139,6 +144,7 @@ class Daemon:
         self.db_ok = False  # the source (database or API) answered the last ping
         self.last_tick = time.monotonic()
         self._last_good_poll = -1.0  # monotonic time of the last successful poll pass
+        self._last_good_poll_unix = 0.0  # the same as Unix time, for its gauge (read at scrape time)
         self._last_check = -1.0  # monotonic time the last leader check started
         self._leadership_turn = threading.Lock()  # check_leader vs shutdown's release
         self._consecutive_failures = 0
@@ -167,6 +173,8 @@ class Daemon:
         # Read at scrape time: a stale heartbeat shows as 0 even while the heartbeat job is blocked.
         parts.metrics.leader.set_function(lambda: 1.0 if parts.leadership.is_leader(self.clock()) else 0.0)
         parts.metrics.leader_wait.set_function(lambda: self.waiting() or 0.0)
+        # Read at scrape time too: setting a Gauge (its lock, its checks) on every 10 ms poll cost more than the read.
+        parts.metrics.last_successful_poll.set_function(lambda: self._last_good_poll_unix)
 
     def fence(self) -> Fence | None:
         """Permission to write now (the remediation asks before every write): the lock's fence."""
@@ -269,7 +277,15 @@ class Daemon:
                     self.refresh_status()
                 self.parts.source.end()  # the next term resumes where this one stopped (RunSource.start)
                 wait = max(interval, 0.1)
-            self.stop.wait(wait)
+            self._pause(wait)
+
+    def _pause(self, seconds: float) -> None:
+        """Until the next pass: a short pause sleeps (``SHORT_PAUSE``), a longer one (a back-off, a
+        standby's wait, a long poll interval) ends as soon as ``stop`` is set."""
+        if seconds <= SHORT_PAUSE:
+            time.sleep(seconds)
+        else:
+            self.stop.wait(seconds)
 
     def shutdown(self, timeout: float = 3.0) -> None:
         """Release the lock and drain alerts; bounded so SIGTERM finishes inside the grace period: the
@@ -405,7 +421,7 @@ class Daemon:
         self._last_good_poll = time.monotonic()
         m = self.parts.metrics
         m.poll_duration.observe(elapsed)
-        m.last_successful_poll.set(time.time())
+        self._last_good_poll_unix = time.time()
         with self._tally.lock:
             self._tally.polls += 1
             self._tally.new_runs += new_runs
