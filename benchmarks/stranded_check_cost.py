@@ -11,7 +11,9 @@ History: 200 assets, 300 consumer DAGs (DAG d on asset d % 200), one event per s
 assets; each DAG's runs consume 10 of its asset's events each (1.5 ``dagrun_asset_event`` rows per
 event); 20 DAGs have a queue row and 2 waiting events (normal); 3 DAGs have 2 stranded events each
 (newer than their latest run, which was created after them, no queue row); 20 more DAGs on those
-assets never ran. FKs of the loaded tables are dropped for the load and not re-added (the planner
+assets never ran; 3 more DAGs have an event committed late (inside their latest run's window,
+consumed by no run: ``queries.stranded_late_candidates``, timed on its own as ``late_ms``). FKs of the
+loaded tables are dropped for the load and not re-added (the planner
 does not use them here). ``VACUUM ANALYZE`` before timing.
 
     .venv/bin/python benchmarks/stranded_check_cost.py --sizes 1m,10m --repeat 7 --out stranded_check_cost.json
@@ -32,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine, parse_sizes  # noqa: E402
 from detector.core.stranded import find_stranded  # noqa: E402
+from detector.core.stranded_late import find_late  # noqa: E402
 from detector.metadb import queries  # noqa: E402
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
 from tests.pg import fixture_sql  # noqa: E402
@@ -78,6 +81,12 @@ SELECT d, 'dag_' || d, timestamptz '2025-01-01' + ((%(n)s + 2 * d) || ' seconds'
 FROM generate_series(0, 19) AS d;
 UPDATE dag_run SET queued_at = now(), created_at = now()
 WHERE id IN (SELECT d * %(runs)s + %(runs)s - 1 FROM generate_series(20, 22) AS d);
+-- 3 DAGs with an event committed late (internals §11.2): inside their latest run's window, consumed by
+-- no run of the DAG (the link of the window's 5th event removed)
+DELETE FROM dagrun_asset_event
+WHERE (dag_run_id, event_id) IN (SELECT d * %(runs)s + %(runs)s - 1,
+                                        ((%(runs)s - 1) * %(per_run)s + 4) * %(assets)s + d %% %(assets)s
+                                 FROM generate_series(30, 32) AS d);
 -- 20 DAGs on busy assets that never ran (a full walk of their assets' events if not gated)
 INSERT INTO dag (dag_id, is_paused, is_stale, bundle_name, timetable_type, partition_mapper_info,
                  max_active_tasks, max_consecutive_failed_dag_runs, has_task_concurrency_limits)
@@ -125,12 +134,18 @@ def measure(url: str, repeat: int) -> dict[str, Any]:
             t: conn.exec_driver_sql(f"SELECT pg_total_relation_size('{t}')").scalar_one()
             for t in ("asset_event", "dag_run", "dagrun_asset_event")
         }
+        late_times: list[float] = []
+        late_rows: list[Any] = []
         for _ in range(repeat):
             start = time.perf_counter()
             rows = queries.stranded_event_candidates(conn, db.tables, None)
             times.append(time.perf_counter() - start)
             conn.rollback()
-    found = find_stranded(rows)
+            start = time.perf_counter()
+            late_rows = queries.stranded_late_candidates(conn, db.tables, None)
+            late_times.append(time.perf_counter() - start)
+            conn.rollback()
+    found, late = find_stranded(rows), find_late(late_rows)
     db.engine.dispose()
     return {
         "table_bytes": sizes,
@@ -139,6 +154,11 @@ def measure(url: str, repeat: int) -> dict[str, Any]:
         "candidate_rows": len(rows),
         "stranded_sets_found": len(found),
         "stranded_sets_built": 3,
+        "late_ms": round(statistics.median(late_times) * 1000, 2),
+        "late_ms_all": [round(t * 1000, 2) for t in late_times],
+        "late_candidate_rows": len(late_rows),
+        "late_sets_found": len(late),
+        "late_sets_built": 3,
     }
 
 
