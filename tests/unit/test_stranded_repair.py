@@ -9,9 +9,9 @@ import pytest
 
 from detector.core.stranded import CandidateEvent, StrandedSet
 from detector.core.stranded_repair import (
+    Refusal,
     RepairedRun,
     RepairState,
-    Refusal,
     Requeue,
     WindowEvent,
     plan_requeue,

@@ -142,7 +142,7 @@ class StrandedRepairer:
         self.metrics.stranded_repairs.labels(outcome=outcome).inc()
         facts = {"outcome": outcome, "detail": detail, "mode": self.mode, "stranded_key": obs.key,
                  "dag_id": s.dag_id, "event_ids": list(s.event_ids), "run_id": run_id}  # fmt: skip
-        getattr(log, "error" if SEVERITY[outcome] == "error" else "info")(f"stranded_repair_{outcome}", **facts)
+        getattr(log, SEVERITY[outcome])(f"stranded_repair_{outcome}", **facts)  # error / warning / info
         advice = UNDO if outcome == "requeued" else BY_HAND if outcome in ("refused", "failed") else ""
         notice = Observation(
             kind=REPAIR_KIND,
