@@ -29,10 +29,10 @@ Pure: rows in, findings out; ``db_now`` is passed in.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from detector.core.checks import Observation
 from detector.core.detect import ALL_DAGS, DagFilter
@@ -102,18 +102,49 @@ def is_stranded(c: CandidateEvent) -> bool:
     )
 
 
+class Event(Protocol):
+    """What grouping needs of a candidate (``CandidateEvent``, ``stranded_late.LateCandidate``)."""
+
+    @property
+    def dag_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def event_id(self) -> int: ...
+    @property
+    def asset(self) -> str: ...
+    @property
+    def timestamp(self) -> datetime: ...
+
+
+E = TypeVar("E", bound=Event)
+
+
+def by_run(
+    candidates: Iterable[E], keep: Callable[[E], bool], dag_filter: DagFilter, since: datetime | None
+) -> list[tuple[str, str, tuple[E, ...]]]:
+    """The kept candidates per (DAG, run), sorted, each run's events unique and in time order."""
+    runs: dict[tuple[str, str], list[E]] = defaultdict(list)
+    for c in candidates:
+        if keep(c) and dag_filter.selects(c.dag_id) and (since is None or c.timestamp >= since):
+            runs[(c.dag_id, c.run_id)].append(c)
+    found = []
+    for (dag_id, run_id), events in sorted(runs.items()):
+        events.sort(key=lambda e: (e.timestamp, e.event_id))
+        found.append((dag_id, run_id, tuple({e.event_id: e for e in events}.values())))
+    return found
+
+
+def events_facts(events: Iterable[Event]) -> list[dict[str, Any]]:
+    return [{"id": e.event_id, "asset": e.asset, "timestamp": e.timestamp.isoformat()} for e in events]
+
+
 def find_stranded(
     candidates: Iterable[CandidateEvent], *, dag_filter: DagFilter = ALL_DAGS, since: datetime | None = None
 ) -> list[StrandedSet]:
     """One set per (DAG, stranding run), events in time order."""
-    by_run: dict[tuple[str, str], list[CandidateEvent]] = defaultdict(list)
-    for c in candidates:
-        if is_stranded(c) and dag_filter.selects(c.dag_id) and (since is None or c.timestamp >= since):
-            by_run[(c.dag_id, c.run_id)].append(c)
     found = []
-    for (dag_id, run_id), events in sorted(by_run.items()):
-        events.sort(key=lambda e: (e.timestamp, e.event_id))
-        unique = tuple({e.event_id: e for e in events}.values())
+    for dag_id, run_id, unique in by_run(candidates, is_stranded, dag_filter, since):
         created = run_created(unique[0])
         assert created is not None  # is_stranded checked it
         found.append(
@@ -136,7 +167,7 @@ def stranded_dict(s: StrandedSet) -> dict[str, Any]:
         "run_after": s.run_after.isoformat(),
         "run_created": s.run_created.isoformat(),
         "event_ids": list(s.event_ids),
-        "events": [{"id": e.event_id, "asset": e.asset, "timestamp": e.timestamp.isoformat()} for e in s.events],
+        "events": events_facts(s.events),
     }
 
 

@@ -30,7 +30,6 @@ Pure: rows in, findings out; ``db_now`` is passed in.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,7 +37,7 @@ from typing import Any
 
 from detector.core.checks import Observation
 from detector.core.detect import ALL_DAGS, DagFilter
-from detector.core.stranded import KIND
+from detector.core.stranded import KIND, by_run, events_facts
 
 REASON = "committed_late"
 ADVICE = (
@@ -95,17 +94,10 @@ def find_late(
     candidates: Iterable[LateCandidate], *, dag_filter: DagFilter = ALL_DAGS, since: datetime | None = None
 ) -> list[LateSet]:
     """One set per (DAG, window run), events in time order."""
-    by_run: dict[tuple[str, str], list[LateCandidate]] = defaultdict(list)
-    for c in candidates:
-        if is_committed_late(c) and dag_filter.selects(c.dag_id) and (since is None or c.timestamp >= since):
-            by_run[(c.dag_id, c.run_id)].append(c)
-    found = []
-    for (dag_id, run_id), events in sorted(by_run.items()):
-        events.sort(key=lambda e: (e.timestamp, e.event_id))
-        unique = tuple({e.event_id: e for e in events}.values())
-        key = f"{KIND}|{REASON}|{dag_id}|{run_id}"
-        found.append(LateSet(key=key, dag_id=dag_id, run_id=run_id, run_after=unique[0].run_after, events=unique))
-    return found
+    return [
+        LateSet(key=f"{KIND}|{REASON}|{d}|{r}", dag_id=d, run_id=r, run_after=events[0].run_after, events=events)
+        for d, r, events in by_run(candidates, is_committed_late, dag_filter, since)
+    ]
 
 
 def late_dict(s: LateSet) -> dict[str, Any]:
@@ -115,7 +107,7 @@ def late_dict(s: LateSet) -> dict[str, Any]:
         "run_id": s.run_id,
         "run_after": s.run_after.isoformat(),
         "event_ids": list(s.event_ids),
-        "events": [{"id": e.event_id, "asset": e.asset, "timestamp": e.timestamp.isoformat()} for e in s.events],
+        "events": events_facts(s.events),
     }
 
 
