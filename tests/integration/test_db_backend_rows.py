@@ -271,6 +271,23 @@ def test_a_task_started_since_the_preview_is_too_late_under_lock(fanout: Db) -> 
     )
 
 
+def test_by_default_the_backend_leaves_a_task_started_since_the_preview_alone(fanout: Db) -> None:
+    """``remediate_started`` is off unless asked for, in the backend's own judgement too."""
+    action = fanout.actions(Mode.FAIL)[0]
+    preview = judge(action, read_state(fanout.engine, fanout.db.tables, action), remediate_started=False)
+    assert preview.work is not None
+    sql(
+        fanout.url,
+        "UPDATE task_instance SET state = 'running' WHERE run_id = :r AND task_id = 'extract'",
+        r=action.run.run_id,
+    )
+    before = db_state(fanout.url)
+    applied = DbBackend(fanout.engine, fanout.db.tables).apply(action, preview.work, lambda: Verdict(None))
+    detail = "too late, both runs executed: tasks already started (extract=running) (re-checked under lock)"
+    assert (applied.result, applied.detail, applied.committed_at) == (Result.TOO_LATE, detail, None)
+    assert db_state(fanout.url) == before
+
+
 def test_a_kept_run_stopped_since_the_preview_is_refused_under_lock(fanout: Db) -> None:
     action = fanout.actions(Mode.FAIL)[0]
     assert _apply(fanout, action, "UPDATE dag_run SET state = 'failed' WHERE run_id = :k") == (
@@ -307,6 +324,26 @@ def test_a_write_that_does_not_hold_is_rolled_back_whole(fanout: Db) -> None:
         "load=scheduled (rolled back)"
     )
     assert result.committed_at is None
+    assert db_state(fanout.url) == before
+
+
+def test_a_fail_whose_run_does_not_stay_failed_is_rolled_back_whole(fanout: Db) -> None:
+    """The run row is put back (a trigger in Airflow's database, as a scheduler's late write would):
+    its tasks are skipped but the run is not failed, so the stop did not hold, and nothing of it lands."""
+    action = fanout.actions(Mode.FAIL)[0]
+    sql(
+        fanout.url,
+        "CREATE FUNCTION keep_run() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "NEW.state := 'running'; RETURN NEW; END $$; "
+        "CREATE TRIGGER keep_run BEFORE UPDATE ON dag_run FOR EACH ROW EXECUTE FUNCTION keep_run()",
+    )
+    before = db_state(fanout.url)
+    result = _remediator(fanout, Mode.FAIL).execute(action)
+    assert (result.result, result.retryable, result.committed_at) == (Result.FAILED, True, None)
+    assert result.detail == (
+        "written (run -> failed; skipped: extract, load) but it did not hold: after the write Airflow shows "
+        "run state running (rolled back)"
+    )
     assert db_state(fanout.url) == before
 
 
