@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy.engine import make_url
 
-from detector.actions.remediation.guarded import DbRunStates
+from detector.actions.remediation.db import DbBackend
+from detector.actions.remediation.guarded import DbRunStates, Verdict, Work
 from detector.core.plan import Mode
 from detector.errors import DatabaseError
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url, redact
@@ -109,6 +110,31 @@ def test_every_read_refuses_a_hot_standby_and_says_what_it_was_for(pg_templates:
                     f"dupguard never {use} there; set DUPGUARD_DATABASE_URL to the primary (a writer endpoint, "
                     "not a reader endpoint; a multi-host URL needs target_session_attrs=read-write)"
                 ), name
+        finally:
+            engine.dispose()
+    finally:
+        primary.engine.dispose()
+
+
+def test_the_db_backends_write_refuses_a_hot_standby_and_says_so(pg_templates: Templates, replica: Replica) -> None:
+    """The write's own transaction checks too: a pooled connection may reach another host than the
+    re-read's did (a multi-host URL, an endpoint moved by a failover). Refused before any lock or
+    write, with the setting to change, whole."""
+    primary = Db(pg_templates.clone("3.1.2", "race_asset_fanout"))
+    try:
+        action = primary.actions(Mode.FAIL)[0]
+        replica.wait_caught_up()
+        engine = make_engine(parse_url(replica.url(primary.url)))
+        try:
+            backend = DbBackend(engine, open_airflow_db(engine).tables)
+            work = Work(mode=Mode.FAIL, run_pk=action.run.id, to_fail=(), to_skip=(), fail_run=True)
+            with pytest.raises(DatabaseError) as refused:
+                backend.apply(action, work, lambda: Verdict(None, work.describe(), work))
+            assert str(refused.value) == (
+                f"database {redact(engine.url)} is a hot standby (in recovery, it may lag the primary): "
+                "dupguard never writes there; set DUPGUARD_DATABASE_URL to the primary (a writer endpoint, "
+                "not a reader endpoint; a multi-host URL needs target_session_attrs=read-write)"
+            )
         finally:
             engine.dispose()
     finally:
