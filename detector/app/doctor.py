@@ -179,7 +179,7 @@ def _read_database(cfg: Config, db: AirflowDb, conn: Connection, out: Findings, 
         "session_pinned": is_pinned(conn) if postgres else None,
     }
     wanted = {*DETECT_TABLES, *PARTITION_TABLES, *LEDGER_TABLES, "dag", *queries.SCHEDULE_TABLES}
-    wanted |= {t for t, _ in REPAIR_STRANDED}
+    wanted |= {*CHECK_TABLES, *(t for t, _ in REPAIR_STRANDED)}  # else their grants are never checked
     present = queries.existing_tables(conn, wanted | set(queries.ALIAS_TABLES) | set(queries.WATCHER_TABLES))
     ledger = set(LEDGER_TABLES) <= present
     grants = _grants(conn, _grant_checks(db, present, ledger), out)

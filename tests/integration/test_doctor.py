@@ -167,6 +167,19 @@ def test_the_guards_notes_mean_protected(pg_templates: Templates) -> None:
     assert {p["name"]: p["protected"] for p in doc["code_paths"]}["asset_triggered"] is True
 
 
+def test_a_periodic_checks_table_left_out_of_the_grant_is_named(pg_templates: Templates, read_only_role: Role) -> None:
+    """The checks' tables are grants the doctor checks too (need ``checks``), not only the detection's."""
+    url = pg_templates.clone("3.1.2", "race_asset")
+    grant = documented_grants(ROOT / "README.md")["3.0 and 3.1"].replace("TO dupguard;", "TO {role}")
+    grant += "; REVOKE SELECT ON trigger, task_instance_history FROM {role}"
+    _, doc = doctor("--database-url", _as(url, read_only_role, grant))
+    lacking = {(g["need"], g["table"], g["privilege"]) for g in doc["grants"] if not g["held"]}
+    assert {("checks", "trigger", "SELECT"), ("checks", "task_instance_history", "SELECT")} <= lacking
+    assert not any(need == "checks" and table not in {"trigger", "task_instance_history"} for need, table, _ in lacking)
+    problem = "checks lacks SELECT on task_instance_history, SELECT on trigger (README, Read-only access)"
+    assert problem in doc["problems"]
+
+
 def test_the_readme_grant_alone_detects_and_says_what_it_cannot_count(
     pg_templates: Templates, read_only_role: Role
 ) -> None:
