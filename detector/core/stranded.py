@@ -23,25 +23,36 @@ even of another asset, could still make a run that consumes it). Not flagged, ea
 * cleared runs: a clear resets ``queued_at``; a run's creation time is ``created_at`` (3.2+) or
   ``queued_at`` of a run never cleared (``clear_number`` 0), otherwise unknown and not evidence.
 
+A stranded event that is a trigger's copy of a message a run of the DAG consumed (two triggerers ran
+one AssetWatcher trigger, docs/airflow-internals.md §13) is kept, as evidence of the double-run
+trigger, but marked (``copies``): the message was processed, so nothing is to re-run and the repair
+refuses the set (re-queueing would run the consumer again for it).
+
 Pure: rows in, findings out; ``db_now`` is passed in.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from detector.core.checks import Observation
 from detector.core.detect import ALL_DAGS, DagFilter
+from detector.core.trigger_event import Copies
 
 KIND = "stranded_events"
 ADVICE = (
     "The consumer DAG has not run for these asset events and will not until another event of its assets "
     "arrives (apache/airflow#56050). Create one asset event of one of its assets (REST API POST "
     "/api/v2/assets/events, or the UI): the run it triggers consumes these too; check that it did."
+)
+COPY_ADVICE = (
+    "These events are copies of messages a run of the DAG already consumed: the AssetWatcher's trigger ran "
+    "on two triggerers (docs/airflow-internals.md §13). Nothing to re-run; do not create an event for them. "
+    "Find why the trigger ran twice (DupguardTriggerFlapping, the triggerers' logs)."
 )
 
 
@@ -67,6 +78,20 @@ class CandidateEvent:
 
 
 @dataclass(frozen=True)
+class ConsumedCopy:
+    """A stranded event carrying the message of an event a run of its DAG consumed."""
+
+    event_id: int
+    of_event: int
+    run_id: str  # the run that consumed ``of_event``
+    proven: bool  # by a message id; else only an equal payload (maybe two messages with one body)
+
+    def describe(self) -> str:
+        how = "a copy (same message id)" if self.proven else "maybe a copy (equal payload, no message id)"
+        return f"{how} of event {self.of_event}, which run {self.run_id} consumed"
+
+
+@dataclass(frozen=True)
 class StrandedSet:
     key: str
     dag_id: str
@@ -74,10 +99,25 @@ class StrandedSet:
     run_after: datetime
     run_created: datetime
     events: tuple[CandidateEvent, ...]
+    copies: tuple[ConsumedCopy, ...] = ()  # of its events (with_copies)
 
     @property
     def event_ids(self) -> tuple[int, ...]:
         return tuple(e.event_id for e in self.events)
+
+
+def with_copies(s: StrandedSet, found: Iterable[Copies], consumers: Mapping[int, Iterable[str]]) -> StrandedSet:
+    """``s`` with its events that are copies (``trigger_event.copies``) of an event ``consumers`` (event
+    id -> run ids of the set's DAG that consumed it) names; a copy proven by a message id first."""
+    ordered = sorted(found, key=lambda c: not c.proven)
+    marks = []
+    for event_id in s.event_ids:
+        for c in (c for c in ordered if event_id in c.event_ids):
+            hits = sorted((other, run) for other in c.event_ids - {event_id} for run in consumers.get(other, ()))
+            if hits:
+                marks.append(ConsumedCopy(event_id, hits[0][0], hits[0][1], c.proven))
+                break
+    return replace(s, copies=tuple(marks))
 
 
 def run_created(c: CandidateEvent) -> datetime | None:
@@ -168,26 +208,48 @@ def stranded_dict(s: StrandedSet) -> dict[str, Any]:
         "run_created": s.run_created.isoformat(),
         "event_ids": list(s.event_ids),
         "events": events_facts(s.events),
+        "copies": [
+            {"id": c.event_id, "of_event": c.of_event, "run_id": c.run_id, "proven": c.proven} for c in s.copies
+        ],
     }
 
 
 def observe(s: StrandedSet, db_now: datetime) -> Observation:
     first = s.events[0].timestamp
+    copy_of = {c.event_id: c for c in s.copies}
+    proven = sum(c.proven for c in s.copies)  # a copy only maybe is counted as a lost event too
     lines = (
         f"run {s.run_id}: consumed events up to {s.run_after.isoformat()}, created {s.run_created.isoformat()}",
-        *(f"event {e.event_id} of {e.asset} at {e.timestamp.isoformat()}: consumed by no run" for e in s.events),
+        *(
+            f"event {e.event_id} of {e.asset} at {e.timestamp.isoformat()}: {_why(copy_of.get(e.event_id))}"
+            for e in s.events
+        ),
         f"no queue row left for DAG {s.dag_id}; stranded for {max(0.0, (db_now - first).total_seconds()):.0f} s",
     )
+    lost = len(s.events) - proven
+    title = f"{lost} asset event(s) of DAG {s.dag_id} triggered no run" + (
+        f" (and {proven} copy(ies) of consumed events)" if proven else ""
+    )
+    if not lost:
+        title = f"{proven} asset event(s) of DAG {s.dag_id} are copies of consumed events: a trigger ran twice"
     return Observation(
         kind=KIND,
         key=s.key,
         confidence="confirmed",
-        severity="error",
+        severity="error" if lost else "warning",
         dag_ids=(s.dag_id,),
-        title=f"{len(s.events)} asset event(s) of DAG {s.dag_id} triggered no run",
+        title=title,
         lines=lines,
-        advice=ADVICE,
+        advice=ADVICE if lost else COPY_ADVICE,
         facts=stranded_dict(s),
         seen_at=db_now,
         subject=s,
     )
+
+
+def _why(copy: ConsumedCopy | None) -> str:
+    if copy is None:
+        return "consumed by no run"
+    if copy.proven:
+        return f"{copy.describe()}: the trigger ran on two triggerers; nothing to re-run"
+    return f"consumed by no run; {copy.describe()}"

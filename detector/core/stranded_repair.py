@@ -14,7 +14,10 @@ Refused (the alert says why; on-call can still create one asset event by hand):
   queue row could make a run that takes these events while the row is written, an AND condition would
   wait for assets dupguard cannot vouch for, and alias events are in the window from 3.1 only;
 * a partitioned DAG (3.2+, ``timetable_partitioned``): its runs come from ``asset_partition_dag_run``;
-* a window other than the set (an event consumed by another run, or one the set does not hold).
+* a window other than the set (an event consumed by another run, or one the set does not hold);
+* a set holding a trigger's copy of a message a run of the DAG consumed (``StrandedSet.copies``, proven
+  or only by an equal payload): the window holds every event of the set, so the run would process that
+  message again. Checked first: it never changes.
 
 Skipped (the state moved on, nothing to repair): a queue row of the DAG now, an event of the set
 consumed, a run at or after ``T``, the DAG paused. Pure: rows in, a plan out.
@@ -94,6 +97,12 @@ def single_asset(expression: Any) -> bool:
 
 def plan_requeue(s: StrandedSet, state: RepairState) -> Requeue | Refusal:
     ids = set(s.event_ids)
+    if s.copies:
+        return Refusal(
+            "refused",
+            "; ".join(f"event {c.event_id} is {c.describe()}" for c in s.copies)
+            + ": a run of the window would process that message again (a trigger ran on two triggerers)",
+        )
     if state.queue_rows:
         return Refusal("skipped", f"DAG {s.dag_id} has a queue row now: Airflow's scheduler makes its run")
     if state.consumed:

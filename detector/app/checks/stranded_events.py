@@ -28,6 +28,7 @@ from detector.core.stranded_late import find_late, observe_late
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb
 from detector.metrics import Metrics
+from detector.sources.database import copies
 
 log = logs.get("dupguard.checks")
 
@@ -57,6 +58,9 @@ class StrandedEventsCheck(CheckBase):
             log.warning("stranded_events_skipped", reason=f"needs GRANT SELECT ON {', '.join(lacking)}")
             return []
         candidates = queries.stranded_event_candidates(conn, db.tables, ctx.since)
-        found = [observe(s, ctx.db_now) for s in find_stranded(candidates, dag_filter=ctx.dag_filter)]
+        stranded = find_stranded(candidates, dag_filter=ctx.dag_filter)
+        # A trigger's copy of a consumed message is marked: its repair would run the consumer again.
+        stranded = copies.of_stranded(conn, t, stranded, self.config.suspect_window) if stranded else stranded
+        found = [observe(s, ctx.db_now) for s in stranded]
         late = queries.stranded_late_candidates(conn, db.tables, ctx.since)
         return found + [observe_late(s, ctx.db_now) for s in find_late(late, dag_filter=ctx.dag_filter)]
