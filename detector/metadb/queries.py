@@ -610,6 +610,11 @@ def _latest_consuming_run(t: AirflowTables, refs: Any, gate: tuple[Any, ...]) ->
     )
 
 
+def _asset_label(name: str, uri: str) -> str:
+    """How an alert names an asset: its name, and its URI when that differs."""
+    return name if name == uri else f"{name} ({uri})"
+
+
 def stranded_event_candidates(conn: Connection, t: AirflowTables, since: datetime | None) -> list[CandidateEvent]:
     """Per (DAG, asset) reference: the events newer than the run that consumed the asset's newest
     consumed event (a stranded event is newer than every event its DAG consumed), for DAGs unpaused,
@@ -704,7 +709,7 @@ def stranded_event_candidates(conn: Connection, t: AirflowTables, since: datetim
         CandidateEvent(
             dag_id=r.dag_id,
             event_id=r.event_id,
-            asset=r.name if r.name == r.uri else f"{r.name} ({r.uri})",
+            asset=_asset_label(r.name, r.uri),
             timestamp=r.timestamp,
             consumed=bool(r.consumed),
             via_alias=bool(r.via_alias),
@@ -815,7 +820,7 @@ def stranded_late_candidates(conn: Connection, t: AirflowTables, since: datetime
         LateCandidate(
             dag_id=r.dag_id,
             event_id=r.event_id,
-            asset=r.name if r.name == r.uri else f"{r.name} ({r.uri})",
+            asset=_asset_label(r.name, r.uri),
             timestamp=r.timestamp,
             via_alias=bool(r.via_alias),
             partition_key=r.partition_key,
