@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 from detector.actions.remediation.api import ApiBackend
 from detector.actions.remediation.guarded import GuardedRemediator
 from detector.actions.remediation.readback import NO_START_DATE
-from detector.airflowapi.permissions import EDIT_TASK_INSTANCES
+from detector.airflowapi.permissions import EDIT_RUNS, EDIT_TASK_INSTANCES
 from detector.app.wiring import api_reader, build_remediator
 from detector.config import Config
 from detector.core.fence import Fence
@@ -409,22 +409,29 @@ def test_a_bulk_skip_that_landed_after_the_timeout_is_not_reported_as_someone_el
     assert {ti[0] for ti in row.tasks.values()} == {"skipped"} and row.note is None
 
 
-def test_a_bulk_skip_answered_whose_note_failed_is_done_by_its_read_back(h322: Harness) -> None:
-    """Airflow answered the bulk skip, the note after it failed (503): the tasks were skipped by our
-    write, proved by that answer and the read-back: ``done``, saying the note is missing, not ``already``
-    "not stopped by dupguard's write" (what it said before)."""
+@pytest.mark.parametrize(
+    ("status", "why"),
+    [
+        (503, f"PATCH dagRun note: HTTP 503 {INJECTED}"),
+        (403, f"PATCH dagRun note: HTTP 403 {INJECTED}: the Airflow user needs {EDIT_RUNS}"),
+    ],
+    ids=["503", "403"],
+)
+def test_a_bulk_skip_answered_whose_note_failed_is_done_by_its_read_back(h322: Harness, status: int, why: str) -> None:
+    """Airflow answered the bulk skip, the note after it failed (503; 403, a user who may edit task
+    instances but not runs): the tasks were skipped by our write, proved by that answer and the
+    read-back: ``done``, saying the note is missing, not ``already`` "not stopped by dupguard's write"
+    (what 503 said before) nor ``failed`` (what 403 said before)."""
     (action,) = h322.actions(Mode.SKIP)
     with CountingProxy(h322.server.port) as proxy:
         # the first rule forwards the bulk skip, the second answers the note's PATCH after it
-        proxy.inject += [(RUNS, 0, 0.0), (RUNS, 503, 0.0)]
+        proxy.inject += [(RUNS, 0, 0.0), (RUNS, status, 0.0)]
         sent = datetime.now(UTC)
         result = _remediator(h322, proxy.url, mode=Mode.SKIP, backoff=0.0).execute(action)
         patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
     assert result.result is Result.DONE
     assert result.committed_at is not None and sent <= result.committed_at <= datetime.now(UTC)
-    assert result.detail == (
-        f"skipped: extract, load (applied, but its note was not written: PATCH dagRun note: HTTP 503 {INJECTED})"
-    )
+    assert result.detail == f"skipped: extract, load (applied, but its note was not written: {why})"
     assert patches == 2
     row = db_state(h322.url)[action.run.run_id]
     assert {ti[0] for ti in row.tasks.values()} == {"skipped"} and row.note is None
@@ -530,16 +537,45 @@ def test_wrong_credentials_fail_at_once_and_the_next_token_request_waits_a_minut
 
 def test_the_note_after_a_bulk_skip_is_fenced_too(h322: Harness) -> None:
     """Fencing asks before every write, the note's PATCH too: the lease ends once the bulk skip is
-    answered, so the note is not sent (one PATCH), the action is retried by the next leader."""
+    answered, so the note is not sent (one PATCH). The tasks were skipped by our write, proved by
+    Airflow's answer and the read-back: ``done``, saying the note was not written because the lease
+    ended, committed when the bulk skip was answered (was: ``failed`` "not written: … nothing sent")."""
     (action,) = h322.actions(Mode.SKIP)
     lease = Fence(term=1, ends=math.inf, clock=time.monotonic)
     asked: list[Fence | None] = [lease]  # the first ask (the bulk skip) gets the lease, later ones none
     with CountingProxy(h322.server.port) as proxy:
+        sent = datetime.now(UTC)
         result = _remediator(h322, proxy.url, mode=Mode.SKIP, fence=lambda: asked.pop() if asked else None).execute(
             action
         )
         patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
     assert patches == 1
-    assert result.result is Result.FAILED and result.retryable
+    assert result.result is Result.DONE and not result.retryable
+    assert result.committed_at is not None and sent <= result.committed_at <= datetime.now(UTC)
+    assert result.detail == (
+        "skipped: extract, load (applied, but its note was not written: this replica's leader lease ended "
+        "(or it is waiting to act): nothing sent)"
+    )
+    row = db_state(h322.url)[action.run.run_id]
+    assert {ti[0] for ti in row.tasks.values()} == {"skipped"} and row.note is None
+
+
+def test_the_last_attempts_bulk_skip_answered_whose_note_failed_is_done_by_its_read_back(h322: Harness) -> None:
+    """The last attempt's bulk skip is answered and its note fails (503): no retry re-checks the run, yet
+    the tasks were skipped by our write: ``done`` by that answer and the read-back, saying the note is
+    missing (was: ``failed`` "failed 2 times", which the dispatcher's retry then reported ``already``)."""
+    (action,) = h322.actions(Mode.SKIP)
+    with CountingProxy(h322.server.port) as proxy:
+        # attempt 1: the bulk skip 503; attempt 2: the bulk skip forwarded, its note 503
+        proxy.inject += [(RUNS, 503, 0.0), (RUNS, 0, 0.0), (RUNS, 503, 0.0)]
+        sent = datetime.now(UTC)
+        result = _remediator(h322, proxy.url, mode=Mode.SKIP, attempts=2, backoff=0.0).execute(action)
+        patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
+    assert patches == 3
+    assert result.result is Result.DONE and not result.retryable
+    assert result.committed_at is not None and sent <= result.committed_at <= datetime.now(UTC)
+    assert result.detail == (
+        f"skipped: extract, load (applied, but its note was not written: PATCH dagRun note: HTTP 503 {INJECTED})"
+    )
     row = db_state(h322.url)[action.run.run_id]
     assert {ti[0] for ti in row.tasks.values()} == {"skipped"} and row.note is None

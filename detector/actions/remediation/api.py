@@ -74,8 +74,8 @@ _READ_FAILED = (DupguardError, Transient)
 @dataclass(slots=True)
 class _BulkSkips:
     """What one action's bulk skips came to across its attempts. The note is sent after the bulk skip,
-    so a retry's re-check can find every task skipped without our note; this tells whose skip that is
-    as far as can be known."""
+    so the run can end up with every task skipped without our note; this tells whose skip that is as
+    far as can be known (answered: ours, judged at once; unanswered: a retry's re-check cannot tell)."""
 
     answered: datetime | None = None  # when Airflow answered one without errors: the skip is ours
     unanswered: bool = False  # one went out and no answer came (a timeout, a 5xx): it may have landed
@@ -191,9 +191,13 @@ class ApiBackend:
         refused = conflict = False
         for attempt in range(1, self.attempts + 1):
             try:
-                self._apply_once(action, work, budget, skips)
-                committed = now_utc()
-                return self._read_back(action, work, committed)
+                unwritten = self._apply_once(action, work, budget, skips)
+                if unwritten is not None:
+                    # Airflow answered our bulk skip and the note after it failed: the skip is ours
+                    assert skips.answered is not None
+                    done = self._read_back(action, work, skips.answered)
+                    return replace(done, detail=f"{done.detail} (applied, but its note was not written: {unwritten})")
+                return self._read_back(action, work, now_utc())
             except Gone as exc:
                 return Applied(Result.GONE, f"HTTP 404 from the Airflow API: {exc}")
             except AirflowAuthError as exc:
@@ -217,10 +221,6 @@ class ApiBackend:
                 if verdict.result is Result.ALREADY and conflict:
                     # 409: another writer (a second replica) stopped it; ours did not apply
                     return Applied(Result.ALREADY, f"{verdict.detail} (our write conflicted: {last})")
-                if verdict.result is Result.ALREADY and skips.answered is not None:
-                    # Airflow answered our bulk skip and the note after it failed: the skip is ours
-                    done = self._read_back(action, work, skips.answered)
-                    return replace(done, detail=f"{done.detail} (applied, but its note was not written: {last})")
                 if verdict.result is Result.ALREADY:
                     # _landed found no note of ours: stopped by someone else, or it cannot be told
                     detail = f"{verdict.detail} (after a failed attempt: {last})"
@@ -294,7 +294,11 @@ class ApiBackend:
         detail = checked.detail + (NO_START_DATE if action.mode is Mode.FAIL and not work.ran else "")
         return Applied(checked.result, detail, committed_at=committed, started_tasks=checked.started)
 
-    def _apply_once(self, action: Action, work: Work, budget: Budget, skips: _BulkSkips) -> None:
+    def _apply_once(self, action: Action, work: Work, budget: Budget, skips: _BulkSkips) -> str | None:
+        """One attempt; raises when nothing of it is known to have applied. Returns why the note was not
+        written after a bulk skip Airflow answered (None: it was): that skip is ours whatever befell the
+        note (a 5xx, a timeout, the lease ended at its fence, a 403), on any attempt, the last one too,
+        so it is judged by the read-back, never retried (a retry would find it ``already``)."""
         dag_id, run_id = action.dag_id, action.run.run_id
         if action.mode is Mode.FAIL:
             body = DAGRunPatchBody(state=DagRunMutableStates.FAILED, note=action.note)
@@ -306,18 +310,24 @@ class ApiBackend:
                 budget,
                 needs=permissions.EDIT_RUNS,
             )
-            return
+            return None
         if work.to_skip or work.to_fail:
             self._skip_tasks(dag_id, run_id, work, budget, skips)
         note = DAGRunPatchBody(note=action.note)
-        self.session.call(
-            "PATCH dagRun note",
-            lambda h: self.dag_runs.patch_dag_run_without_preload_content(
-                dag_id, run_id, note, update_mask=["note"], _request_timeout=self.write_timeout(), _headers=h
-            ),
-            budget,
-            needs=permissions.EDIT_RUNS,
-        )
+        try:
+            self.session.call(
+                "PATCH dagRun note",
+                lambda h: self.dag_runs.patch_dag_run_without_preload_content(
+                    dag_id, run_id, note, update_mask=["note"], _request_timeout=self.write_timeout(), _headers=h
+                ),
+                budget,
+                needs=permissions.EDIT_RUNS,
+            )
+        except (Transient, LeadershipLost, AirflowApiError) as exc:
+            if skips.answered is None:
+                raise  # no bulk skip of ours was answered (none needed): nothing of ours is known to have applied
+            return str(exc)
+        return None
 
     def _skip_tasks(self, dag_id: str, run_id: str, work: Work, budget: Budget, skips: _BulkSkips) -> None:
         tasks = (*work.to_skip, *work.to_fail)
