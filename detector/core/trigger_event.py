@@ -10,8 +10,9 @@ The rule: runs of one DAG are linked when they consumed *different* events of on
 copies of one message. Copies are proven only by a unique message id in the payload (SQS
 ``MessageId``, Kinesis shard and sequence number, Pub/Sub ``message_id``: the table of §13), events
 of one asset within ``window`` of each other. Equal payloads without an id may be two real messages
-with equal bodies: such a group is only ever ``suspected``. A group is ``confirmed`` when every link
-is an id and one run consumed every message and every other event of the group (the keep rule of
+with equal bodies, and a watcher whose messages all look alike sends nothing else: they link no runs
+(``copies`` still reports them, for the stranded check). A group is ``confirmed`` when one run
+consumed every message and every other event of the group (the keep rule of
 ``detect.keep_order``): stopping the others then leaves no message unprocessed. Copies consumed by a
 single run made no extra run: nothing to stop, no group.
 
@@ -160,6 +161,11 @@ def find_trigger_event_duplicates(
         and dag_filter.selects(r.dag_id)
         and r.id not in taken
     ]
+    # Only an id proves a copy. Equal payloads without one link nothing: an AssetWatcher whose every
+    # message has the same body (a file, a Kafka apply_function's constant) would chain every run of its
+    # consumer into one group (the end-to-end run: 20 false groups). The stranded check still refuses
+    # to re-queue them (``detector.core.stranded``).
+    found_copies = [c for c in found_copies if c.proven]
     copy_of = {e: i for i, c in enumerate(found_copies) for e in c.event_ids}
     by_dag: dict[str, list[Run]] = defaultdict(list)
     for run in chosen:
