@@ -26,11 +26,15 @@ def near_runs(
 ) -> tuple[list[Copies], list[Run]]:
     """Copies of the messages ``runs``' trigger events carried, and the runs of those DAGs that consumed one."""
     runs = list(runs)
-    mine = queries.trigger_events(conn, t, {e for r in runs for e in events.get(r.id, ())})
+    # Only an id links runs (core.trigger_event): an event without one needs no range read on the poll.
+    mine = [
+        e for e in queries.trigger_events(conn, t, {e for r in runs for e in events.get(r.id, ())}) if e.message_ids
+    ]
     if not mine:
         return [], []
     ids = {e.id for e in mine}
-    found = [c for c in copies(queries.trigger_events_near(conn, t, mine, window), window) if c.event_ids & ids]
+    near = copies(queries.trigger_events_near(conn, t, mine, window), window)
+    found = [c for c in near if c.proven and c.event_ids & ids]
     return found, _consumers(conn, t, found, {r.dag_id for r in runs})
 
 
@@ -39,7 +43,7 @@ def since(
 ) -> tuple[list[Copies], list[Run]]:
     """Every copy set among the trigger events since ``start`` (scan), and the runs that consumed one."""
     events: list[TriggerEvent] = queries.trigger_events_since(conn, t, start, window)
-    found = copies(events, window)
+    found = [c for c in copies(events, window) if c.proven]
     return found, _consumers(conn, t, found, None)
 
 
