@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .airflow-venvs/VERSION/ with a real apache-airflow==VERSION (+ psycopg2-binary, asyncpg;
-# + apache-airflow-providers-celery for 3.1.2 and 3.2.2, the end-to-end harness's CeleryExecutor),
+# + apache-airflow-providers-celery for 3.1.2 and 3.2.2, the end-to-end harness's CeleryExecutor;
+# + the AWS provider and moto for 3.1.2, the SQS AssetWatcher end to end),
 # used by the Airflow-backed tests and by the fixture generators in this folder.
 #
 # Why pinned: without Airflow's own constraints file, the resolver picks the newest of everything
@@ -40,6 +41,9 @@ case "$VERSION" in
   # The seed's executor (tests/e2e: CeleryExecutor with Redis); pinned in the constraints file too.
   3.1.2|3.2.2) REQS+=(apache-airflow-providers-celery) ;;
 esac
+# The SQS AssetWatcher end to end (tests/e2e/dags_sqs, issue 25): the AWS provider's own SqsSensorTrigger
+# (it needs aiobotocore) against moto's server, which speaks the SQS API locally.
+if [ "$VERSION" = 3.1.2 ]; then REQS+=("apache-airflow-providers-amazon[aiobotocore]" "moto[server]"); fi
 STAMP=$( { echo "${REQS[*]}"; cat "$CONS" 2>/dev/null || true; } | sha256sum | cut -d' ' -f1)
 
 if [ -f "$VENV/.ready" ] && [ "$(cat "$VENV/.ready")" = "$STAMP" ] && [ -z "${REFREEZE:-}" ] && airflow_ok; then
