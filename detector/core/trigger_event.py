@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from detector.core.detect import ALL_DAGS, DagFilter, finding, linked_sets
+from detector.core.exposure import parse_version
 from detector.core.model import (
     ASSET_TRIGGERED,
     NO_DECISIONS,
@@ -39,6 +40,17 @@ from detector.core.model import (
     Run,
     TaskProgress,
 )
+
+# Trigger.get_sorted_triggers keeps an asset trigger with a live owner from 3.2.2 (apache/airflow PR
+# #65792, docs/airflow-internals.md §10): one copy runs, one event per message.
+FIXED_IN = (3, 2, 2)
+
+
+def copies_possible(version: str) -> bool:
+    """Whether Airflow ``version`` can make new copies of a trigger's event (True when unparseable: err
+    towards reading). History may hold copies from before an upgrade: ``scan`` looks whatever runs now."""
+    parsed = parse_version(version)
+    return parsed is None or (parsed[0], parsed[1], parsed[2] or 0) < FIXED_IN
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +63,7 @@ class TriggerEvent:
     timestamp: datetime
     message_ids: frozenset[str]
     payload: str  # sha256 of the canonical JSON ("" when message_ids decide)
+    broadcast: bool = False  # a Redis pub/sub message: every copy of the trigger receives it (``broadcast``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +110,18 @@ def message_ids(payload: object) -> frozenset[str]:
     return frozenset(found)
 
 
+def broadcast(payload: object) -> bool:
+    """Whether the payload is a message every copy of its trigger receives: redis ``AwaitMessageTrigger``
+    yields the pub/sub message ``{"type": "message", "pattern", "channel", "data"}`` (§13), and pub/sub
+    fans each message out to every subscriber. Other id-less triggers' copies compete for a message
+    (a file deleted, a Kafka group, a Service Bus lock): there an equal payload is a second message."""
+    return (
+        isinstance(payload, dict)
+        and payload.get("type") == "message"
+        and {"pattern", "channel", "data"} <= payload.keys()
+    )
+
+
 def trigger_event(
     event_id: int, asset_id: int, timestamp: datetime, extra: object, source_dag_id: str | None
 ) -> TriggerEvent | None:
@@ -108,7 +133,8 @@ def trigger_event(
     if ids:  # the ids decide; the digest is only compared between events without one
         return TriggerEvent(event_id, asset_id, timestamp, ids, "")
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return TriggerEvent(event_id, asset_id, timestamp, ids, hashlib.sha256(canonical.encode()).hexdigest())
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    return TriggerEvent(event_id, asset_id, timestamp, ids, digest, broadcast(payload))
 
 
 def copies(events: Iterable[TriggerEvent], window: timedelta) -> list[Copies]:

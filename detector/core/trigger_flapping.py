@@ -54,6 +54,7 @@ class TriggerRow:
     kind: str  # ASSET or CALLBACK
     assets: tuple[str, ...]  # asset names (asset triggers)
     dag_ids: tuple[str, ...]  # the consumer DAGs of those assets, or the DAG of the missed deadline
+    asset_ids: tuple[int, ...] = ()  # asset triggers: the ids of ``assets`` (their events' asset_id)
 
     @property
     def identity(self) -> tuple[int, datetime]:
@@ -147,6 +148,18 @@ def _alive_throughout(before: Owner, previous: TriggererJob, db_now: datetime, t
     if h0 is None or h1 is None or not previous.alive(db_now, threshold):
         return False
     return before.seen_at - h0 < threshold and h1 - h0 < threshold
+
+
+def alive_at(jobs: Iterable[TriggererJob], at: datetime, threshold: timedelta) -> int:
+    """How many triggerer jobs were alive at ``at`` by their own timestamps: from ``start_date`` to
+    ``end_date``, or, still running, to ``latest_heartbeat`` plus the threshold (Airflow's alive test
+    counts a triggerer alive until its heartbeat is that old; only the latest beat is kept)."""
+    count = 0
+    for j in jobs:
+        until = j.end_date or (j.latest_heartbeat + threshold if j.latest_heartbeat else None)
+        if j.start_date is not None and until is not None and j.start_date <= at < until:
+            count += 1
+    return count
 
 
 def exposure(

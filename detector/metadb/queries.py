@@ -360,6 +360,18 @@ def trigger_events_since(
     return trigger_events(conn, t, conn.execute(close).scalars())
 
 
+def trigger_events_of_assets(
+    conn: Connection, t: AirflowTables, asset_ids: Iterable[int], since: datetime | None
+) -> list[TriggerEvent]:
+    """Trigger events of ``asset_ids`` since ``since`` (all when None): a range of idx_asset_id_timestamp
+    per asset, a watcher's own assets only (not every asset's events, as ``trigger_events_since``)."""
+    ae = t.asset_event
+    query = _trigger_event_select(t).where(ae.c.asset_id.in_(sorted(set(asset_ids))))
+    if since is not None:
+        query = query.where(ae.c.timestamp >= since)
+    return _trigger_events(conn.execute(query))
+
+
 def runs_consuming(conn: Connection, t: AirflowTables, event_ids: Iterable[int]) -> list[Run]:
     """The asset-triggered runs that consumed any of ``event_ids`` (idx_dagrun_asset_events_event_id)."""
     dr, rev = t.dag_run, t.run_events
@@ -1222,9 +1234,16 @@ def flapping_candidates(conn: Connection, tt: TriggerTables) -> list[TriggerRow]
     a row per trigger, not per event.
     """
     tr, link, ref = tt.trigger, tt.asset_link, tt.consumer_ref
-    found: dict[int, tuple[Row[Any], str, set[str], set[str]]] = {}
+    found: dict[int, tuple[Row[Any], str, set[str], set[str], set[int]]] = {}
     assets = (
-        select(tr.c.id, tr.c.created_date, tr.c.triggerer_id, tt.asset.c.name, ref.c.dag_id)
+        select(
+            tr.c.id,
+            tr.c.created_date,
+            tr.c.triggerer_id,
+            tt.asset.c.id.label("asset_id"),
+            tt.asset.c.name,
+            ref.c.dag_id,
+        )
         .select_from(
             tr.join(link, link.c.trigger_id == tr.c.id)
             .join(tt.asset, tt.asset.c.id == link.c.asset_id)
@@ -1233,8 +1252,9 @@ def flapping_candidates(conn: Connection, tt: TriggerTables) -> list[TriggerRow]
         .order_by(tr.c.id)
     )
     for row in conn.execute(assets):
-        entry = found.setdefault(row.id, (row, ASSET, set(), set()))
+        entry = found.setdefault(row.id, (row, ASSET, set(), set(), set()))
         entry[2].add(row.name)
+        entry[4].add(row.asset_id)
         if row.dag_id is not None:
             entry[3].add(row.dag_id)
     if tt.deadline is not None:
@@ -1250,7 +1270,7 @@ def flapping_candidates(conn: Connection, tt: TriggerTables) -> list[TriggerRow]
             joined = tr.join(dl, dl.c.trigger_id == tr.c.id).outerjoin(run, run.c.id == dl.c.dagrun_id)
         callbacks = select(tr.c.id, tr.c.created_date, tr.c.triggerer_id, run.c.dag_id).select_from(joined)
         for row in conn.execute(callbacks.order_by(tr.c.id)):
-            entry = found.setdefault(row.id, (row, CALLBACK, set(), set()))
+            entry = found.setdefault(row.id, (row, CALLBACK, set(), set(), set()))
             if row.dag_id is not None:
                 entry[3].add(row.dag_id)
     return [
@@ -1261,8 +1281,9 @@ def flapping_candidates(conn: Connection, tt: TriggerTables) -> list[TriggerRow]
             kind=kind,
             assets=tuple(sorted(names)),
             dag_ids=tuple(sorted(dag_ids)),
+            asset_ids=tuple(sorted(asset_ids)),
         )
-        for row, kind, names, dag_ids in found.values()
+        for row, kind, names, dag_ids, asset_ids in found.values()
     ]
 
 

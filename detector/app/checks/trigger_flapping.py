@@ -8,10 +8,17 @@ two looks must be closer than ``triggerer_health_check_threshold`` minus a heart
 by default) to prove the previous owner never went stale in between. One trigger is alerted once
 (its key: id and creation time). ``dupguard scan`` looks once, so it reports the exposure instead,
 and says that it is one. Nothing is ever remediated.
+
+The consequence without a message id (``detector.core.trigger_copies``): runs of a consumer made by
+asset events with equal broadcast payloads, while two triggerers were alive, of an asset trigger
+``run`` saw flapping (from the look before its first flap, less the suspect window) or ``scan``
+found exposed on a release known to lack the filter: one ``suspected`` observation per set (key:
+its DAG and first event), alerted once, never remediated and never linked into a duplicate group.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +27,7 @@ from sqlalchemy.engine import Connection
 from detector.app.checks.base import CheckBase
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
+from detector.core.trigger_copies import SuspectedCopies, suspected_copies
 from detector.core.trigger_flapping import (
     ASSET,
     UNPROTECTED,
@@ -28,6 +36,7 @@ from detector.core.trigger_flapping import (
     Owner,
     TriggererJob,
     TriggerRow,
+    alive_at,
     exposure,
     judge_owners,
 )
@@ -43,6 +52,14 @@ ADVICE = {
     "callback": "Run one triggerer until the fix (apache/airflow PR #72848) is released: the deadline "
     "callback can run once per triggerer.",
 }
+COPIES_ADVICE = (
+    "Check whether these runs processed one message twice (a Redis pub/sub message reaches every copy of "
+    "the trigger); nothing was stopped: without a message id two real messages with equal bodies look the "
+    "same. Run one triggerer until Airflow 3.2.2+ (PR #65792)."
+)
+# How far back a live look reads a flapping trigger's events: older sets were seen by earlier looks
+# (every 10 s); a set still growing after this long is alerted again under its new first event.
+COPIES_LOOKBACK = timedelta(hours=1)
 
 
 class TriggerFlappingCheck(CheckBase):
@@ -51,6 +68,7 @@ class TriggerFlappingCheck(CheckBase):
     def __init__(self, config: Config, metrics: Metrics) -> None:
         super().__init__(config, metrics)
         self.memory: dict[tuple[int, datetime], Owner] = {}  # the owners seen by the previous run
+        self.flapping: dict[tuple[int, datetime], datetime] = {}  # asset triggers seen flapping: since when
 
     def applies(self, db: AirflowDb) -> bool:
         """Airflow 3 (2.x has no asset or callback triggers), with every table the check reads: a
@@ -77,13 +95,55 @@ class TriggerFlappingCheck(CheckBase):
         if not ctx.live:
             jobs = queries.triggerer_jobs_since(conn, tt, ctx.since)
             unprotected = UNPROTECTED[db.info.family.value]
-            return [_exposure(e, ctx.db_now) for e in exposure(triggers, jobs, unprotected, ctx.since)]
+            exposures = exposure(triggers, jobs, unprotected, ctx.since)
+            exposed = [e.trigger for e in exposures if e.trigger.kind == ASSET and e.certain_version]
+            copied = self._copies(conn, db, exposed, ctx.since, jobs, ctx)
+            return [_exposure(e, ctx.db_now) for e in exposures] + copied
         owners = {t.triggerer_id for t in triggers if t.triggerer_id is not None} | {
             o.job_id for o in self.memory.values()
         }
         jobs = queries.triggerer_jobs_by_id(conn, tt, owners)
         flaps, self.memory = judge_owners(triggers, jobs, self.memory, ctx.db_now, threshold)
-        return [_flap(f, threshold) for f in flaps]
+        for f in flaps:  # a set whose first copy came just before the look before the flap is read whole
+            if f.trigger.kind == ASSET:
+                self.flapping.setdefault(f.trigger.identity, f.previous_seen_at - self.config.suspect_window)
+        alive = {t.identity for t in triggers}
+        self.flapping = {i: at for i, at in self.flapping.items() if i in alive}
+        found = [_flap(f, threshold) for f in flaps]
+        if not self.flapping:
+            return found
+        start = max(min(self.flapping.values()), ctx.db_now - COPIES_LOOKBACK)
+        flapping = [t for t in triggers if t.identity in self.flapping]
+        every_job = queries.triggerer_jobs_since(conn, tt, start - threshold)
+        return found + self._copies(conn, db, flapping, start, every_job, ctx)
+
+    def _copies(
+        self,
+        conn: Connection,
+        db: AirflowDb,
+        triggers: Sequence[TriggerRow],
+        since: datetime | None,
+        jobs: Sequence[TriggererJob],
+        ctx: CheckContext,
+    ) -> list[Observation]:
+        """The suspected copies of ``triggers``' id-less broadcast messages since ``since``."""
+        of_asset = {a: t for t in triggers for a in t.asset_ids}
+        if not of_asset:
+            return []
+        t = db.tables
+        events = [e for e in queries.trigger_events_of_assets(conn, t, of_asset, since) if e.broadcast]
+        if not events:
+            return []
+        runs = queries.runs_consuming(conn, t, {e.id for e in events})
+        consumed = queries.consumed_events(conn, t, [r.id for r in runs])
+        threshold = self.config.triggerer_health_check_threshold
+
+        def two_alive(at: datetime) -> bool:
+            return alive_at(jobs, at, threshold) >= 2
+
+        window = self.config.suspect_window
+        found = suspected_copies(events, window, consumed, runs, two_alive, ctx.dag_filter)
+        return [_suspected(s, of_asset[s.asset_id], ctx, window) for s in found]
 
 
 def _job(job: TriggererJob | None) -> dict[str, Any] | None:
@@ -176,4 +236,41 @@ def _exposure(e: Exposure, db_now: datetime) -> Observation:
         },
         seen_at=db_now,
         subject=e,
+    )
+
+
+def _suspected(s: SuspectedCopies, t: TriggerRow, ctx: CheckContext, window: timedelta) -> Observation:
+    how = (
+        "this instance saw the trigger move between two live triggerers"
+        if ctx.live
+        else "the release lacks the filter and two triggerer jobs were alive at each event (their own "
+        "timestamps); `dupguard run` sees the flapping itself"
+    )
+    run_ids = [r.run_id for r in s.runs]
+    return Observation(
+        kind=KIND,
+        key=f"{KIND}:copies:{s.dag_id}:{s.event_ids[0]}",
+        confidence="suspected",
+        severity="warning",
+        dag_ids=(s.dag_id,),
+        title=f"DAG {s.dag_id} ran {len(s.runs)} times for equal messages of trigger {t.id} while it ran on "
+        "two triggerers: possibly one message, no message id to prove it",
+        lines=(
+            f"trigger {t.id}: {_feeds(t)}",
+            f"asset events {', '.join(map(str, s.event_ids))} from {s.first.isoformat()} to {s.last.isoformat()}: "
+            f"equal Redis pub/sub payloads within {window.total_seconds():g} s of each other",
+            f"runs {', '.join(run_ids)}",
+            how,
+        ),
+        advice=COPIES_ADVICE,
+        facts=_trigger(t)
+        | {
+            "reason": "copies_without_id",
+            "event_ids": list(s.event_ids),
+            "run_ids": run_ids,
+            "first_event_at": s.first.isoformat(),
+            "last_event_at": s.last.isoformat(),
+        },
+        seen_at=ctx.db_now,
+        subject=s,
     )
