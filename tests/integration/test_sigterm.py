@@ -1,5 +1,6 @@
-"""SIGTERM ends a real ``dupguard run`` within the pod's grace period while every alert endpoint (and
-the Airflow API) hangs (issue 23 §7: it took 5.3-5.6 s).
+"""SIGTERM ends a real ``dupguard run`` within the pod's grace period while every alert endpoint (Slack's
+webhook or its bot API, the JSON webhook, Alertmanager) and the Airflow API hang (issue 23 §7: it took
+5.3-5.6 s).
 
 The grace period is a hard bound, not a speed target: when it ends Kubernetes SIGKILLs the process,
 and whatever shutdown had not done yet (releasing the leader lock, logging what was not delivered)
@@ -26,32 +27,55 @@ pytestmark = pytest.mark.integration
 GRACE = 5.0  # seconds: the documented bound between SIGTERM and the process's end
 
 
+def slack_env(slack: str, url: str) -> dict[str, str]:
+    """Slack's incoming webhook, or its bot API (chat.postMessage), at ``url``."""
+    if slack == "webhook":
+        return {"DUPGUARD_SLACK_WEBHOOK_URL": f"{url}/services/T0/B0/x"}
+    return {"DUPGUARD_SLACK_BOT_TOKEN": "xoxb-test", "DUPGUARD_SLACK_CHANNEL": "#a", "DUPGUARD_SLACK_API_URL": url}
+
+
+def stuck_daemon(url: str, log: Path, hanging: HangingServer, slack: str) -> subprocess.Popen[bytes]:
+    """A leading ``dupguard run`` whose three alerts of one duplicate pair and its remediation are all
+    in flight to ``hanging`` (also used by benchmarks/sigterm.py)."""
+    port = free_port()
+    proc = spawn(
+        url,
+        log,
+        DUPGUARD_HTTP_PORT=str(port),
+        **slack_env(slack, hanging.url),
+        DUPGUARD_WEBHOOK_URL=f"{hanging.url}/hook",
+        DUPGUARD_ALERTMANAGER_URLS=hanging.url,
+        DUPGUARD_ALERT_TIMEOUT="30s",  # the longest a single delivery may take: shutdown must not wait it out
+        DUPGUARD_REMEDIATION="fail",  # and the Airflow API hangs too: every outbound call is stuck
+        DUPGUARD_AIRFLOW_API_URL=hanging.url,
+        DUPGUARD_AIRFLOW_TOKEN="static-token",
+    )
+    try:
+        wait_for(lambda: metric(port, "dupguard_leader") == 1.0, timeout=30, what="leading")
+        writer = AirflowWriter(url)
+        writer.duplicate_pair("consumer_sigterm")
+        writer.close()
+        wait_for(lambda: len(hanging.held) >= 4, timeout=30, what="the three alerts and the remediation in flight")
+    except BaseException:
+        proc.kill()
+        proc.wait(10)
+        raise
+    return proc
+
+
+@pytest.mark.parametrize("slack", ["webhook", "bot"])
 def test_sigterm_while_alert_endpoints_hang_ends_within_the_grace_period(
+    slack: str,
     pg_templates: Templates,
     tmp_path: Path,
     procs: list,  # type: ignore[type-arg]
 ) -> None:
     url = pg_templates.clone("3.1.2")
-    hanging = HangingServer()  # accepts and never answers: Slack's webhook and the JSON webhook
-    port, log = free_port(), tmp_path / "run.log"
+    hanging = HangingServer()  # accepts and never answers: every alert endpoint and the Airflow API
+    log = tmp_path / "run.log"
     try:
-        proc = spawn(
-            url,
-            log,
-            DUPGUARD_HTTP_PORT=str(port),
-            DUPGUARD_SLACK_WEBHOOK_URL=f"{hanging.url}/services/T0/B0/x",
-            DUPGUARD_WEBHOOK_URL=f"{hanging.url}/hook",
-            DUPGUARD_ALERT_TIMEOUT="30s",  # the longest a single delivery may take: shutdown must not wait it out
-            DUPGUARD_REMEDIATION="fail",  # and the Airflow API hangs too: every outbound call is stuck
-            DUPGUARD_AIRFLOW_API_URL=hanging.url,
-            DUPGUARD_AIRFLOW_TOKEN="static-token",
-        )
+        proc = stuck_daemon(url, log, hanging, slack)
         procs.append(proc)
-        wait_for(lambda: metric(port, "dupguard_leader") == 1.0, timeout=30, what="leading")
-        writer = AirflowWriter(url)
-        writer.duplicate_pair("consumer_sigterm")
-        writer.close()
-        wait_for(lambda: len(hanging.held) >= 3, timeout=30, what="both alerts and the remediation in flight")
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=GRACE)
