@@ -5,11 +5,13 @@
 # regen_scenarios.sh (fresh DB per scenario, migrate, generate, data-only dump, load check).
 #
 #   scripts/airflow/regen_trigger_event.sh [VERSION...] [-- SCENARIO...]
-#   (default: 3.1.2 with every scenario; 3.0.6 and the fixed 3.2.2 with trigger_event_two_runs)
+#   (default: 3.1.2 with every scenario; 3.0.6 with the two-run, id-less and file-watcher ones; the
+#   fixed 3.2.2 with trigger_event_two_runs and trigger_event_no_id)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 gen() { SCENARIO_GENERATOR=scripts/airflow/scenarios_trigger_event.py scripts/airflow/regen_scenarios.sh "$@"; }
 if [ $# -gt 0 ]; then gen "$@"; exit; fi
 gen 3.1.2 -- trigger_event_two_runs trigger_event_one_run trigger_event_distinct_ids trigger_event_no_id \
-  trigger_event_manual
-gen 3.0.6 3.2.2 -- trigger_event_two_runs
+  trigger_event_manual trigger_event_file_alike trigger_event_no_id_one_triggerer
+gen 3.0.6 -- trigger_event_two_runs trigger_event_no_id trigger_event_file_alike
+gen 3.2.2 -- trigger_event_two_runs trigger_event_no_id

@@ -14,7 +14,8 @@ runs it (class from the row's classpath, kwargs from the row, first event of ``r
 triggerer whose ``ids_for_triggerer`` returned it, its event submitted with
 ``Trigger.submit_event``, the consumer's runs made by ``SchedulerJobRunner._create_dagruns_for_dags``,
 a REST event by the route function ``create_asset_event``. The trigger is
-``queue_triggers.QueueFileTrigger`` (a payload of a real provider's shape, see that module).
+``queue_triggers.QueueFileTrigger`` (a payload of a real provider's shape, see that module), or for
+``trigger_event_file_alike`` the standard provider's own ``FileDeleteTrigger`` (the end-to-end watcher).
 
 The ground truth is what Airflow recorded: which triggerer's copy submitted which event, of which
 message (we delivered it), and which run consumed each event. ``expected_groups``: a message whose
@@ -42,8 +43,10 @@ import scenarios_asset as sa
 import scenarios_triggers as st  # sets the triggerer environment before Airflow is imported
 
 QUEUE = Path(os.environ["AIRFLOW_HOME"]) / "queue.json"  # af.sh sets it (stable per scenario)
+DROP = Path(os.environ["AIRFLOW_HOME"]) / "orders.ready"  # the file FileDeleteTrigger waits for
 DAG_FILE = """\
 from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.providers.standard.triggers.file import FileDeleteTrigger
 from airflow.sdk import DAG, Asset, AssetWatcher
 from queue_triggers import QueueFileTrigger
 
@@ -91,6 +94,18 @@ SCENARIOS = {
         "redis",
         "Both copies receive the same Redis pub/sub message (the payload has no id) and each event "
         "makes a run: one message twice, which only the payload's equality shows (suspected).",
+    ),
+    "trigger_event_file_alike": (
+        "file",
+        "Look-alike, the end-to-end run's watcher: both triggerers run the orders AssetWatcher, a real "
+        "FileDeleteTrigger (payload true). Triggerer-a's copy finds file 1, deletes it and submits; a run "
+        "follows; file 1 is gone for triggerer-b's copy, which finds file 2 (a second real message, the "
+        "same payload) and submits; a second run. The copies compete for a file: no message twice.",
+    ),
+    "trigger_event_no_id_one_triggerer": (
+        "redis",
+        "Look-alike: one triggerer only; two Redis pub/sub messages with equal bodies are published, "
+        "each becomes one event and one run. No copy: no second triggerer ran the trigger.",
     ),
     "trigger_event_manual": (
         "sqs",
@@ -165,19 +180,28 @@ def body(name: str, af: sa.AF) -> dict[str, Any]:
     """Returns the message each event carried (our delivery) and the runs Airflow made."""
     shape = SCENARIOS[name][0]
     st.WATCHER = f"AssetWatcher(name='orders_watcher', trigger=QueueFileTrigger(path='{QUEUE}', shape='{shape}'))"
+    if shape == "file":
+        st.WATCHER = (
+            f"AssetWatcher(name='orders_watcher', trigger=FileDeleteTrigger(filepath='{DROP}', poke_interval=0.1))"
+        )
     st.DAG_FILE, st.CONSUMERS = DAG_FILE, ["orders_consumer"]
     first = sqs_message("5fea7756-0ea4-451a-a703-a558b933e274", "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a-1")
     write_queue(first if shape == "sqs" else REDIS_MESSAGE)
     st.write_dags(with_watcher=True)
     (trigger_id,) = _trigger_ids()
     sched = af.new_scheduler("scheduler-a")
-    a, b = st.new_triggerer("triggerer-a"), st.new_triggerer("triggerer-b")
+    a = st.new_triggerer("triggerer-a")
+    b = None if name == "trigger_event_no_id_one_triggerer" else st.new_triggerer("triggerer-b")
     st.heartbeat(a)
     owned_a = st.load_triggers(a)
-    st.heartbeat(b)
-    owned_b = st.load_triggers(b)
+    owned_b: list[int] = []
+    if b is not None:
+        st.heartbeat(b)
+        owned_b = st.load_triggers(b)
     messages: dict[int, str] = {}  # event id -> the message it carried (what we delivered)
-    message_id = first["MessageId"] if shape == "sqs" else "redis-1"
+    message_id = {"sqs": first["MessageId"], "redis": "redis-1", "file": "file-1"}[shape]
+    if shape == "file":
+        DROP.write_text("1")  # file 1: the message
 
     def copy(owned: list[int], mid: str) -> None:
         event = deliver(owned, trigger_id)
@@ -188,7 +212,13 @@ def body(name: str, af: sa.AF) -> dict[str, Any]:
     if name != "trigger_event_one_run":
         af.create_runs(sched)
         time.sleep(0.05)
-    if name == "trigger_event_distinct_ids":
+    file_1_left = DROP.exists()  # what triggerer-b's copy could still find of file 1
+    if name == "trigger_event_file_alike":
+        DROP.write_text("2")  # file 2: another message, the same payload (true)
+        copy(owned_b, "file-2")
+    elif name == "trigger_event_no_id_one_triggerer":
+        copy(owned_a, "redis-2")  # a second message published with an equal body
+    elif name == "trigger_event_distinct_ids":
         write_queue(sqs_message("9b1c8f4e-2f0a-4c55-8d7e-0e6b1d9a7c31", "AQEBzT0pQm4n7Vx2L9sR-2"))
         copy(owned_b, "9b1c8f4e-2f0a-4c55-8d7e-0e6b1d9a7c31")
     elif name == "trigger_event_manual":
@@ -204,6 +234,7 @@ def body(name: str, af: sa.AF) -> dict[str, Any]:
         "ids_for_triggerer": {"triggerer-a": owned_a, "triggerer-b": owned_b},
         "messages": messages,
         "shape": shape,
+        "file_1_left_for_triggerer_b": file_1_left if shape == "file" else None,
     }
 
 
@@ -287,6 +318,7 @@ def main() -> None:
         **found,
         "trigger_id": done["trigger_id"],
         "ids_for_triggerer": done["ids_for_triggerer"],
+        "file_1_left_for_triggerer_b": done["file_1_left_for_triggerer_b"],
         "event_messages": {str(k): v for k, v in sorted(done["messages"].items())},
         "all_run_ids": [r["run_id"] for r in runs],
         "runs": runs,
