@@ -116,11 +116,12 @@ def withhold(text: str, secrets: Iterable[str | None], what: str = "detail") -> 
 
 
 # Secret-looking parts of a text whose secrets dupguard does not know (a token command's stderr): a
-# secret-named field with a value ("password=…", '"client_secret": "…"', "Authorization: …"; not a
-# plural such as gcloud's "auth tokens: Reauthentication failed"), a flag of that name with its
-# argument ("--secret-access-key …"), a bearer token, a JWT, or a long word of letters and digits.
+# secret-named field with a value ("password=…", '"client_secret": "…"', "Authorization: …", or in
+# words: "the password is …"; not a plural such as gcloud's "auth tokens: Reauthentication failed"), a
+# flag of that name with its argument ("--secret-access-key …"), a bearer token, a JWT, or a long word
+# of letters and digits.
 _SECRET_LOOKING = re.compile(
-    rf"(?i)(?:(?:{'|'.join(_SECRET_WORDS)})(?:[_-]\w+)*[\"']?\s*[:=]\s*[\"']?[^\s\"',}}]"
+    rf"(?i)(?:(?:{'|'.join(_SECRET_WORDS)})(?:[_-]\w+)*[\"']?(?:\s*[:=]|\s+(?:is|was)\s)\s*[\"']?[^\s\"',}}]"
     rf"|--?[\w-]*(?:{'|'.join(_SECRET_WORDS)})[\w-]*\s+[^\s-]"
     r"|bearer\s+\S|eyJ[\w-]{5,}\.[\w-]{5,})"
     r"|(?=[\w=-]*[0-9])(?=[\w=-]*[A-Za-z])[\w=-]{20,}"

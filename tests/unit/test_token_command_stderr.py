@@ -37,6 +37,8 @@ def _failure(stderr: str) -> str:
         "Authorization: Bearer Mk1hunter2",
         "refreshed eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJNazFodW50ZXIyIn0.c2lnbmF0dXJl",
         "the key AKIAMk1hunter2Mk1hunter2XYZ is not valid",
+        "login failed: the password is Mk1hunter2",  # said in words, not as a field
+        "Token was 'Mk1hunter2'",
     ],
 )
 def test_stderr_that_looks_secret_is_withheld_and_says_where_to_look(stderr: str) -> None:
