@@ -95,6 +95,24 @@ def test_stale_heartbeat_is_not_leadership(pg_templates: Templates) -> None:
         a.release()
 
 
+def test_a_heartbeat_overdue_past_the_lease_is_a_lock_problem(pg_templates: Templates) -> None:
+    """The held lock's lease ended with no answer to a heartbeat (a stalled server, before the call's
+    deadline): the replica neither leads nor stands by behind a live leader, so it reports
+    lock_unavailable (with no problem /readyz said "standby: another replica holds the leader lock" on a
+    single replica, issue 23 §7). A heartbeat answered again clears it."""
+    clock = _Clock()
+    a = AdvisoryLock(make_engine(parse_url(pg_templates.clone("3.1.2")), pool_size=1), 4242, lease=LEASE, clock=clock)
+    try:
+        assert a.ensure(datetime.now(UTC)) and a.problem is None
+        clock.now += LEASE.total_seconds()  # no heartbeat answered within the lease
+        problem = a.problem
+        assert not a.is_leader() and problem is not None, problem
+        assert problem.code == "lock_unavailable" and "no answer within its 3s lease" in problem.reason, problem
+        assert a.ensure(datetime.now(UTC)) and a.problem is None
+    finally:
+        a.release()
+
+
 @pytest.mark.parametrize("mode", ["session", "transaction"])
 def test_a_new_leader_waits_before_its_first_write(mode: str, pg_templates: Templates) -> None:
     """Just after taking the lock a replica leads (it detects and alerts) but holds no fence until its
