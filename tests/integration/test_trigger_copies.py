@@ -25,6 +25,7 @@ from detector.config import Config
 from detector.core.checks import CheckContext, Observation
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
+from tests.integration.test_trigger_flapping_check import _airflow_loop, run_daemon_through
 from tests.pg import Templates, ground_truth, scenarios
 from tests.slack_server import SlackServer
 
@@ -144,14 +145,6 @@ def _events_now(url: str) -> None:
     engine.dispose()
 
 
-def _loop(url: str, owner: int) -> None:
-    engine = make_engine(parse_url(url))
-    with engine.begin() as conn:
-        conn.execute(text("UPDATE job SET latest_heartbeat = now() WHERE job_type = 'TriggererJob'"))
-        conn.execute(text("UPDATE trigger SET triggerer_id = :owner"), {"owner": owner})
-    engine.dispose()
-
-
 def test_the_runner_alerts_the_copies_once(pg_templates: Templates) -> None:
     """The runner the daemon schedules, over looks with the owner 2, 3, 2: one alert for the flap and one
     for the copies, per channel."""
@@ -169,7 +162,7 @@ def test_the_runner_alerts_the_copies_once(pg_templates: Templates) -> None:
         db = open_airflow_db(make_engine(parse_url(url)))
         runner = CheckRunner(db, checks.build(config, db, metrics), ledger, alerter, metrics, cluster="prod-eu")
         for owner in (2, 3, 2):
-            _loop(url, owner)
+            _airflow_loop(url, owner)
             runner.run(KIND, datetime.now(UTC))
         alerter.close(5.0)
         assert server.wait_for(lambda: len(server.generic_payloads) >= 2)
@@ -181,3 +174,17 @@ def test_the_runner_alerts_the_copies_once(pg_templates: Templates) -> None:
         db.engine.dispose()
     finally:
         server.stop()
+
+
+def test_the_daemon_alerts_the_copies_once_and_stops_nothing(pg_templates: Templates) -> None:
+    """`dupguard run`: owners 2, 3, 2, 3 with both triggerers heartbeating -> one notice for the flap,
+    one for the copies; no duplicate group, nothing remediated."""
+    url = pg_templates.clone("3.1.2", "trigger_event_no_id")
+    _events_now(url)
+    done = run_daemon_through(url, (2, 3, 2, 3), startup_lookback=timedelta(days=3650))
+    keys = [n.key for n in done.notices]
+    assert len(keys) == 2 and len(set(keys)) == 2
+    [copies] = [n.observation for n in done.notices if ":copies:" in n.key]
+    assert (copies.confidence, copies.facts["run_ids"]) == ("suspected", _truth("3.1.2", "trigger_event_no_id")[0][1])
+    assert done.remediator.actions == []
+    assert [e for e in done.alerter.events if e.finding.kind.value == "trigger_event"] == []  # never a group

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -173,25 +174,36 @@ class _Leader:
         return None
 
 
-def test_the_daemon_alerts_a_flapping_trigger_once(pg_templates: Templates) -> None:
-    """`dupguard run` (the daemon's one scheduler, every 0.2 s here): owners 1, 2, 1, 2 with both
-    triggerers heartbeating -> one notice, the trigger's consumer DAGs in it; nothing remediated."""
-    url = pg_templates.clone("3.1.2", "triggers/flip_asset.0")
+@dataclass
+class DaemonRun:
+    """What a daemon run through the triggerers' loops did: the checks' notices, the group alerts,
+    what it remediated and its metrics."""
+
+    notices: list[Any]
+    alerter: RecordingAlerter
+    remediator: RecordingRemediator
+    metrics: Metrics
+
+
+def run_daemon_through(url: str, owners: Iterable[int], **settings: Any) -> DaemonRun:
+    """`dupguard run` (the daemon's one scheduler, the check every 0.2 s here) while the triggerers'
+    loops give the trigger to each of ``owners`` in turn, two whole looks after each loop."""
     config = Config.of(
         database_url=url,
         http_port=0,
         poll_interval=timedelta(milliseconds=50),
         trigger_flapping_interval=timedelta(milliseconds=200),
+        **settings,
     )
     ledger, metrics, notices = MemoryLedger(), Metrics(), _Notices()
     db = open_airflow_db(make_engine(parse_url(url)))
-    remediator = RecordingRemediator()
+    done = DaemonRun(notices.notices, RecordingAlerter(), RecordingRemediator(), metrics)
     parts = Parts(
         source=DatabaseSource(config, db, ledger, metrics),
         leadership=_Leader(),
         ledger=ledger,
-        remediator=remediator,
-        alerter=RecordingAlerter(),
+        remediator=done.remediator,
+        alerter=done.alerter,
         metrics=metrics,
         checks=CheckRunner(db, checks.build(config, db, metrics), ledger, notices, metrics, cluster="prod-eu"),
     )
@@ -203,7 +215,7 @@ def test_the_daemon_alerts_a_flapping_trigger_once(pg_templates: Templates) -> N
         return metrics.registry.get_sample_value("dupguard_check_duration_seconds_count", {"kind": KIND}) or 0.0
 
     try:
-        for owner in (1, 2, 1, 2):
+        for owner in owners:
             _airflow_loop(url, owner)
             before = looks()
             wait_for(lambda b=before: looks() >= b + 2, what="two looks after the loop")  # a whole look after it
@@ -211,7 +223,14 @@ def test_the_daemon_alerts_a_flapping_trigger_once(pg_templates: Templates) -> N
         daemon.shutdown(timeout=1.0)
         thread.join(timeout=10)
         db.engine.dispose()
-    [notice] = notices.notices
+    return done
+
+
+def test_the_daemon_alerts_a_flapping_trigger_once(pg_templates: Templates) -> None:
+    """`dupguard run`: owners 1, 2, 1, 2 with both triggerers heartbeating -> one notice, the trigger's
+    consumer DAGs in it; nothing remediated."""
+    done = run_daemon_through(pg_templates.clone("3.1.2", "triggers/flip_asset.0"), (1, 2, 1, 2))
+    [notice] = done.notices
     assert "orders_consumer" in json.dumps(notice.payload, default=str)
-    assert remediator.actions == []
-    assert metrics.registry.get_sample_value("dupguard_check_detected_total", {"kind": KIND}) == 1
+    assert done.remediator.actions == []
+    assert done.metrics.registry.get_sample_value("dupguard_check_detected_total", {"kind": KIND}) == 1
