@@ -18,6 +18,14 @@ every event passed over by a run of its DAG (Airflow's records) against dupguard
     .venv/bin/python -m benchmarks.e2e_family --airflow 3.1.2 --duration 180 --bursts 6 --burst-gap 20 \
         --stranded-poll 5 --tag 20261201-stranded
 
+With ``--sqs-messages N`` the watcher is the AWS provider's ``SqsSensorTrigger`` on moto's SQS server instead
+(``tests/e2e/dags_sqs``): N messages over ``--duration``, each receive with ``--sqs-visibility-timeout``
+(0: a copy that polls before the other deleted the message receives it too; ``queue``: the queue's
+30 s), ``consumer_sqs``'s task ``--sqs-task-seconds``; the report's ``family.sqs`` holds the truth per
+message id from Airflow's records against dupguard's ``trigger_event`` groups (``tests/e2e/family_sqs.py``):
+
+    .venv/bin/python -m benchmarks.e2e_family --airflow 3.1.2 --duration 120 --sqs-messages 60 --tag 20261202-sqs
+
 Writes ``benchmarks/results/e2e_family-<airflow>-<tag>.json`` (the harness's report with its
 ``family`` section, and provenance).
 """
@@ -45,12 +53,17 @@ def main() -> int:
     parser.add_argument("--burst-gap", type=float, default=20.0, help="seconds producer_bursts waits before each")
     parser.add_argument("--burst-serial-seconds", type=float, default=6.0, help="consumer_burst_serial's task")
     parser.add_argument("--stranded-poll", type=float, default=0.0, help="DUPGUARD_STRANDED_POLL_INTERVAL, s")
+    parser.add_argument("--sqs-messages", type=int, default=0, help="SQS watcher instead of the file one (0: file)")
+    parser.add_argument("--sqs-visibility-timeout", default="0", help="seconds, or 'queue' for the queue's own")
+    parser.add_argument("--sqs-task-seconds", type=float, default=8.0, help="consumer_sqs's task duration")
+    parser.add_argument("--mode", default="dry-run", help="dupguard's remediation mode")
+    parser.add_argument("--backend", default="api", help="dupguard's remediation backend (api | db)")
     parser.add_argument("--tag", default="run")
     args = parser.parse_args()
     spec = RunSpec(
         name=f"family-{args.airflow}",
         airflow_version=args.airflow,
-        watcher=True,
+        watcher=not args.sqs_messages,
         triggerers=2,
         watch_interval=args.watch_interval,
         serial_task_seconds=args.serial_seconds,
@@ -58,7 +71,11 @@ def main() -> int:
         burst_gap=args.burst_gap,
         burst_serial_seconds=args.burst_serial_seconds,
         stranded_poll_interval=args.stranded_poll,
-        mode="dry-run",
+        sqs_messages=args.sqs_messages,
+        sqs_visibility_timeout=None if args.sqs_visibility_timeout == "queue" else int(args.sqs_visibility_timeout),
+        sqs_task_seconds=args.sqs_task_seconds,
+        mode=args.mode,
+        backend=args.backend,
         duration=args.duration,
     )
     with tempfile.TemporaryDirectory(prefix="dupguard-family-") as tmp:

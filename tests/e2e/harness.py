@@ -20,6 +20,9 @@ triggered by the harness through the REST API every ``producer_sleep + 1`` s wit
 With ``RunSpec(bursts=N)`` the DAGs of ``tests/e2e/dags_bursts/`` run beside them: ``producer_bursts``
 (N events of its own asset after each ``burst_gap``) and its consumers ``consumer_burst`` and
 ``consumer_burst_serial`` (``max_active_runs=1``): asset events that trigger nothing (issue 25 §2).
+With ``RunSpec(sqs_messages=N)``, moto's SQS server (``tests/e2e/sqs.py``), the triggerers, and
+``tests/e2e/dags_sqs/``: the AWS provider's ``SqsSensorTrigger`` watching an asset, ``consumer_sqs`` on it,
+N messages put on the queue by the harness (issue 25 §1, ``tests/e2e/family_sqs.py``).
 Fault injection and the worker pickup delay are in ``tests/e2e/site/sitecustomize.py`` (schedulers'
 ``PYTHONPATH`` only). The guard (issue 6), when on, is ``dupguard guard print-local-settings``
 written to ``$AIRFLOW_HOME/config/airflow_local_settings.py``.
@@ -50,6 +53,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
 from tests.airflow_server import JWT_SECRET, AirflowServer, _wait_ready, free_port, venv_for
+from tests.e2e.sqs import Sqs, aws_env, moto_argv
 from tests.pg import ROOT, admin_url, database_url, execute_admin
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +61,7 @@ DAGS = HERE / "dags"
 DAGS_PARTITIONED = HERE / "dags_partitioned"
 DAGS_WATCHER = HERE / "dags_watcher"
 DAGS_BURSTS = HERE / "dags_bursts"
+DAGS_SQS = HERE / "dags_sqs"
 PRODUCER_BURSTS = "producer_bursts"
 SITE = HERE / "site"
 DUPGUARD = str(Path(sys.executable).parent / "dupguard")
@@ -106,6 +111,12 @@ class RunSpec:
     burst_gap: float = 20.0
     burst_serial_seconds: float = 6.0
     stranded_poll_interval: float = 0.0
+    # The SQS AssetWatcher (tests/e2e/dags_sqs, needs ``triggerers``): messages the harness puts on moto's
+    # queue, evenly over ``duration`` (0: none); the visibility timeout of every receive (None: the
+    # queue's 30 s); consumer_sqs's task duration.
+    sqs_messages: int = 0
+    sqs_visibility_timeout: int | None = 0
+    sqs_task_seconds: float = 8.0
 
     @property
     def partitioned(self) -> bool:
@@ -128,6 +139,7 @@ class RunSpec:
             "consumer_serial",
             *(["consumer_watched", "consumer_two_assets"] if self.watcher else []),
             *(["consumer_burst", "consumer_burst_serial"] if self.bursts else []),
+            *(["consumer_sqs"] if self.sqs_messages else []),
         ]
 
     def producers(self) -> list[str]:
@@ -229,6 +241,9 @@ class Cluster:
         self.watch_file = run_dir / "watch" / "event"
         self.watch_files_written = 0
         self._next_watch = 0.0
+        self.sqs: Sqs | None = None
+        self.sqs_sent: list[dict[str, Any]] = []  # {"message_id", "sent_at"} per message put on the queue
+        self._sqs_start = 0.0
         self.seed = spec.seed or random.SystemRandom().randrange(1, 2**31)
         self.rng = random.Random(self.seed)
         # What the harness did to the cluster and when (UTC): leader kills, API outage. The judge
@@ -271,6 +286,8 @@ class Cluster:
         if self.spec.executor == "celery":
             self._start_redis()
         self._write_home()
+        if self.spec.sqs_messages:
+            self._start_sqs()
         self._run_airflow("db-migrate", ["db", "migrate"], timeout=300)
         self.timings.mark("migrated")
         self.api_port = free_port()
@@ -283,7 +300,7 @@ class Cluster:
         for name in self.replica_names():
             self._start_dupguard(name)
         self.timings.mark("dupguard_watching")
-        if self.spec.watcher:
+        if self.spec.watcher or self.spec.sqs_messages:
             for name in self.triggerer_names():
                 self._spawn(name, [self._airflow, "triggerer", "--skip-serve-logs"])
         if self.spec.executor == "celery":
@@ -331,17 +348,20 @@ class Cluster:
             self.check_alive()
             self._trigger_partition()
             self._write_watch_file()
+            self._send_sqs()
             if time.monotonic() > deadline:
                 raise self.fail("no asset event within 240 s of the schedulers starting", self.procs["scheduler-1"])
             time.sleep(0.5 if self.spec.partitioned else 1)
         self.timings.mark("first_event")
         start = time.monotonic()
         end = start + self.spec.duration
+        self._sqs_start = start
         plan = self._fault_plan(start)
         while time.monotonic() < end:
             self.check_alive()
             self._trigger_partition()
             self._write_watch_file()
+            self._send_sqs()
             while plan and plan[0][0] <= time.monotonic():
                 _, action = plan.pop(0)
                 action()
@@ -383,6 +403,33 @@ class Cluster:
         tmp.write_text(str(self.watch_files_written))
         tmp.rename(self.watch_file)  # the trigger never sees a half-written file
         self.watch_files_written += 1
+
+    def _start_sqs(self) -> None:
+        """moto's server on a free port and the watcher's queue, before any Airflow process: the DAG
+        file reads the queue's URL when it is parsed."""
+        port = free_port()
+        self._spawn("moto", moto_argv(self.venv, port), env={"PATH": os.environ.get("PATH", "")})
+        self.sqs = Sqs(f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 60
+        while not self.sqs.ready():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise self.fail("moto's server did not answer within 60 s", self.procs["moto"])
+            time.sleep(0.3)
+        self.sqs.create_queue()
+
+    def _send_sqs(self) -> None:
+        """SQS cells: the first message at once (the run starts at the first asset event), message i
+        at ``i * duration / sqs_messages`` s into the workload."""
+        n = len(self.sqs_sent)
+        if self.sqs is None or n >= self.spec.sqs_messages:
+            return
+        if n and (
+            not self._sqs_start or time.monotonic() < self._sqs_start + n * self.spec.duration / self.spec.sqs_messages
+        ):
+            return
+        body = json.dumps({"seq": n, "sent_by": "dupguard-e2e"})
+        self.sqs_sent.append({"message_id": self.sqs.send(body), "sent_at": datetime.now(UTC).isoformat()})
 
     # --- faults ----------------------------------------------------------------------------------
     def _fault_plan(self, start: float) -> list[tuple[float, Any]]:
@@ -454,6 +501,7 @@ class Cluster:
         until = time.monotonic() + self.spec.api_outage
         while time.monotonic() < until:
             self._write_watch_file()
+            self._send_sqs()
             time.sleep(0.5)
         self._spawn_api()
         self._fault("api_started")
@@ -495,6 +543,8 @@ class Cluster:
             )
             if self.spec.watcher and self.watch_file.exists():
                 busy += 1  # the trigger has not fired for the last file yet
+            if self.sqs is not None:
+                busy += self.sqs.left()  # messages no trigger has received and deleted yet
             if busy:
                 quiet_since = None
             elif quiet_since is None:
@@ -563,6 +613,7 @@ class Cluster:
             self.spec.dags_dir,
             *([DAGS_WATCHER] if self.spec.watcher else []),
             *([DAGS_BURSTS] if self.spec.bursts else []),
+            *([DAGS_SQS] if self.spec.sqs_messages else []),
         ]
         for dag in (d for dags in dirs for d in dags.glob("*.py")):
             shutil.copy(dag, self.home / "dags" / dag.name)
@@ -619,6 +670,13 @@ class Cluster:
             "DUPGUARD_E2E_BURST_GAP": str(spec.burst_gap),
             "DUPGUARD_E2E_BURST_SERIAL_SECONDS": str(spec.burst_serial_seconds),
         }
+        if self.sqs is not None:
+            visibility = spec.sqs_visibility_timeout
+            env |= aws_env(self.sqs.endpoint) | {
+                "DUPGUARD_E2E_SQS_QUEUE_URL": self.sqs.queue_url,
+                "DUPGUARD_E2E_SQS_VISIBILITY": "" if visibility is None else str(visibility),
+                "DUPGUARD_E2E_SQS_TASK_SECONDS": str(spec.sqs_task_seconds),
+            }
         if spec.executor == "celery":
             env |= {
                 "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
@@ -878,6 +936,12 @@ def run(spec: RunSpec, run_dir: Path, *, keep_db: bool = False) -> dict[str, Any
             report["family"] = family_report(
                 cluster.db_url, run_dir, cluster.triggerer_names(), cluster.dupguard_logs, files
             )
+            if spec.sqs_messages:
+                from tests.e2e.family_sqs import sqs_report
+
+                report["family"]["sqs"] = sqs_report(
+                    cluster.db_url, run_dir, cluster.triggerer_names(), cluster.dupguard_logs, cluster.sqs_sent
+                )
     except BaseException:
         print(f"e2e run {spec.name} failed; logs in {run_dir}", file=sys.stderr)
         cluster.keep_db = keep_db

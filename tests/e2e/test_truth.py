@@ -304,3 +304,21 @@ def test_a_clean_stop_logged_for_a_run_whose_task_had_started_is_flagged() -> No
     log = [detected("a", 1, 2, kept=1), detected("b", 3, 4, kept=3), outcome("a", 2), outcome("b", 4)]
     r = verdict(runs, [[1, 2], [3, 4]], tis, log)
     assert r["done_but_started"] == ["asset_triggered__r2"]
+
+
+def test_a_trigger_event_group_and_its_stop_are_left_to_the_sqs_judge() -> None:
+    """Runs 3 and 4 consumed different copies of one message (no shared event, so no asset group):
+    dupguard logged a trigger_event group and stopped 4. The asset judge neither counts the group as a
+    false positive nor the stop as one outside every group (tests/e2e/family_sqs.py judges both)."""
+    note = SIDECAR_NOTE + " ..."
+    runs = [run(1, "a"), run(2, "a"), run(3, "q"), run(4, "q", note=note, state="failed", end=80)]
+    line = detected("q", 3, 4, kept=3) | {"kind": "trigger_event", "group_key": "trigger_event|q|x"}
+    stop = {
+        "event": "remediation_outcome",
+        "dag_id": "q",
+        "group_key": "trigger_event|q|x",
+        "results": [{"run_id": "asset_triggered__r4", "result": "done", "committed_at": ms(80).isoformat()}],
+    }
+    r = verdict(runs, [[1, 2]], [], [detected("a", 1, 2, kept=1), line, stop])
+    assert (r["false_positives"], r["recall"]) == (0, 1.0)
+    assert r["kept_run_violations"] == []

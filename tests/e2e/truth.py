@@ -297,8 +297,16 @@ def judge(
         return runs[rid]["note"] or ""
 
     # dupguard's view, from its log
-    detected = [e for e in log if e.get("event") == "duplicate_detected"]
-    outcomes = [e for e in log if e.get("event") == "remediation_outcome"]
+    # trigger_event groups share no event and no run_after by design, and their runs are in no asset
+    # group: the groups and their stops are judged against the messages in tests/e2e/family_sqs.py
+    copies_said = [e for e in log if e.get("event") == "duplicate_detected" and e.get("kind") == "trigger_event"]
+    copy_runs = {by_run_id.get((e["dag_id"], r["run_id"])) for e in copies_said for r in e.get("runs", [])}
+    detected = [e for e in log if e.get("event") == "duplicate_detected" and e.get("kind") != "trigger_event"]
+    outcomes = [
+        e
+        for e in log
+        if e.get("event") == "remediation_outcome" and not str(e.get("group_key", "")).startswith("trigger_event|")
+    ]
     remediation_lines = [e for e in log if e.get("event") == "remediation"]
     logged_done: dict[int, datetime | None] = {}
     for e in outcomes:
@@ -308,7 +316,7 @@ def judge(
                 logged_done[rid] = _parse(res.get("committed_at"))
     logged_kept = {by_run_id.get((e["dag_id"], e["kept_run"])) for e in detected} - {None}
 
-    sidecar_touched = {rid for rid in runs if note(rid).startswith(SIDECAR_NOTE)} | set(logged_done)
+    sidecar_touched = ({rid for rid in runs if note(rid).startswith(SIDECAR_NOTE)} | set(logged_done)) - copy_runs
     guard_touched = {rid for rid in runs if note(rid).startswith(GUARD_NOTE)}
     touched = sidecar_touched | guard_touched
 
