@@ -69,9 +69,10 @@ SELECT 100000000 + 2 * k + c, %(n)s + 2 * k + c FROM generate_series(0, 2) AS k,
 """
 
 
-def build(size: str) -> str:
+def build(size: str, events: str = EVENTS, plant: str = PLANT, kind: str = "trigger_event") -> str:
+    """The database at ``size`` asset events: the trigger assets' events from ``events``, then ``plant``."""
     n = base.COUNTS[size]
-    name = f"dupguard_bench_trigger_event_{size}"
+    name = f"dupguard_bench_{kind}_{size}"
     admin = connect()
     with admin.cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -90,8 +91,8 @@ def build(size: str) -> str:
         )
         for table, fk in cur.fetchall():
             cur.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{fk}"')
-        cur.execute(base.LOAD.replace(PLAIN_EVENTS, EVENTS), params)
-        cur.execute(PLANT, params)
+        cur.execute(base.LOAD.replace(PLAIN_EVENTS, events), params)
+        cur.execute(plant, params)
         for table in ("asset_event", "dag_run", "dagrun_asset_event"):
             cur.execute(f"VACUUM ANALYZE {table}")
     conn.close()

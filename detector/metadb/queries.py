@@ -332,16 +332,23 @@ def trigger_events_near(
 
 
 def trigger_events_since(
-    conn: Connection, t: AirflowTables, since: datetime | None, window: timedelta | None = None
+    conn: Connection,
+    t: AirflowTables,
+    since: datetime | None,
+    window: timedelta | None = None,
+    asset_ids: Iterable[int] | None = None,
 ) -> list[TriggerEvent]:
     """The trigger events since ``since`` that could be a copy (scan): a filter over asset_event (no
     index on source_dag_id; Airflow's idx_asset_id_timestamp leads with the asset). On PostgreSQL only
     the events with another event no task wrote of their asset within ``window`` (lag/lead per asset)
     are read with their extra: parsing every payload was most of the cost
-    (benchmarks/trigger_event_cost.py). Copies are within ``window`` of each other, so none is missed."""
+    (benchmarks/trigger_event_cost.py). Copies are within ``window`` of each other, so none is missed.
+    ``asset_ids``: only those assets' events (a range of idx_asset_id_timestamp each; the
+    trigger_flapping check's id-less copies, benchmarks/trigger_copies_cost.py)."""
     ae = t.asset_event
+    only = [] if asset_ids is None else [ae.c.asset_id.in_(sorted(set(asset_ids)))]
     if window is None or conn.dialect.name != "postgresql":  # dupguard's SQLite demo: read them all
-        query = _trigger_event_select(t)
+        query = _trigger_event_select(t).where(*only)
         if since is not None:
             query = query.where(ae.c.timestamp >= since)
         return _trigger_events(conn.execute(query))
@@ -351,25 +358,13 @@ def trigger_events_since(
         ae.c.timestamp,
         func.lag(ae.c.timestamp).over(partition_by=ae.c.asset_id, order_by=order).label("prev"),
         func.lead(ae.c.timestamp).over(partition_by=ae.c.asset_id, order_by=order).label("next"),
-    ).where(ae.c.source_dag_id.is_(None))
+    ).where(ae.c.source_dag_id.is_(None), *only)
     if since is not None:
         near = near.where(ae.c.timestamp >= since)
     n = near.subquery()
     span = literal(window, Interval())
     close = select(n.c.id).where(or_(n.c.prev >= n.c.timestamp - span, n.c.next <= n.c.timestamp + span))
     return trigger_events(conn, t, conn.execute(close).scalars())
-
-
-def trigger_events_of_assets(
-    conn: Connection, t: AirflowTables, asset_ids: Iterable[int], since: datetime | None
-) -> list[TriggerEvent]:
-    """Trigger events of ``asset_ids`` since ``since`` (all when None): a range of idx_asset_id_timestamp
-    per asset, a watcher's own assets only (not every asset's events, as ``trigger_events_since``)."""
-    ae = t.asset_event
-    query = _trigger_event_select(t).where(ae.c.asset_id.in_(sorted(set(asset_ids))))
-    if since is not None:
-        query = query.where(ae.c.timestamp >= since)
-    return _trigger_events(conn.execute(query))
 
 
 def runs_consuming(conn: Connection, t: AirflowTables, event_ids: Iterable[int]) -> list[Run]:

@@ -28,6 +28,7 @@ from detector.app.checks.base import CheckBase
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
 from detector.core.trigger_copies import SuspectedCopies, suspected_copies
+from detector.core.trigger_event import copies
 from detector.core.trigger_flapping import (
     ASSET,
     UNPROTECTED,
@@ -130,18 +131,20 @@ class TriggerFlappingCheck(CheckBase):
         of_asset = {a: t for t in triggers for a in t.asset_ids}
         if not of_asset:
             return []
-        t = db.tables
-        events = [e for e in queries.trigger_events_of_assets(conn, t, of_asset, since) if e.broadcast]
+        t, window = db.tables, self.config.suspect_window
+        events = [e for e in queries.trigger_events_since(conn, t, since, window, of_asset) if e.broadcast]
+        # Only events with an equal one within the window can be copies: their consumers alone are read.
+        chained = {e for c in copies(events, window) for e in c.event_ids}
+        events = [e for e in events if e.id in chained]
         if not events:
             return []
-        runs = queries.runs_consuming(conn, t, {e.id for e in events})
+        runs = queries.runs_consuming(conn, t, chained)
         consumed = queries.consumed_events(conn, t, [r.id for r in runs])
         threshold = self.config.triggerer_health_check_threshold
 
         def two_alive(at: datetime) -> bool:
             return alive_at(jobs, at, threshold) >= 2
 
-        window = self.config.suspect_window
         found = suspected_copies(events, window, consumed, runs, two_alive, ctx.dag_filter)
         return [_suspected(s, of_asset[s.asset_id], ctx, window) for s in found]
 
