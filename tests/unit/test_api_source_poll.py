@@ -31,6 +31,21 @@ class FakeAirflow:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     deleted: set[str] = field(default_factory=set)  # listed, then gone before the next read (HTTP 404)
     clock_offset: float | None = 0.0  # the server's clock minus the host's (a real server's Date header)
+    triggered: dict[int, dict[str, Any]] = field(default_factory=dict)  # event id -> a trigger's event fields
+
+    def trigger(self, event: int, at: datetime, message_id: str) -> None:
+        """Event ``event`` as ``Trigger.submit_event`` writes it: no source task, an SQS-shaped payload."""
+        payload = {"message_batch": [{"MessageId": message_id, "Body": "{}"}]}
+        self.triggered[event] = {
+            "asset_id": 1,
+            "timestamp": at.isoformat(),
+            "extra": {"from_trigger": True, "payload": payload},
+            "source_dag_id": None,
+        }
+
+    def _event(self, event: int) -> dict[str, Any]:
+        created = [{"dag_id": r["dag_id"], "run_id": r["dag_run_id"]} for r in self.runs if event in r["events"]]
+        return {"id": event, "created_dagruns": created, **self.triggered.get(event, {})}
 
     def add(
         self,
@@ -108,12 +123,16 @@ class FakeAirflow:
         if parts[0] == "dags" and parts[-1] == "upstreamAssetEvents":
             run = next(r for r in self.runs if r["dag_run_id"] == parts[3])
             assert run["start_date"] is not None, "Airflow answers 500 here (apache/airflow#71360)"
-            events = []
-            for event in run["events"]:
-                consumers = [r for r in self.runs if event in r["events"]]
-                created = [{"dag_id": r["dag_id"], "run_id": r["dag_run_id"]} for r in consumers]
-                events.append({"id": event, "created_dagruns": created})
+            events = [self._event(event) for event in run["events"]]
             return {"asset_events": events, "total_entries": len(events)}
+        if parts == ["assets", "events"]:
+            low, high = datetime.fromisoformat(q["timestamp_gte"]), datetime.fromisoformat(q["timestamp_lte"])
+            near = sorted(
+                (e for e, f in self.triggered.items() if low <= datetime.fromisoformat(f["timestamp"]) <= high),
+                key=lambda e: (self.triggered[e]["timestamp"], e),
+            )
+            assert q["asset_id"] == 1
+            return {"asset_events": [self._event(e) for e in near], "total_entries": len(near)}
         if parts[0] == "dags" and parts[-1] == "taskInstances":
             return {"task_instances": [], "total_entries": 0}
         raise AssertionError(f"unexpected call {path}")
@@ -122,9 +141,9 @@ class FakeAirflow:
         pass
 
 
-def source(fake: FakeAirflow) -> ApiSource:
+def source(fake: FakeAirflow, version: str = "3.1.2") -> ApiSource:
     config = Config.of(source="api", startup_lookback=timedelta(minutes=15))
-    return ApiSource(config, Reader(fake), MemoryLedger(), Metrics(), version="3.1.2")
+    return ApiSource(config, Reader(fake), MemoryLedger(), Metrics(), version=version)
 
 
 def poll(src: ApiSource, now: datetime) -> list[str]:
@@ -147,8 +166,9 @@ def test_an_idle_poll_is_one_count_that_reads_no_run() -> None:
     assert all(q.get("limit") == 0 for _, q in fake.calls)
 
 
-def test_a_lone_new_run_costs_the_count_and_one_page() -> None:
-    """Nothing else of its DAG within 10 s: no events, lists or task instances are read."""
+def test_a_lone_new_run_costs_the_count_one_page_and_its_events() -> None:
+    """Nothing else of its DAG within 10 s: its events are read (one request: did a trigger's copy of a
+    message make it? ``core.trigger_event``), no list of its DAG, no task instances."""
     fake = FakeAirflow()
     src = source(fake)
     src.start(AIRFLOW_NOW)
@@ -156,7 +176,8 @@ def test_a_lone_new_run_costs_the_count_and_one_page() -> None:
     fake.calls.clear()
     fake.add("alone", AIRFLOW_NOW + timedelta(seconds=1), event=1)
     assert poll(src, AIRFLOW_NOW + timedelta(seconds=2)) == []
-    assert [q.get("order_by") for _, q in fake.calls] == [None, "-id"]
+    assert [q.get("order_by") for _, q in fake.calls] == [None, "-id", None]
+    assert fake.reads("upstreamAssetEvents") == 1
 
 
 def test_pages_follow_total_entries_when_the_server_caps_the_page() -> None:
@@ -225,11 +246,12 @@ def test_a_run_deleted_between_the_list_and_the_read_is_dropped() -> None:
     assert src.tail is not None and not src.tail.waiting
 
 
-def test_a_steady_stream_of_runs_costs_one_request_a_poll_and_no_judgement() -> None:
+def test_a_steady_stream_of_runs_costs_one_page_a_poll_and_each_runs_events_once() -> None:
     """Ten runs a second over three DAGs (each DAG a run every 300 ms, each run its own event), for two
-    minutes: the list clears every one (distinct run_after, in id order), so no events, lists or task
-    instances are read; after the first busy poll each poll is one page request (no count), and the
-    late sweep every 30 s takes none of the runs the tail listed."""
+    minutes: the list clears every one (distinct run_after, in id order), so no list of a DAG and no
+    task instances are read; each run's events are read once (the trigger_event kind: no event here is
+    a trigger's, so nothing more); after the first busy poll each poll is one page request (no count),
+    and the late sweep every 30 s takes none of the runs the tail listed."""
     fake = FakeAirflow()
     src = source(fake)
     src.start(AIRFLOW_NOW)
@@ -241,16 +263,19 @@ def test_a_steady_stream_of_runs_costs_one_request_a_poll_and_no_judgement() -> 
             at += timedelta(milliseconds=100)
             fake.add(f"consumer_{len(fake.runs) % 3}", at, event=len(fake.runs) + 1000)
         assert poll(src, at) == []
-    assert {path for path, _ in fake.calls} == {"/api/v2/dags/~/dagRuns"}
-    sweeps = [q for _, q in fake.calls if q.get("state") == "running"]
+    events = [path for path, _ in fake.calls if path.endswith("/upstreamAssetEvents")]
+    assert len(events) == len(set(events)) == 1200
+    lists = [q for path, q in fake.calls if not path.endswith("/upstreamAssetEvents")]
+    assert {path for path, _ in fake.calls} - set(events) == {"/api/v2/dags/~/dagRuns"}
+    sweeps = [q for q in lists if q.get("state") == "running"]
     assert len(sweeps) == 4  # every 30 s of the 120
-    assert len(fake.calls) - len(sweeps) == 401  # one count (the first poll after an idle one), then a page a poll
+    assert len(lists) - len(sweeps) == 401  # one count (the first poll after an idle one), then a page a poll
 
 
 def test_the_overlap_race_is_read_because_its_run_is_out_of_order() -> None:
     """The overlap race (docs/airflow-internals.md §2.3, core.detect): the run committed second has an earlier run_after
     and consumed an event of the first again. Found whether the two arrive in one poll or two; the
-    runs around them, in order, are never read."""
+    runs around them, in order, are read once each (their events: the trigger_event kind), never judged."""
     for together in (True, False):
         fake = FakeAirflow()
         src = source(fake)
@@ -263,7 +288,9 @@ def test_the_overlap_race_is_read_because_its_run_is_out_of_order() -> None:
         fake.add("two_assets", AIRFLOW_NOW + timedelta(seconds=4), event=4)
         found += poll(src, AIRFLOW_NOW + timedelta(seconds=5))
         assert found == [stale]
-        assert fake.reads("upstreamAssetEvents") == 2  # the stale run, and A (named by the shared event)
+        # each run once; A a second time only when it came in an earlier poll (named by the shared event)
+        assert fake.reads("upstreamAssetEvents") == (4 if together else 5)
+        assert fake.reads("taskInstances") == 2  # the group's two runs only
 
 
 def test_a_run_out_of_order_without_a_race_is_read_and_judged_no_duplicate() -> None:
@@ -276,7 +303,7 @@ def test_a_run_out_of_order_without_a_race_is_read_and_judged_no_duplicate() -> 
     fake.add("consumer", AIRFLOW_NOW + timedelta(seconds=2), event=1)
     fake.add("consumer", AIRFLOW_NOW + timedelta(seconds=1), event=2)
     assert poll(src, AIRFLOW_NOW + timedelta(seconds=3)) == []
-    assert fake.reads("upstreamAssetEvents") == 1
+    assert fake.reads("upstreamAssetEvents") == 2  # the out-of-order run, and the other one's own read
 
 
 def test_a_pair_airflow_has_not_started_is_judged_at_the_first_poll_after_its_start() -> None:
@@ -325,8 +352,9 @@ def test_a_pair_committed_with_an_old_run_after_is_found_by_the_late_sweep() -> 
 
 
 def test_partitioned_runs_are_read_only_when_their_key_repeats() -> None:
-    """Airflow 3.2 partitioned runs: a stream of runs, each its own partition key, costs no read; the
-    race's pair (one key twice, run_after a few ms apart, the same event) is read and found."""
+    """Airflow 3.2 partitioned runs: a stream of runs, each its own partition key, costs each run's
+    events and no judgement; the race's pair (one key twice, run_after a few ms apart, the same
+    event) is judged and found."""
     fake = FakeAirflow()
     src = source(fake)
     src.start(AIRFLOW_NOW)
@@ -337,11 +365,11 @@ def test_partitioned_runs_are_read_only_when_their_key_repeats() -> None:
         fake.add("partitioned", at, event=100 + i, partition_key=f"p{i:03}")
         if i % 3 == 2:
             assert poll(src, at) == []
-    assert fake.reads("upstreamAssetEvents") == 0
+    assert fake.reads("upstreamAssetEvents") == 30 and fake.reads("taskInstances") == 0
     fake.add("partitioned", at + timedelta(milliseconds=50), event=7, partition_key="p999")
     duplicate = fake.add("partitioned", at + timedelta(milliseconds=53), event=7, partition_key="p999")
     assert poll(src, at + timedelta(milliseconds=100)) == [duplicate]
-    assert fake.reads("upstreamAssetEvents") == 2
+    assert fake.reads("upstreamAssetEvents") == 32
 
 
 def test_more_new_runs_than_the_last_poll_cost_one_page_of_what_is_missing() -> None:
@@ -358,7 +386,8 @@ def test_more_new_runs_than_the_last_poll_cost_one_page_of_what_is_missing() -> 
             fake.add(f"consumer_{len(fake.runs)}", at, event=len(fake.runs))
         fake.calls.clear()
         poll(src, at)
-    assert [(q.get("limit"), q.get("offset")) for _, q in fake.calls] == [(10, 0), (3, 10)]
+    pages = [(q.get("limit"), q.get("offset")) for path, q in fake.calls if path == "/api/v2/dags/~/dagRuns"]
+    assert pages == [(10, 0), (3, 10)]
 
 
 @dataclass
@@ -406,3 +435,74 @@ def test_runs_committed_while_a_poll_pages_leave_for_the_next_poll_not_a_read_of
     poll(src, fake.at)  # the runs that arrived during the paging: found now, nothing lost
     assert src.tail is not None
     assert {r["dag_run_id"] for r in fake.runs[-60:]} <= set(k[1] for k in src.tail.seen)
+
+
+def _watching(fake: FakeAirflow, version: str = "3.1.2") -> ApiSource:
+    """A source past its first poll, the fake's calls cleared."""
+    src = source(fake, version)
+    src.start(AIRFLOW_NOW)
+    poll(src, AIRFLOW_NOW)
+    fake.calls.clear()
+    return src
+
+
+def _trigger_run(fake: FakeAirflow, event: int, message_id: str) -> datetime:
+    """A run of ``orders`` made by a trigger's event carrying ``message_id``, a second after start."""
+    at = AIRFLOW_NOW + timedelta(seconds=1)
+    fake.trigger(event, at, message_id)
+    fake.add("orders", at, event=event)
+    return at
+
+
+def test_two_runs_from_copies_of_one_message_are_found_with_one_events_list() -> None:
+    """Two triggerers' copies of one SQS message (one MessageId), each made a run of the consumer: in
+    order, distinct run_after, so the list clears both; their events (read once each) show a trigger's
+    message id, so one ``GET /assets/events`` of the asset around them finds the copies: a
+    trigger_event group, the first copy's run kept. A trigger's run alone costs its events and that
+    one list, nothing more (no DAG list, no task instances)."""
+    fake = FakeAirflow()
+    src = _watching(fake)
+    at = _trigger_run(fake, 1, "m-1")
+    assert poll(src, at + timedelta(milliseconds=100)) == []
+    assert (fake.reads("upstreamAssetEvents"), fake.reads("events"), fake.reads("taskInstances")) == (1, 1, 0)
+    assert ("/api/v2/dags/orders/dagRuns", True) not in {(p, "order_by" in q) for p, q in fake.calls}
+    fake.trigger(2, at + timedelta(milliseconds=300), "m-1")
+    duplicate = fake.add("orders", at + timedelta(milliseconds=300), event=2)
+    found = src.poll(at + timedelta(milliseconds=400))
+    src.commit()
+    [group] = found.findings
+    assert group.kind.value == "trigger_event" and [r.run_id for r in group.duplicates] == [duplicate]
+    assert group.shared_event_ids == (1, 2)
+
+
+def test_a_copy_of_another_message_id_links_nothing() -> None:
+    """Two messages (two MessageIds) with equal bodies: two real runs, no group."""
+    fake = FakeAirflow()
+    src = _watching(fake)
+    at = _trigger_run(fake, 1, "m-1")
+    fake.trigger(2, at + timedelta(milliseconds=300), "m-2")
+    fake.add("orders", at + timedelta(milliseconds=300), event=2)
+    assert poll(src, at + timedelta(milliseconds=400)) == []
+    assert fake.reads("events") == 1 and fake.reads("taskInstances") == 0
+
+
+@pytest.mark.parametrize("version", ["3.2.2", "3.3.2"])
+def test_on_a_release_that_runs_one_copy_a_cleared_run_costs_nothing_more(version: str) -> None:
+    """From 3.2.2 one triggerer runs an asset trigger (``trigger_event.copies_possible``): no new copy
+    can make a run, so a trigger's run the list clears costs the count and the page only, as before."""
+    fake = FakeAirflow()
+    src = ApiSource(
+        Config.of(source="api", startup_lookback=timedelta(minutes=15)),
+        Reader(fake),
+        MemoryLedger(),
+        Metrics(),
+        version=version,
+    )
+    src.start(AIRFLOW_NOW)
+    poll(src, AIRFLOW_NOW)
+    fake.calls.clear()
+    at = AIRFLOW_NOW + timedelta(seconds=1)
+    fake.trigger(1, at, "m-1")
+    fake.add("orders", at, event=1)
+    assert poll(src, at + timedelta(milliseconds=100)) == []
+    assert [q.get("order_by") for _, q in fake.calls] == [None, "-id"]

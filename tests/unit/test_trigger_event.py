@@ -13,6 +13,7 @@ from detector.core.model import Confidence, Decisions, Kind, TaskProgress
 from detector.core.trigger_event import (
     Copies,
     copies,
+    copies_possible,
     find_trigger_event_duplicates,
     from_trigger,
     message_ids,
@@ -171,3 +172,13 @@ def test_doctor_counts_a_trigger_event_group_on_neither_scheduler_path() -> None
     out = Findings()
     _duplicates([f], 0, {}, out)
     assert (out.seen["asset_groups_found"], out.seen["partitioned_groups_found"]) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("version", "possible"),
+    [("3.0.6", True), ("3.1.2", True), ("3.2.1", True), ("3.2", True), ("3.2.2", False), ("3.3.2", False), ("?", True)],
+)
+def test_copies_are_possible_before_the_owner_filter_of_3_2_2(version: str, possible: bool) -> None:
+    """Asset triggers run on every triggerer before 3.2.2 (apache/airflow PR #65792); a version that
+    cannot be read errs towards looking."""
+    assert copies_possible(version) is possible

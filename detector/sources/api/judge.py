@@ -42,6 +42,8 @@ from detector.airflowapi.client import Gone
 from detector.core.decisions import decisions_from_notes, decisions_from_roles
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
 from detector.core.model import GUARD_NOTE_PREFIX, NO_DECISIONS, Decisions, Finding, Run, TaskProgress, asset_labels
+from detector.core.trigger_event import find_trigger_event_duplicates
+from detector.sources.api.copies import Near
 from detector.sources.api.reader import ApiRun, ConsumedEvents, Reader, progress_of
 from detector.sources.disputes import report_disputed
 
@@ -87,8 +89,12 @@ class Judge:
         dag_filter: DagFilter = ALL_DAGS,
         suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW,
         roles: Roles | None = None,
+        copies: bool = True,
     ) -> None:
+        """``copies``: whether the Airflow watched can make new copies of a trigger's event
+        (``trigger_event.copies_possible``); without, a run the list clears costs nothing more."""
         self.reader = reader
+        self.copies = copies
         self.dag_filter = dag_filter
         self.suspect_window = suspect_window
         self.roles = roles
@@ -115,15 +121,38 @@ class Judge:
         for other in (known or {}).values():
             if other.dag_id in by_dag:
                 neighbours.setdefault(other.dag_id, []).append(other)
+        read: dict[RunKey, ConsumedEvents] = {}
+        if known_from is not None and order is not None:
+            picked = {
+                d: [r for r in runs if suspect(r, neighbours.get(d, []), known_from, order, self.suspect_window)]
+                for d, runs in by_dag.items()
+            }
+            cleared = [r for d, runs in by_dag.items() for r in runs if r not in picked[d]] if self.copies else []
+            read = self._triggered(cleared, verdict)
+            by_dag = {d: picked[d] + [r for r in by_dag[d] if _copied(read.get(r.key))] for d in by_dag}
         number = 0
         for dag_id in sorted(by_dag):
-            same_dag = neighbours.get(dag_id, [])
-            runs = by_dag[dag_id]
-            if known_from is not None and order is not None:
-                runs = [r for r in runs if suspect(r, same_dag, known_from, order, self.suspect_window)]
-            if runs:
-                number = self._judge_dag(runs, now, same_dag, known_from, verdict, number)
+            if by_dag[dag_id]:
+                number = self._judge_dag(
+                    by_dag[dag_id], now, neighbours.get(dag_id, []), known_from, verdict, number, read
+                )
         return verdict
+
+    def _triggered(self, cleared: list[ApiRun], verdict: Verdict) -> dict[RunKey, ConsumedEvents]:
+        """The events of the runs the list cleared (one round trip): those that consumed a trigger's
+        event carrying a message id are judged (``_copied``): a copy of it may have made another run of
+        the DAG (``core.trigger_event``) that neither the run_after nor a shared event shows. A cleared
+        run not started yet waits: its events are unreadable until then (apache/airflow#71360). The
+        others' events are kept for this judgement: a sibling's read is not sent twice."""
+        found: dict[RunKey, ConsumedEvents] = {}
+        for run, events in zip(cleared, self._parallel(self._events_or_gone, cleared), strict=True):
+            if events is _GONE:
+                verdict.gone.append(run)
+            elif not isinstance(events, ConsumedEvents):
+                verdict.waiting.append(run)
+            else:
+                found[run.key] = events
+        return found
 
     def _judge_dag(
         self,
@@ -133,28 +162,37 @@ class Judge:
         known_from: datetime | None,
         verdict: Verdict,
         number: int,
+        read: Mapping[RunKey, ConsumedEvents],
     ) -> int:
-        """``same_dag``: the DAG's runs from ``known``. One round trip first: the new runs' events,
-        the DAG's id-ordered list over their span and, for a run whose exact twin (same run_after)
-        is already listed, the task instances of both (that pair is nearly always a group)."""
+        """``same_dag``: the DAG's runs from ``known``; ``read``: events already read (``_triggered``).
+        One round trip first: the new runs' events, the DAG's id-ordered list over their span and, for
+        a run whose exact twin (same run_after) is already listed, the task instances of both (that
+        pair is nearly always a group). Runs whose events were read wait for their copies first."""
         if all(r.start_date is None for r in new):  # no event readable yet (apache/airflow#71360)
             verdict.waiting.extend(new)
             return number
         twins = [r for r in new if any(o.key != r.key and o.run_after == r.run_after for o in same_dag)]
-        twins += [o for o in same_dag if o not in twins and any(o.run_after == r.run_after for r in new)]
+        # (a run is not its own twin: ``same_dag`` lists the new runs too)
+        twins += [
+            o for o in same_dag if o not in twins and any(o.key != r.key and o.run_after == r.run_after for r in new)
+        ]
         if any(r.start_date is None for r in twins):  # the group waits for it: read its tasks then
             twins = []
-        jobs: list[Callable[[], object]] = [functools.partial(self._events_or_gone, r) for r in new]
-        jobs.append(functools.partial(self._list_or_gone, new))
+        unread = [r for r in new if r.key not in read]
+        jobs: list[Callable[[], object]] = [functools.partial(self._events_or_gone, r) for r in unread]
+        jobs += [functools.partial(self._list_or_gone, new)] if unread else []
         jobs += [functools.partial(self._tasks_or_none, r.key) for r in twins]
         answers = self._parallel(_call, jobs)
-        first_list = answers[len(new)]
+        first_list = answers[len(unread)] if unread else None
         tasks = {
-            r.key: cast(list[dict[str, Any]] | None, a) for r, a in zip(twins, answers[len(new) + 1 :], strict=True)
+            r.key: cast(list[dict[str, Any]] | None, a)
+            for r, a in zip(twins, answers[len(unread) + bool(unread) :], strict=True)
         }
         events: dict[RunKey, ConsumedEvents] = {}
         candidates: dict[RunKey, ApiRun] = {}
-        for run, found in zip(new, answers[: len(new)], strict=True):
+        answered = dict(zip([r.key for r in unread], answers[: len(unread)], strict=True)) | dict(read)
+        for run in new:
+            found = answered[run.key]
             if found is _GONE:
                 verdict.gone.append(run)
                 continue
@@ -165,10 +203,16 @@ class Judge:
             candidates[run.key] = run
         if not candidates:
             return number
+        near = Near(self.suspect_window)
+        if not near.read(self.reader, (e for found in events.values() for e in found.triggers)):
+            verdict.waiting.extend(candidates.values())  # a copy's consumer not started yet
+            return number
+        dag_id = new[0].dag_id
         # Only a run linked to no other can skip the list: its run_after is covered by ``known``
         # (no same-run_after sibling there), no event of it was consumed by another run of the DAG,
-        # and it has no partition key (whose siblings lie within the suspect window).
-        alone = all(
+        # no two of its runs consumed copies of one message (one run holding every copy makes no
+        # group), and it has no partition key (whose siblings lie within the suspect window).
+        alone = len(near.runs_of(dag_id)) < 2 and all(
             run.partition_key is None
             and known_from is not None
             and run.run_after >= known_from
@@ -181,7 +225,7 @@ class Judge:
         listed: list[ApiRun] = []
         for hop in range(MAX_HOPS + 1):
             # The first hop's candidates are new runs, whose span the list read with their events covers.
-            fresh = first_list if hop == 0 else self._list_or_gone(list(candidates.values()))
+            fresh = first_list if hop == 0 and first_list is not None else self._list_or_gone(list(candidates.values()))
             if fresh is _GONE:  # the DAG itself is gone (deleted, or no longer parsed): nothing left to act on
                 verdict.gone.extend(r for r in new if r.key in events)
                 return number
@@ -196,7 +240,7 @@ class Judge:
                 if key in events:
                     continue
                 try:
-                    found = self.reader.events(run)
+                    found = read.get(key) or self.reader.events(run)
                 except Gone:
                     del candidates[key]
                     continue
@@ -204,14 +248,14 @@ class Judge:
                     verdict.waiting.extend(r for r in new if r.key in events)
                     return number
                 events[key] = found
-            for found in list(events.values()):
-                for consumer in found.consumers:
-                    if consumer[0] != new[0].dag_id or consumer in candidates:
-                        continue
-                    other = by_key.get(consumer) or self.reader.run(*consumer)
-                    if other is not None:
-                        candidates[consumer] = other
-                        grown = True
+            # Copies are looked up for the new runs' trigger events only, as the database source does
+            # (sources/database/copies.near_runs): a copy's consumer is a sibling, not a new root.
+            linked = {c for found in events.values() for c in found.consumers if c[0] == dag_id} | near.runs_of(dag_id)
+            for consumer in linked - candidates.keys():
+                other = by_key.get(consumer) or self.reader.run(*consumer)
+                if other is not None:
+                    candidates[consumer] = other
+                    grown = True
             if not grown:
                 break
         order = {r.key: i for i, r in enumerate(listed)}
@@ -233,6 +277,11 @@ class Judge:
             suspect_window=self.suspect_window,
             prior=prior,
         )
+        if near.found:  # the trigger_event kind: runs already in a group of another kind are judged there
+            taken = frozenset(r.id for f in findings for r in f.runs)
+            findings += find_trigger_event_duplicates(
+                runs.values(), run_events, near.copies(), progress, dag_filter=self.dag_filter, prior=prior, taken=taken
+            )
         new_keys = {r.key for r in new}
         for finding in findings:
             if any(by_id[r.id] in new_keys for r in finding.runs):
@@ -345,6 +394,11 @@ def suspect(
         if other.run_after > run.run_after and order.get(other.key, -1) < rank:
             return True
     return False
+
+
+def _copied(events: ConsumedEvents | None) -> bool:
+    """Whether a run consumed a trigger's event with a message id (the only proof of a copy)."""
+    return events is not None and any(e.message_ids for e in events.triggers)
 
 
 def _call(job: Callable[[], T]) -> T:

@@ -33,6 +33,7 @@ from detector import logs
 from detector.airflowapi.client import Gone, Transient
 from detector.core.model import TaskProgress, ti_started
 from detector.core.plan import Action
+from detector.core.trigger_event import TriggerEvent, trigger_event
 from detector.errors import AirflowApiError
 from detector.metadb.queries import KeptRun, RunState, TaskState
 
@@ -92,6 +93,29 @@ class ConsumedEvents:
     event_ids: frozenset[int]
     consumers: frozenset[tuple[str, str]]
     assets: frozenset[tuple[str, str]] = frozenset()  # (name, uri) of the events' assets: what alerts name
+    triggers: tuple[TriggerEvent, ...] = ()  # the events a trigger submitted (``core.trigger_event``)
+
+
+@dataclass(frozen=True, slots=True)
+class NearEvents:
+    """The trigger events of one asset in a timestamp range, and the runs that consumed each event."""
+
+    triggers: tuple[TriggerEvent, ...]
+    consumers: Mapping[int, frozenset[tuple[str, str]]]
+
+
+def _trigger(event: Mapping[str, Any]) -> TriggerEvent | None:
+    """The event as the trigger_event rule sees it (None when no trigger wrote it): the API serves the
+    columns the database source reads (``extra`` with secrets masked, ``source_dag_id``, ``asset_id``,
+    ``timestamp``), docs/airflow-internals.md §13.3."""
+    at = parse_time(event.get("timestamp"))
+    if at is None or not isinstance(event.get("asset_id"), int):
+        return None
+    return trigger_event(int(event["id"]), event["asset_id"], at, event.get("extra"), event.get("source_dag_id"))
+
+
+def _created(event: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
+    return frozenset((str(c["dag_id"]), str(c["run_id"])) for c in event.get("created_dagruns") or [])
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -133,6 +157,7 @@ class Reader:
         self.page = page
         self.requests = 0  # calls sent (benchmarks, tests)
         self._count_lock = threading.Lock()
+        self._triggers: list[TriggerEvent] | None = None  # event_consumers' trigger events, while it lists
 
     def _get(self, path: str, query: Mapping[str, Any] | None, needs: str) -> dict[str, Any]:
         with self._count_lock:
@@ -255,19 +280,55 @@ class Reader:
         ids: set[int] = set()
         consumers: set[tuple[str, str]] = set()
         assets: set[tuple[str, str]] = set()
+        triggers = []
         for event in answer.get("asset_events") or []:
             ids.add(int(event["id"]))
             if event.get("name") or event.get("uri"):  # AssetEventResponse, 3.0-3.3
                 assets.add((str(event.get("name") or event.get("uri")), str(event.get("uri") or "")))
-            for created in event.get("created_dagruns") or []:
-                consumers.add((str(created["dag_id"]), str(created["run_id"])))
-        return ConsumedEvents(frozenset(ids), frozenset(consumers), frozenset(assets))
+            consumers |= _created(event)
+            if (found := _trigger(event)) is not None:
+                triggers.append(found)
+        return ConsumedEvents(frozenset(ids), frozenset(consumers), frozenset(assets), tuple(triggers))
 
-    def event_consumers(self, *, since: datetime | None) -> tuple[dict[int, frozenset[tuple[str, str]]], int]:
+    def trigger_events_near(self, asset_id: int, low: datetime, high: datetime) -> NearEvents | None:
+        """The trigger events of ``asset_id`` with a timestamp in [low, high] and their consumers
+        (``GET /assets/events?asset_id=&timestamp_gte=&timestamp_lte=``, every page); None while Airflow
+        cannot serialise one of them (a consumer not started, apache/airflow#71360): judged later."""
+        query = {
+            "asset_id": asset_id,
+            "timestamp_gte": _iso(low),
+            "timestamp_lte": _iso(high),
+            "order_by": "timestamp",
+            "limit": self.page,
+        }
+        triggers: list[TriggerEvent] = []
+        consumers: dict[int, frozenset[tuple[str, str]]] = {}
+        seen = 0
+        for _ in range(MAX_PAGES):
+            try:
+                answer = self._get("/api/v2/assets/events", {**query, "offset": seen}, READ_EVENTS)
+            except Transient:
+                return None
+            items = answer.get("asset_events") or []
+            seen += len(items)
+            for event in items:
+                if (found := _trigger(event)) is not None:
+                    triggers.append(found)
+                    consumers[found.id] = _created(event)
+            total = answer.get("total_entries")
+            if not items or not isinstance(total, int) or seen >= total:
+                return NearEvents(tuple(triggers), consumers)
+        raise AirflowApiError(f"GET /api/v2/assets/events: more than {MAX_PAGES} pages for asset {asset_id}")
+
+    def event_consumers(
+        self, *, since: datetime | None, triggers: list[TriggerEvent] | None = None
+    ) -> tuple[dict[int, frozenset[tuple[str, str]]], int]:
         """Every asset event since ``since`` -> the runs that consumed it (``GET /assets/events``,
         ordered by timestamp with Airflow's id tie-break, so offsets are stable). A page that fails
         with HTTP 500 is halved until the events Airflow cannot serialise (a consumer not started,
-        apache/airflow#71360) are isolated; those are skipped and counted (second value)."""
+        apache/airflow#71360) are isolated; those are skipped and counted (second value). The events
+        a trigger submitted are appended to ``triggers`` (the trigger_event kind)."""
+        self._triggers = triggers
         query: dict[str, Any] = {"order_by": "timestamp"}
         if since is not None:
             query["timestamp_gte"] = _iso(since)
@@ -310,12 +371,11 @@ class Reader:
             self._collect(answer.get("asset_events") or [], found)
         return missing
 
-    @staticmethod
-    def _collect(items: list[dict[str, Any]], found: dict[int, frozenset[tuple[str, str]]]) -> None:
+    def _collect(self, items: list[dict[str, Any]], found: dict[int, frozenset[tuple[str, str]]]) -> None:
         for event in items:
-            found[int(event["id"])] = frozenset(
-                (str(c["dag_id"]), str(c["run_id"])) for c in event.get("created_dagruns") or []
-            )
+            found[int(event["id"])] = _created(event)
+            if self._triggers is not None and (trigger := _trigger(event)) is not None:
+                self._triggers.append(trigger)
 
     def task_states(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         """Every task instance of the run (all pages) as the API answers them."""

@@ -7,6 +7,10 @@ events. Only candidates are then judged (``judge.Judge``: their events, task ins
 one id-ordered list per group), so the cost is about (runs + events) / 100 requests plus a few per
 candidate, not one per run.
 
+Runs of one DAG that consumed different copies of one message (the ``trigger_event`` kind, proven
+by a message id: ``core.trigger_event``) are found in the same list of events: each event comes with
+its ``extra``, ``source_dag_id`` and consumers.
+
 Events are listed from ``EVENT_SLACK`` before ``since``: a shared event is older than both runs.
 Events Airflow cannot serialise (a consumer not started yet, apache/airflow#71360) are skipped and
 counted; such a run cannot be judged through the API until it starts.
@@ -22,6 +26,8 @@ from datetime import datetime, timedelta
 
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter
 from detector.core.model import Finding
+from detector.core.trigger_event import TriggerEvent
+from detector.sources.api.copies import proven_sets
 from detector.sources.api.judge import Judge, RunKey
 from detector.sources.api.reader import ApiRun, Reader
 
@@ -63,7 +69,13 @@ def scan_api(
         for a, b in itertools.pairwise(group):
             if b.run_after - a.run_after <= suspect_window:
                 clusters.join([a.key, b.key])
-    consumers, unreadable = reader.event_consumers(since=None if since is None else since - EVENT_SLACK)
+    triggers: list[TriggerEvent] = []
+    consumers, unreadable = reader.event_consumers(
+        since=None if since is None else since - EVENT_SLACK, triggers=triggers
+    )
+    for copied in proven_sets(triggers, consumers, suspect_window):
+        if len(linked := sorted(k for k in copied if k in runs)) > 1:
+            clusters.join(linked)
     for consumed_by in consumers.values():
         per_dag: dict[str, list[RunKey]] = defaultdict(list)
         for key in consumed_by:

@@ -48,6 +48,7 @@ from detector.config import Config
 from detector.core.detect import DagFilter
 from detector.core.model import Finding
 from detector.core.ports import Ledger, Polled
+from detector.core.trigger_event import copies_possible
 from detector.errors import AirflowUnreachable, DupguardError
 from detector.metadb.versions import family_of_version
 from detector.metrics import Metrics
@@ -112,6 +113,7 @@ class ApiSource:
             dag_filter=DagFilter(config.dags, config.exclude_dags),
             suspect_window=config.suspect_window,
             roles=ledger.decisions,
+            copies=copies_possible(version),
         )
         self.tail: _Tail | None = None
         self._next: _Tail | None = None
