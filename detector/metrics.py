@@ -32,7 +32,9 @@ from detector.core.ports import Result
 disable_created_metrics()  # type: ignore[no-untyped-call]
 ALERT_OUTCOMES = ("sent", "deduplicated", "retried", "failed")
 
-DEADLINE_PEERS = ("airflow_api", "airflow_token", "slack", "webhook")  # detector.deadline's peer names
+# detector.deadline's peer names known to every process; an alert channel's name is its peer too (the
+# Alertmanager sink's alertmanager, alertmanager-1 …: init_alerts adds them)
+DEADLINE_PEERS = ("airflow_api", "airflow_token", "slack", "webhook")
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -121,7 +123,8 @@ class Metrics:
             "Failed remediations waiting for their back-off to end before another attempt.",
             registry=r,
         )
-        r.register(_Deadlines())
+        self._deadlines = _Deadlines()
+        r.register(self._deadlines)
         self.remediation_ready = Gauge(
             "dupguard_remediation_ready",
             "1 while the remediation backend can act at once (api: it holds a token from Airflow's REST "
@@ -203,6 +206,7 @@ class Metrics:
         for channel in channels:
             for outcome in ALERT_OUTCOMES:
                 self.alerts.labels(channel=channel, outcome=outcome)
+            self._deadlines.peers.add(channel)
 
     def set_build(self, airflow_version: str) -> None:
         """``version`` is dupguard's own; ``airflow_version`` the Airflow series the schema belongs to
@@ -213,7 +217,11 @@ class Metrics:
 
 class _Deadlines(Collector):
     """``dupguard_deadline_exceeded_total{peer}``: outbound calls cut at their whole-request deadline
-    (``detector.deadline``, which counts them for the process), read at scrape time."""
+    (``detector.deadline``, which counts them for the process), read at scrape time: the known peers
+    from 0, and any other peer that has a count (an overrun is never left out of the scrape)."""
+
+    def __init__(self) -> None:
+        self.peers = set(DEADLINE_PEERS)
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(
@@ -222,6 +230,6 @@ class _Deadlines(Collector):
             labels=["peer"],
         )
         counts = deadline.exceeded()
-        for peer in DEADLINE_PEERS:
+        for peer in sorted(self.peers | counts.keys()):
             family.add_metric([peer], counts.get(peer, 0))
         yield family

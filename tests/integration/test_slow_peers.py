@@ -14,11 +14,15 @@ from datetime import timedelta
 import pytest
 from structlog.testing import capture_logs
 
+from detector.actions.alerts.dispatch import build_alerter
 from detector.airflowapi.client import Transient, make_client
 from detector.airflowapi.session import Session
 from detector.airflowapi.tokens import Budget, TokenSource
 from detector.config import Config
 from detector.metrics import Metrics
+from tests.airflow_server import CountingProxy
+from tests.alertmanager import Receiver, alertmanager, route_config
+from tests.daemon_harness import wait_for
 from tests.integration.test_alerts import SharedLedger, _alerter, _config, _count, _events, detected
 from tests.slack_server import SlackServer
 
@@ -113,3 +117,46 @@ def _fetch(tokens: TokenSource, failed: list[str]) -> None:
         tokens.get(Budget())
     except Transient as exc:
         failed.append(str(exc))
+
+
+def test_a_trickling_alertmanager_member_is_cut_at_the_deadline_and_counted() -> None:
+    """An HA pair of a real Alertmanager: member 1 is reached through a proxy that forwards each push
+    and trickles Alertmanager's answer back. Each of its three attempts is cut at --alert-timeout (3 s),
+    counted in dupguard_deadline_exceeded_total{peer="alertmanager-1"} (a series from the start, like
+    the other peers': it was never exported), logged undelivered naming the deadline and named in the
+    alerter's health note; member 2 gets the alert meanwhile, and once member 1 answers again the
+    next alert reaches it."""
+    receiver = Receiver()
+    metrics = Metrics()
+    try:
+        with alertmanager(route_config(receiver.url)) as am, CountingProxy(int(am.url.rsplit(":", 1)[1])) as proxy:
+            config = Config.of(
+                alertmanager_urls=(proxy.url, am.url),
+                alert_timeout=TIMEOUT,
+                alertmanager_resend_interval=timedelta(hours=1),  # no re-send within the test
+            )
+            with capture_logs() as logs:
+                alerter = build_alerter(config, SharedLedger(), metrics, digest_delay=0.3)
+                metrics.init_alerts(alerter.channel_names)  # as the daemon's wiring does
+                before = metrics.registry.get_sample_value(
+                    "dupguard_deadline_exceeded_total", {"peer": "alertmanager-1"}
+                )
+                proxy.trickle.add("/api/v2/alerts")
+                alerter.notify(detected("g1"))
+                wait_for(lambda: _count(metrics, "alertmanager-1", "failed") == 1, LIMIT, "member 1's attempts cut")
+                trouble = alerter.trouble()
+                proxy.trickle.clear()
+                alerter.notify(detected("g2", base=20))
+                alerter.close(LIMIT)
+            after = metrics.registry.get_sample_value("dupguard_deadline_exceeded_total", {"peer": "alertmanager-1"})
+            assert {a["labels"]["group_key"] for a in am.alerts()} == {"g1", "g2"}
+    finally:
+        receiver.stop()
+    assert before is not None and after is not None and after - before == 3
+    assert _count(metrics, "alertmanager-2", "sent") == 2 and _count(metrics, "alertmanager-2", "failed") == 0
+    assert _count(metrics, "alertmanager-1", "sent") == 1 and _count(metrics, "alertmanager-1", "retried") == 2
+    [undelivered] = _events(logs, "alert_undelivered")
+    assert undelivered["channel"] == "alertmanager-1" and undelivered["group_keys"] == ["g1"]
+    assert "no complete answer within 3 s" in undelivered["error"]
+    assert trouble is not None and trouble.startswith("alertmanager-1: 1 in the last 15 min (latest: ")
+    assert "no complete answer within 3 s" in trouble
