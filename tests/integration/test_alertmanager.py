@@ -30,7 +30,7 @@ from detector.config import Config
 from detector.core.ports import AlertEvent, Result
 from detector.core.split import SplitPartition, SplitRow
 from detector.metrics import Metrics
-from tests.airflow_server import make_test_ca
+from tests.airflow_server import CountingProxy, make_test_ca
 from tests.alertmanager import Alertmanager, Receiver, alertmanager, free_port, route_config, wait_for
 from tests.integration.test_alerts import SharedLedger, detected, outcome
 from tests.integration.test_remediation_db import Db
@@ -209,6 +209,34 @@ def test_a_failing_url_is_retried_and_counted_while_the_other_delivers(am: Alert
     [undelivered] = [e for e in logs if e["event"] == "alert_undelivered"]
     assert undelivered["channel"] == "alertmanager-2" and "cannot connect" in undelivered["error"]
     assert "127.0.0.1" not in undelivered["error"]
+
+
+def test_each_refused_push_of_a_storm_is_counted_and_logged_with_its_own_groups(
+    am: Alertmanager, receiver: Receiver
+) -> None:
+    """Issue 23 §4 on this sink: 250 groups in one digest are three pushes of at most 100 alerts; a
+    proxy has Alertmanager's first answer be HTTP 400. The other two pushes still go out (they were
+    left for the next re-send, a minute later), the refused one is one alert_undelivered line naming
+    its own 100 groups and one ``failed``, and ``sent`` counts the two pushes that arrived."""
+    metrics = Metrics()
+    with CountingProxy(int(am.url.rsplit(":", 1)[1])) as proxy:
+        proxy.inject.append(("/api/v2/alerts", 400, 0.0))
+        config = Config.of(
+            alertmanager_urls=(proxy.url,),
+            alert_timeout=SECOND * 10,
+            alert_storm_threshold=0,  # the first group opens the digest
+            alertmanager_resend_interval=timedelta(hours=1),  # no re-send within the test
+        )
+        with capture_logs() as logs:
+            alerter = build_alerter(config, SharedLedger(), metrics, digest_delay=60)  # close() sends it
+            for i in range(250):
+                alerter.notify(detected(f"p{i:03d}", base=10 * i))
+            alerter.close(60)
+    assert {a["labels"]["group_key"] for a in am.alerts()} == {f"p{i:03d}" for i in range(100, 250)}
+    [undelivered] = [e for e in logs if e["event"] == "alert_undelivered"]
+    assert undelivered["alert"] == "digest" and "HTTP 400" in undelivered["error"]
+    assert undelivered["group_keys"] == [f"p{i:03d}" for i in range(100)]
+    assert _count(metrics, "alertmanager", "sent") == 2 and _count(metrics, "alertmanager", "failed") == 1
 
 
 def test_a_split_partition_is_its_own_alert(am: Alertmanager, receiver: Receiver) -> None:

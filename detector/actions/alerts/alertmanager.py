@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Protocol
 
 from detector import logs
@@ -38,6 +39,7 @@ from detector.actions.alerts.format import SUMMARY_LIMIT, clip, plain_text, run_
 from detector.actions.alerts.log import LOGGER
 from detector.actions.alerts.notice import Notice
 from detector.actions.alerts.oncall import DUPLICATE_ALERT, RUNBOOK_FILE, Guidance, guidance
+from detector.actions.alerts.parts import send_each
 from detector.actions.alerts.webhook import JsonWebhook
 from detector.config import Config
 from detector.core.ports import AlertEvent, AlertKind
@@ -207,6 +209,11 @@ class Tracker:
         return _wire(tracked.alert, tracked.starts_at, tracked.ends_at or now + self.ttl)
 
 
+def _group_keys(part: list[dict[str, Any]]) -> list[str]:
+    """The groups a push carries, once each, in order (a group may have two alerts in it)."""
+    return list(dict.fromkeys(str(wire["labels"].get("group_key")) for wire in part))
+
+
 def _chunks(body: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return [body[i : i + MAX_ALERTS_PER_PUSH] for i in range(0, len(body), MAX_ALERTS_PER_PUSH)]
 
@@ -246,8 +253,9 @@ class AlertmanagerChannel:
         self.detected(event)
 
     def digest(self, events: Sequence[AlertEvent]) -> int:
-        """A storm needs no digest here (Alertmanager groups): every group's alert, 100 to a push."""
-        return self._push([group_alert(e, self.ui_url, self.runbook) for e in events])
+        """A storm needs no digest here (Alertmanager groups): every group's alert, 100 to a push,
+        each push sent also after one failed (``PartialDelivery`` names each failed push's groups)."""
+        return self._push([group_alert(e, self.ui_url, self.runbook) for e in events], events)
 
     def digest_outcomes(self, events: Sequence[AlertEvent]) -> int:
         return self.digest(events)
@@ -255,14 +263,22 @@ class AlertmanagerChannel:
     def notice(self, notice: Notice) -> None:
         self._push([notice_alert(notice, self.runbook)])
 
-    def _push(self, alerts: list[Alert]) -> int:
-        """Tracked before it is sent: an alert whose push failed goes out with the next re-send."""
+    def _push(self, alerts: list[Alert], events: Sequence[AlertEvent] = ()) -> int:
+        """Tracked before it is sent: an alert whose push failed goes out with the next re-send.
+        With ``events`` (a digest's), every push is attempted and a failed one reported with the
+        events whose alerts it carried; without, the first failure raises."""
         with self._lock:
             now = self.clock()
             parts = _chunks([wire for alert in alerts for wire in self.tracker.track(alert, now)])
             if self._thread is None and len(self.tracker) and not self._stop.is_set():
                 self._thread = threading.Thread(target=self._resend_loop, name=f"dupguard-{self.name}", daemon=True)
                 self._thread.start()
+            if events:
+                by_key = {e.finding.key: e for e in events}
+                return send_each(
+                    ([by_key[k] for k in _group_keys(part) if k in by_key], partial(self.poster.send, part))
+                    for part in parts
+                )
             for part in parts:
                 self.poster.send(part)
         return len(parts)

@@ -39,7 +39,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Protocol
@@ -64,6 +64,7 @@ from detector.actions.alerts.format import (
 from detector.actions.alerts.log import LOGGER, log_event
 from detector.actions.alerts.notice import Notice
 from detector.actions.alerts.oncall import NO_LINKS, Links
+from detector.actions.alerts.parts import PartialDelivery, send_each
 from detector.actions.alerts.slack import (
     Posted,
     SlackBot,
@@ -74,7 +75,6 @@ from detector.actions.alerts.slack import (
 from detector.actions.alerts.webhook import JsonWebhook
 from detector.config import Config
 from detector.core.ports import AlertEvent, AlertKind, Ledger
-from detector.errors import AlertDeliveryError
 from detector.metrics import Metrics
 
 SLACK_TS = "slack_ts"
@@ -136,28 +136,6 @@ class Channel(Protocol):
     def notice(self, notice: Notice) -> None: ...
 
 
-class PartialDelivery(AlertDeliveryError):
-    """Parts of a digest that failed (their events and why); ``sent`` parts went out."""
-
-    def __init__(self, sent: int, failed: list[tuple[tuple[AlertEvent, ...], str]]) -> None:
-        super().__init__(f"{len(failed)} of {sent + len(failed)} parts undelivered: {failed[0][1]}")
-        self.sent, self.failed = sent, failed
-
-
-def _each(parts: Iterable[tuple[Sequence[AlertEvent], Callable[[], object]]]) -> int:
-    """Send every part, also after one failed: the number sent, or ``PartialDelivery``."""
-    sent, failed = 0, []
-    for events, send in parts:
-        try:
-            send()
-            sent += 1
-        except Exception as exc:  # noqa: BLE001 - each part is delivered or reported on its own
-            failed.append((tuple(events), str(exc) or type(exc).__name__))
-    if failed:
-        raise PartialDelivery(sent, failed)
-    return sent
-
-
 class SlackBotChannel:
     """First message in the channel; outcomes threaded under it, and the first message updated to show them.
 
@@ -209,7 +187,7 @@ class SlackBotChannel:
         threads: dict[Posted | None, list[AlertEvent]] = {}
         for e in events:
             threads.setdefault(self._thread(e.finding.key), []).append(e)
-        return _each((group, partial(self._reply, first, group)) for first, group in threads.items())
+        return send_each((group, partial(self._reply, first, group)) for first, group in threads.items())
 
     def _reply(self, first: Posted | None, group: Sequence[AlertEvent]) -> None:
         if first is None:
@@ -264,7 +242,7 @@ class WebhookChannel:
     def digest(self, events: Sequence[AlertEvent]) -> int:
         """Bounded parts (``digest_payloads``); outcomes the same way (``type`` digest_outcome), each
         group with its ``key`` for receivers that correlate by group."""
-        return _each((chunk, partial(self.hook.send, p)) for chunk, p in digest_payloads(events, self.ui_url))
+        return send_each((chunk, partial(self.hook.send, p)) for chunk, p in digest_payloads(events, self.ui_url))
 
     digest_outcomes = digest
 
