@@ -48,7 +48,7 @@ class Posted:
 @dataclass
 class Fault:
     status: int | None = None  # answer with this status
-    retry_after: int | None = None
+    retry_after: int | str | None = None  # seconds, or an HTTP date
     hang: float | None = None  # hold the request this long, then drop it
     trickle: bool = False  # answer one byte a second (for ten minutes)
 
@@ -103,7 +103,7 @@ class SlackServer:
 
     # -- control ---------------------------------------------------------------------------------
 
-    def fail_next(self, k: int, status: int, retry_after: int | None = None) -> None:
+    def fail_next(self, k: int, status: int, retry_after: int | str | None = None) -> None:
         with self._lock:
             self._faults += [Fault(status=status, retry_after=retry_after) for _ in range(k)]
 

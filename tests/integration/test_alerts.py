@@ -10,15 +10,19 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
+from email.utils import formatdate
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
 from detector.actions.alerts.dispatch import Dispatcher, build_alerter
+from detector.actions.alerts.format import webhook_payload
+from detector.actions.alerts.webhook import JsonWebhook
 from detector.config import Config
 from detector.core.model import Confidence, Finding, Kind, Run
 from detector.core.plan import Action, Mode, Outcome
@@ -370,6 +374,22 @@ def test_generic_webhook_honours_retry_after(server: SlackServer, ledger: Shared
     assert len(server.generic_payloads) == 1
     first, second = server.request_times[:2]
     assert second - first >= 1.0
+
+
+@pytest.mark.parametrize("form", ["seconds", "http_date"])
+def test_a_webhook_429_holds_the_payloads_after_it_too(server: SlackServer, form: str) -> None:
+    """Issue 23 §4: the JSON webhook answers a payload 429 with Retry-After 30 s (in seconds, or as an
+    HTTP date): its retry waits for it, and so does the next payload, instead of being sent into the
+    same refusal (a storm's next parts were). The waits are recorded, not slept."""
+    slept: list[float] = []
+    hook = JsonWebhook(server.generic_url, timeout=5.0, retries=2, sleep=slept.append)
+    server.fail_next(1, 429, retry_after=30 if form == "seconds" else formatdate(time.time() + 30, usegmt=True))
+    hook.send(webhook_payload(detected("g1"), UI))
+    first, slept[:] = list(slept), []
+    hook.send(webhook_payload(detected("g2", base=20), UI))
+    assert [p["dedup_key"] for p in server.generic_payloads] == ["g1", "g2"]
+    assert first and 25 < first[0] <= 30, first  # the retry waited for Retry-After, not the backoff
+    assert len(slept) == 1 and 25 < slept[0] <= 30, slept  # the next payload waited for the rest of it
 
 
 def test_generic_webhook_client_error_is_not_retried(server: SlackServer, ledger: SharedLedger) -> None:
