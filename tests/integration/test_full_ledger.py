@@ -9,14 +9,22 @@ work, as they do on a full volume. (The state file's real full tmpfs is in test_
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy.engine import make_url
+from structlog.testing import capture_logs
 
+from detector.app import checks
+from detector.app.checks.runner import CheckRunner
+from detector.app.ledger import DbLedger, init_db
+from detector.config import Config
 from detector.core.ports import AlertKind
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.metrics import Metrics
 from tests.daemon_harness import Running, start_daemon, wait_for
-from tests.pg import Templates, execute_admin
+from tests.integration.test_split_partitions import SplitRecorder
+from tests.pg import Templates, execute_admin, ground_truth
 from tests.writer import AirflowWriter
 
 pytestmark = pytest.mark.integration
@@ -84,3 +92,37 @@ def test_a_full_durable_ledger_alerts_at_once_and_remediates_once_it_can_record(
     assert [a.run.run_id for a in d.remediator.actions] == [duplicate.run_id]
     assert [e.kind for e in d.alerter.events if e.kind is AlertKind.DETECTED] == [AlertKind.DETECTED]
     assert kept.run_id not in {a.run.run_id for a in d.remediator.actions}
+
+
+def test_a_full_durable_ledger_does_not_hold_back_a_periodic_checks_alert(pg_templates: Templates) -> None:
+    """The stranded_events check on Airflow-made stranded events (3.2.2 stranded_race) while the
+    durable ledger cannot write: its notice is sent at once, once per process (a second run while
+    full sends nothing more), each failing run logs ledger_claim_failed naming the cause and counts
+    a check failure (its repair step waits); once the ledger writes, the claim is recorded, the
+    notice not sent again, and the repair step runs. It was held back: the failing claim failed the whole run."""
+    url = pg_templates.clone("3.2.2", "stranded_race")
+    [truth] = ground_truth("3.2.2", "stranded_race")["expected_stranded"]
+    engine = make_engine(parse_url(url))
+    init_db(engine)
+    config = Config.of(database_url=url)
+    db, metrics, recorder = open_airflow_db(engine), Metrics(), SplitRecorder()
+    runner = CheckRunner(db, checks.build(config, db, metrics), DbLedger(engine), recorder, metrics, cluster="prod-eu")
+    _fill(str(make_url(url).database))
+    try:
+        with capture_logs() as logs:
+            assert not runner.run_reported("stranded_events", datetime.now(UTC))
+            assert not runner.run_reported("stranded_events", datetime.now(UTC))
+    finally:
+        _free(str(make_url(url).database))
+    [notice] = recorder.notices
+    assert notice.kind == "stranded_events" and notice.payload["observation"]["event_ids"] == truth["event_ids"]
+    claims = [e for e in logs if e["event"] == "ledger_claim_failed"]
+    assert len(claims) == 1 and "No space left on device" in claims[0]["error"], claims
+    failures = [e for e in logs if e["event"] == "check_failed"]
+    assert len(failures) == 2 and all("No space left on device" in e["error"] for e in failures), failures
+    assert metrics.registry.get_sample_value("dupguard_check_failures_total", {"kind": "stranded_events"}) == 2
+    assert runner.run_reported("stranded_events", datetime.now(UTC))
+    # the notice not again; the repair step (dry-run by default) ran only now, once the ledger writes
+    assert [n.kind for n in recorder.notices] == ["stranded_events", "stranded_repair"]
+    assert not DbLedger(engine).claim(notice.key, "detected")  # recorded: another process will not send it
+    engine.dispose()

@@ -54,6 +54,8 @@ class CheckRunner:
         self.checks = {c.kind: c for c in checks}
         self.cluster, self.dag_filter = cluster, dag_filter
         self.denied: set[str] = set()  # kinds whose last run lacked a privilege (logged once)
+        # observations alerted while the ledger could not record them: not alerted again once it can
+        self._unrecorded: dict[str, None] = {}
 
     def run(self, kind: str, now: datetime) -> list[Observation]:
         """One run of one check: read, judge, claim and alert what is new. Raises on database errors;
@@ -63,18 +65,37 @@ class CheckRunner:
         with connect(self.db.engine) as conn:
             ctx = CheckContext(db_now=queries.database_now(conn), now=now, dag_filter=self.dag_filter)
             found = check.collect(conn, self.db, ctx)
-        new = []
+        new, failed = [], None
         for obs in found:
-            if self.ledger.claim(obs.key, "detected"):
+            try:
+                won = self.ledger.claim(obs.key, "detected")
+            except Exception as exc:  # noqa: BLE001 - raised below, once every observation is alerted
+                # issue 23 §3: a ledger that cannot record holds no alert back (once per process; a
+                # restart or another replica may send it again); the repair waits for the ledger
+                failed = failed or exc
+                if obs.key not in self._unrecorded:
+                    self._remember_unrecorded(obs.key)
+                    log.warning("ledger_claim_failed", kind=kind, group_key=obs.key, error=_first_line(exc))
+                    new.append(obs)
+                    self.alerter.notify_notice(check.notice(obs, self.cluster, now))
+                continue
+            if won and self._unrecorded.pop(obs.key, False) is False:  # else alerted while unrecorded
                 new.append(obs)
                 self.alerter.notify_notice(check.notice(obs, self.cluster, now))
         self.metrics.check_observations.labels(kind=kind).set(len(found))
         self.metrics.check_detected.labels(kind=kind).inc(len(new))
         self.metrics.check_seconds.labels(kind=kind).observe(time.monotonic() - started)
         check.observed(found, new)
+        if failed is not None:
+            raise failed
         check.repair(found, RepairContext(self.db, self.ledger, self.fence, self.alerter.notify_notice,
                                           self.cluster, now, ctx.db_now))  # fmt: skip
         return found
+
+    def _remember_unrecorded(self, key: str) -> None:
+        self._unrecorded[key] = None
+        if len(self._unrecorded) > 10_000:  # bounded: the oldest may then be alerted once more
+            self._unrecorded.pop(next(iter(self._unrecorded)))
 
     def run_reported(self, kind: str, now: datetime) -> bool:
         """``run``, for the scheduler: False (logged, counted) if it failed; never raises."""
