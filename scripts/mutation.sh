@@ -5,7 +5,8 @@
 # are left out: they start Airflow processes, minutes per mutant). Not part of CI: about an hour on
 # two cores. Prints the score per module; `.venv/bin/mutmut show NAME` shows a survivor's diff.
 # MUTMUT_CHILDREN sets the parallel workers (default 2). Then the api backend, whose tests need real
-# Airflow API servers: scripts/mutation_api.sh holds them for its own run (MUTATION_API=0 skips it).
+# Airflow API servers: scripts/mutation_api.sh holds them for its own run (MUTATION_API=0 skips it);
+# and the guard inside real Airflow: scripts/mutation_guard.sh (MUTATION_GUARD=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh test
@@ -28,4 +29,7 @@ mv "$log" mutants/run.log
 .venv/bin/python scripts/mutation_score.py mutants/results.txt
 if [ "${MUTATION_API:-1}" != 0 ]; then
   MUTMUT_CHILDREN=1 scripts/mutation_api.sh
+fi
+if [ "${MUTATION_GUARD:-1}" != 0 ]; then
+  scripts/mutation_guard.sh
 fi

@@ -676,7 +676,8 @@ ASSET_SCENARIOS = {
 }
 
 
-def run_asset_scenarios(args: argparse.Namespace, result: dict[str, Any]) -> None:
+def prepare_asset_dags() -> Any:
+    """The scenarios' DAGs written, parsed and serialised into the database; Airflow's entry points."""
     import scenarios_asset
 
     dags = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
@@ -688,10 +689,16 @@ def run_asset_scenarios(args: argparse.Namespace, result: dict[str, Any]) -> Non
         + "".join(CALLBACK_DAG.format(p=p, tasks=tasks) for p, tasks in CALLBACK_TASKS.items())
     )
     af = scenarios_asset.AF()
+    af.sync_dags(dags)
+    return af
+
+
+def run_asset_scenarios(args: argparse.Namespace, result: dict[str, Any], af: Any = None) -> None:
+    """The asset scenarios on DAGs ``prepare_asset_dags`` made (here, or before: tests/guard/mutants.py)."""
+    af = af or prepare_asset_dags()
     guard = loaded_guard()
     result["policy"] = policy_facts(guard)
     result["local_settings_files"] = local_settings_files()
-    af.sync_dags(dags)
     ctx = Context(af, guard)
     logging.getLogger("dupguard.guard").addHandler(_Capture(ctx.guard_logs))
     result["job_ids"] = {"scheduler-a": ctx.schedulers[0].job.id, "scheduler-b": ctx.schedulers[1].job.id}
@@ -937,15 +944,22 @@ def partitioned_stress(sp: Any, schedulers: tuple[Any, Any], key_prefix: str) ->
     return {"seconds": round(seconds, 3), "loops": loops, "runs": runs, "pending": sp.apdr_pointers()}
 
 
-def run_partitioned_scenarios(args: argparse.Namespace, result: dict[str, Any]) -> None:
+def prepare_partitioned_dags() -> Any:
+    """The partitioned DAGs written, parsed and serialised into the database; the scenarios module."""
     import scenarios_partitioned as sp
 
     dags = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     (dags / "partitioned_sales.py").write_text(sp.dag_file_source([sp.CONSUMER]) + stress_dag_source(sp))
-    guard = loaded_guard()
-    result["policy"] = policy_facts(guard)
     sp.serialize_dags()
     sp.check_unpaused([sp.PRODUCER, sp.CONSUMER])
+    return sp
+
+
+def run_partitioned_scenarios(args: argparse.Namespace, result: dict[str, Any], sp: Any = None) -> None:
+    """The partitioned scenarios on DAGs ``prepare_partitioned_dags`` made (here, or before)."""
+    sp = sp or prepare_partitioned_dags()
+    guard = loaded_guard()
+    result["policy"] = policy_facts(guard)
     schedulers = (sp.new_scheduler("scheduler-a"), sp.new_scheduler("scheduler-b"))
     result["job_ids"] = {"scheduler-a": schedulers[0].job.id, "scheduler-b": schedulers[1].job.id}
     guard_logs: list[dict[str, Any]] = []

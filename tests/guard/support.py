@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "detector" / "guard" / "policy.py"
 GUARD_PACKAGE = ROOT / "deploy" / "airflow-guard"
+
+
+def load_policy() -> ModuleType:
+    """policy.py loaded from its file, as Airflow loads it (runs its module-level code: no Airflow needed)."""
+    spec = importlib.util.spec_from_file_location("dupguard_policy_under_test", POLICY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def build_guard_site(work: Path) -> Path:

@@ -4,21 +4,11 @@ critical section, so only 0-10 s is taken; anything else is refused with one war
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-from types import ModuleType
 
 import pytest
 
-from tests.guard.support import POLICY
-
-
-def load_policy() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dupguard_policy_under_test", POLICY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.guard.support import load_policy
 
 
 @pytest.mark.parametrize(("raw", "expected"), [("0", 0.0), ("2.5", 2.5), ("10", 10.0), (" 7 ", 7.0)])
@@ -56,3 +46,21 @@ def test_nonsense_is_refused_loudly_and_the_default_used(
         assert "DUPGUARD_GUARD_LOCK_WAIT_SECONDS" in record.getMessage() and "refused" in record.getMessage()
     else:
         assert caplog.records == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [("five", "'five'"), ("9" * 50, repr("9" * 40))],  # the value is quoted, cut at 40 characters
+)
+def test_the_refusal_says_what_was_refused_and_what_is_used_instead(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, raw: str, shown: str
+) -> None:
+    """The warning, whole: the setting, the value as given (cut at 40 characters: it lands in the
+    scheduler's log), the range taken and why, the value used."""
+    monkeypatch.setenv("DUPGUARD_GUARD_LOCK_WAIT_SECONDS", raw)
+    with caplog.at_level(logging.WARNING, logger="dupguard.guard"):
+        load_policy()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"dupguard guard: DUPGUARD_GUARD_LOCK_WAIT_SECONDS={shown} refused (a number of seconds from 0 to 10: "
+        "the wait holds the scheduler's locks); using 5"
+    ]
