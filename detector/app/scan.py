@@ -92,9 +92,8 @@ def scan(
             origins = queries.partition_rows_for_runs(conn, t, suspects)
             findings = refine_partitioned(findings, origins, events, task_progress, suspect_window=suspect_window)
         if found_copies:
-            taken = frozenset(r.id for f in findings for r in f.runs)
             findings += find_trigger_event_duplicates(
-                runs, events, found_copies, task_progress, dag_filter=dag_filter, prior=prior, taken=taken
+                runs, events, found_copies, task_progress, dag_filter=dag_filter, prior=prior, beside=findings
             )
             findings.sort(key=lambda f: (f.dag_id, f.run_after, f.key))
         ctx = CheckContext(db_now=db_now, now=now, dag_filter=dag_filter, live=False, since=start)

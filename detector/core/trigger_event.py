@@ -21,6 +21,7 @@ Pure: rows in, findings out.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections import defaultdict
@@ -171,14 +172,20 @@ def find_trigger_event_duplicates(
     *,
     dag_filter: DagFilter = ALL_DAGS,
     prior: Decisions = NO_DECISIONS,
-    taken: frozenset[int] = frozenset(),
+    beside: Sequence[Finding] = (),
 ) -> list[Finding]:
     """Groups of non-partitioned asset runs of one DAG that consumed different copies of one message.
 
-    ``events``: run id -> the events it consumed; ``found_copies``: from ``copies``; ``taken``: runs
-    already in a group of another kind (an ``asset`` group shares events: judged there, not twice).
+    ``events``: run id -> the events it consumed; ``found_copies``: from ``copies``; ``beside``: the
+    groups of other kinds among these runs. Their duplicates are judged there, not twice. Their kept
+    run can still share a message with a run of no group: two schedulers made two runs of copy 1's
+    queue row (an ``asset`` group) and triggerer 2's copy 2 made a third run (the SQS end-to-end run,
+    benchmarks/results/e2e_family-3.1.2-20261202-sqs.json). So a kept run of another group is linked
+    here too, as an anchor: this group may stop other runs for it, never it (``_group_finding``).
     """
     progress = progress or {}
+    taken = frozenset(r.id for f in beside for r in f.duplicates)
+    anchors = frozenset(f.kept.id for f in beside)
     chosen = [
         r
         for r in {r.id: r for r in runs}.values()
@@ -200,7 +207,7 @@ def find_trigger_event_duplicates(
     for dag_runs in by_dag.values():
         marks = {r.id: {copy_of[e] for e in events.get(r.id, ()) if e in copy_of} for r in dag_runs}
         for group in linked_sets(dag_runs, marks):
-            findings.append(_group_finding(group, events, found_copies, copy_of, progress, prior))
+            findings.append(_group_finding(group, events, found_copies, copy_of, progress, prior, anchors))
     findings.sort(key=lambda f: (f.dag_id, f.run_after, f.key))
     return findings
 
@@ -212,6 +219,7 @@ def _group_finding(
     copy_of: Mapping[int, int],
     progress: Mapping[int, TaskProgress],
     prior: Decisions,
+    anchors: frozenset[int] = frozenset(),
 ) -> Finding:
     # What each run processed: a message (its copy set) or any other event by its own id.
     identities = {
@@ -225,7 +233,13 @@ def _group_finding(
     confirmed = bool(covering) and all(found_copies[i].proven for i in linking)
     shared = frozenset(e for r in group for e in events.get(r.id, ()) if copy_of.get(e) in linking)
     first = min(group, key=lambda r: r.id)
-    return finding(
+    # A kept run of another group must stay kept here too, or the two groups together would stop
+    # every run of that one. So it is the run this group keeps, when it covers the group; otherwise,
+    # or with two such runs, the group is only suspected: reported, never remediated.
+    anchored = frozenset(r.id for r in group if r.id in anchors)
+    if anchored:
+        covering = covering & anchored if len(anchored) == 1 and anchored <= covering else covering
+    found = finding(
         key=f"trigger_event|{first.dag_id}|{first.run_after.isoformat()}",
         kind=Kind.TRIGGER_EVENT,
         confidence=Confidence.CONFIRMED if confirmed else Confidence.SUSPECTED,
@@ -235,3 +249,6 @@ def _group_finding(
         prior=prior,
         preferred=covering,
     )
+    if anchored and anchored != {found.kept.id}:
+        return dataclasses.replace(found, confidence=Confidence.SUSPECTED)
+    return found

@@ -156,10 +156,11 @@ def test_no_group_without_two_runs_of_one_dag() -> None:
     assert find_trigger_event_duplicates([a, manual], {10: frozenset({5}), 11: frozenset({6})}, PROVEN) == []
     part = run(id=11, partition_key="2026-01-01")
     assert find_trigger_event_duplicates([a, part], {10: frozenset({5}), 11: frozenset({6})}, PROVEN) == []
-    taken = find_trigger_event_duplicates(
-        [a, b], {10: frozenset({5}), 11: frozenset({6})}, PROVEN, taken=frozenset({11})
-    )
-    assert taken == []
+    # 11 is the duplicate of another kind's group: judged there, not linked again here.
+    [asset] = find_duplicates([run(id=9), b], {9: frozenset({6}), 11: frozenset({6})})
+    assert (asset.kept.id, [r.id for r in asset.duplicates]) == (9, [11])
+    beside = find_trigger_event_duplicates([a, b], {10: frozenset({5}), 11: frozenset({6})}, PROVEN, beside=[asset])
+    assert beside == []
 
 
 def test_doctor_counts_a_trigger_event_group_on_neither_scheduler_path() -> None:

@@ -277,10 +277,15 @@ class Judge:
             suspect_window=self.suspect_window,
             prior=prior,
         )
-        if near.found:  # the trigger_event kind: runs already in a group of another kind are judged there
-            taken = frozenset(r.id for f in findings for r in f.runs)
+        if near.found:  # the trigger_event kind, beside the groups of other kinds (their kept runs anchor it)
             findings += find_trigger_event_duplicates(
-                runs.values(), run_events, near.copies(), progress, dag_filter=self.dag_filter, prior=prior, taken=taken
+                runs.values(),
+                run_events,
+                near.copies(),
+                progress,
+                dag_filter=self.dag_filter,
+                prior=prior,
+                beside=findings,
             )
         new_keys = {r.key for r in new}
         for finding in findings:

@@ -223,14 +223,13 @@ class IncrementalDetector:
             origins = queries.partition_rows_for_runs(conn, t, suspects)
             findings = refine_partitioned(findings, origins, events, progress, suspect_window=self.suspect_window)
         if found_copies:
-            taken = frozenset(r.id for f in findings for r in f.runs)
             findings += find_trigger_event_duplicates(
                 candidates.values(),
                 events,
                 found_copies,
                 progress,
                 prior=prior,
-                taken=taken,
+                beside=findings,
                 dag_filter=self.dag_filter,
             )
         return self._named(conn, [f for f in findings if any(r.id in new_ids for r in f.runs)], events)
