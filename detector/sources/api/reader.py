@@ -107,7 +107,7 @@ class NearEvents:
 def _trigger(event: Mapping[str, Any]) -> TriggerEvent | None:
     """The event as the trigger_event rule sees it (None when no trigger wrote it): the API serves the
     columns the database source reads (``extra`` with secrets masked, ``source_dag_id``, ``asset_id``,
-    ``timestamp``), docs/airflow-internals.md §13.3."""
+    ``timestamp``), docs/airflow-internals.md §13.1."""
     at = parse_time(event.get("timestamp"))
     if at is None or not isinstance(event.get("asset_id"), int):
         return None
