@@ -27,10 +27,18 @@ from detector.app.wiring import api_reader, build_remediator
 from detector.config import Config
 from detector.core.fence import Fence
 from detector.core.plan import Action, Mode
-from detector.core.ports import Result
+from detector.core.ports import Result, StartedTask
 from detector.metrics import Metrics
 from detector.sources.api.reader import ApiRunStates
-from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server, db_state, sql
+from tests.airflow_server import (
+    AirflowServer,
+    CountingProxy,
+    airflow_api_server,
+    db_state,
+    sql,
+    start_task,
+    warm_execution_api,
+)
 from tests.integration.test_remediation_api import FANOUT, JWT_LIFETIME, STARTED, Harness
 from tests.pg import Templates
 
@@ -322,6 +330,30 @@ def test_a_last_attempt_that_timed_out_but_landed_is_done_by_its_read_back(h: Ha
     assert row.state == "failed" and row.note == action.note
 
 
+def test_a_last_attempt_that_landed_after_a_task_started_names_the_task(h: Harness) -> None:
+    """A worker starts ``extract`` just before the only attempt's PATCH, which Airflow applies at once
+    while its answer trickles past our timeout: found landed after the last attempt, and the task that
+    had started is named in the result (the alert's and the ledger's started tasks), not only in its text."""
+    action = h.actions(Mode.FAIL)[0]
+    warm_execution_api(h.server)
+    with CountingProxy(h.server.port) as proxy:
+        proxy.hooks.append(("PATCH " + RUNS, lambda: start_task(h.server, action.dag_id, action.run.run_id, "extract")))
+        proxy.trickle.add(RUNS)
+        remediator = _remediator(h, proxy.url, timeout=1.5, attempts=1)
+        remediator.prepare()
+        result = remediator.execute(action)
+        proxy.trickle.clear()
+    assert result.result is Result.CAUGHT_AFTER_START
+    assert result.detail == (
+        "caught after start: run -> failed; skipped: extract, load, but task(s) had started before the write "
+        "landed: extract (none -> failed)" + NO_START_DATE + " (applied although the last attempt failed: "
+        "PATCH dagRun state=failed: timed out: no complete answer within 1.5 s (--airflow-timeout))"
+    )
+    assert result.started_tasks == (StartedTask("extract", -1, None, "failed"),)
+    row = db_state(h.url)[action.run.run_id]
+    assert row.state == "failed" and row.tasks["extract"][0] == "failed" and row.note == action.note
+
+
 def test_a_bulk_skip_that_outlasts_the_timeout_is_given_up_at_the_timeout(h322: Harness) -> None:
     """Every call has a timeout, the bulk skip too: held 2.5 s by the proxy, it fails at 1.5 s."""
     (action,) = h322.actions(Mode.SKIP)
@@ -433,6 +465,28 @@ def test_a_bulk_skip_answered_whose_note_failed_is_done_by_its_read_back(h322: H
     assert result.committed_at is not None and sent <= result.committed_at <= datetime.now(UTC)
     assert result.detail == f"skipped: extract, load (applied, but its note was not written: {why})"
     assert patches == 2
+    row = db_state(h322.url)[action.run.run_id]
+    assert {ti[0] for ti in row.tasks.values()} == {"skipped"} and row.note is None
+
+
+def test_the_note_after_a_bulk_skip_shares_the_actions_one_token_request(h322: Harness) -> None:
+    """The bulk skip is answered, the note's PATCH after it is answered 401 with the token this action
+    has just fetched: the note is part of the action, so no second token is asked for (api-servers that
+    do not share jwt_secret would refuse it too); the skip is ours by Airflow's answer: ``done``, saying
+    why the note is missing."""
+    (action,) = h322.actions(Mode.SKIP)
+    with CountingProxy(h322.server.port) as proxy:
+        proxy.inject += [(RUNS, 0, 0.0), (RUNS, 401, 0.0)]  # the bulk skip forwarded, its note refused
+        result = _remediator(h322, proxy.url, mode=Mode.SKIP, backoff=0.0).execute(action)
+        tokens = proxy.count("POST", "/auth/token")
+        patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
+    assert (tokens, patches) == (1, 2)
+    assert result.result is Result.DONE and not result.retryable
+    assert result.detail == (
+        f"skipped: extract, load (applied, but its note was not written: a token just issued by {proxy.url}"
+        "/auth/token was rejected: check that every api-server shares [api_auth] jwt_secret, jwt_issuer and "
+        "jwt_audience)"
+    )
     row = db_state(h322.url)[action.run.run_id]
     assert {ti[0] for ti in row.tasks.values()} == {"skipped"} and row.note is None
 
