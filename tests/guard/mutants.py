@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -210,6 +211,7 @@ def main() -> None:
     finally:
         for db in (args.snapshot, base):
             admin(args, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":
