@@ -576,6 +576,28 @@ def test_a_run_carrying_our_note_that_cannot_be_read_back_is_unknown(h: Harness)
     )
 
 
+def test_a_re_check_that_cannot_read_the_run_after_a_failed_attempt_ends_the_attempts_as_failed(h: Harness) -> None:
+    """Our PATCH is answered 503 (by the proxy: nothing reached Airflow), then every read of the run is
+    answered 503: the landing check cannot tell, and the guard's re-check before the retry cannot read
+    the run. Nothing is known to be written: ``failed``, retryable (the dispatcher re-judges and tries
+    again), naming the write's failure and the re-read's, as the last attempt's failure does (was: the
+    re-read's ``Transient`` escaped the backend, "Transient: GET …", the write's failure untold)."""
+    action = h.actions(Mode.FAIL)[0]
+    with CountingProxy(h.server.port) as proxy:
+        proxy.inject += [*_BEFORE_THE_PATCH, (RUNS, 503, 0.0)]
+        _after_the_patch(proxy, 503, 503)  # the landing check's read of the run, then the re-check's
+        result = _read_through_api(h, proxy).execute(action)
+        patches = sum(n for (m, _), n in proxy.requests.items() if m == "PATCH")
+    assert (result.result, result.retryable, result.retry_soon) == (Result.FAILED, True, False)
+    assert result.detail == (
+        f"Airflow API at {proxy.url} failed 1 times: {_patch_failed(503)}; the re-check before attempt 2 "
+        f"could not read the run: {_get_failed(action)}"
+    )
+    assert patches == 1
+    row = db_state(h.url)[action.run.run_id]
+    assert (row.state, row.note) == ("queued", None)
+
+
 def test_wrong_credentials_fail_at_once_and_the_next_token_request_waits_a_minute(h: Harness) -> None:
     """The backend as the daemon builds it (no options): Airflow refuses the user, the action fails at
     once naming the settings to check and the back-off before the next token request, 60 s."""

@@ -215,7 +215,14 @@ class ApiBackend:
                     committed_at=landed.committed_at,
                     started_tasks=landed.started_tasks,
                 )
-            verdict = recheck()  # the run may have started, finished or vanished meanwhile
+            try:
+                verdict = recheck()  # the run may have started, finished or vanished meanwhile
+            except _READ_FAILED as exc:
+                # No retry can be judged without the run (and nothing more is sent): the attempts end as
+                # after the last one, retryable, and the dispatcher re-judges the group before trying again
+                return self._failed(
+                    attempt, last, refused, f"; the re-check before attempt {attempt + 1} could not read the run: {exc}"
+                )
             if verdict.work is None:
                 assert verdict.result is not None
                 if verdict.result is Result.ALREADY and conflict:
@@ -236,10 +243,13 @@ class ApiBackend:
                 committed_at=landed.committed_at,
                 started_tasks=landed.started_tasks,
             )
+        return self._failed(self.attempts, last, refused)
+
+    def _failed(self, attempts: int, last: str, refused: bool, then: str = "") -> Applied:
+        """Every attempt made failed (``refused``: the last never reached Airflow, so retry soon)."""
         shown = self.session.shown_url
-        return Applied(
-            Result.FAILED, f"Airflow API at {shown} failed {self.attempts} times: {last}", retry_soon=refused
-        )
+        detail = f"Airflow API at {shown} failed {attempts} times: {last}{then}"
+        return Applied(Result.FAILED, detail, retry_soon=refused)
 
     def _landed(self, action: Action, work: Work) -> Applied | None:
         """After a failed attempt: if the run carries this action's note, Airflow applied the PATCH
