@@ -20,6 +20,11 @@ from typing import Any, Literal
 
 from detector.core.detect import ALL_DAGS, DagFilter
 
+# Copies of one message a trigger run on two triggerers submitted (docs/airflow-internals.md §13), found by
+# the stranded_events check (copies one run consumed) or trigger_flapping's (copies_without_id): not
+# stranded events nor a flap, so their own alert and runbook section.
+TRIGGER_COPIES_ALERT = "DupguardTriggerCopies"
+
 Confidence = Literal["confirmed", "suspected", "exposure"]  # exposure: a risk inferred, not a thing seen
 Severity = Literal["error", "warning", "info"]
 
@@ -56,6 +61,9 @@ class Observation:
     facts: Mapping[str, Any]
     seen_at: datetime  # database clock
     subject: object = field(default=None, compare=False, repr=False)
+    # the alert's name (Alertmanager's alertname, every channel's runbook anchor) when the kind's would
+    # misname what was found: copies of one trigger message reported by another kind's check
+    alertname: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The scan document's entry: the kind's facts under the common fields (which win)."""

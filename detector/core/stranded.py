@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from detector.core.checks import Observation
+from detector.core.checks import TRIGGER_COPIES_ALERT, Observation
 from detector.core.detect import ALL_DAGS, DagFilter
 from detector.core.trigger_event import Copies
 
@@ -244,6 +244,7 @@ def observe(s: StrandedSet, db_now: datetime) -> Observation:
         facts=stranded_dict(s),
         seen_at=db_now,
         subject=s,
+        alertname=None if lost else TRIGGER_COPIES_ALERT,  # nothing stranded: a trigger ran twice
     )
 
 

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from detector.actions.alerts.dispatch import build_alerter
+from detector.actions.alerts.notice import observation_notice
 from detector.app import checks
 from detector.app.checks.runner import CheckRunner
 from detector.app.checks.trigger_flapping import KIND, TriggerFlappingCheck
@@ -120,6 +121,8 @@ def test_run_reports_the_copies_once_it_saw_the_trigger_flap(pg_templates: Templ
     [truth] = _truth("3.1.2", "trigger_event_no_id")
     assert (copies.dag_ids[0], copies.facts["run_ids"], copies.facts["event_ids"]) == truth
     assert copies.key.startswith(f"{KIND}:copies:")
+    names = {o.confidence: observation_notice(o, "c", last).alertname for o in second}
+    assert names == {"confirmed": "DupguardTriggerFlapping", "suspected": "DupguardTriggerCopies"}
     third = _look(check, url, last + timedelta(seconds=2))  # no new flap: the set is still there
     assert [o.key for o in third] == [copies.key]
 

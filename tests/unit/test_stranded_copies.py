@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+from detector.actions.alerts.notice import observation_notice
 from detector.core.stranded import ConsumedCopy, observe, with_copies
 from detector.core.stranded_repair import Refusal, Requeue, plan_requeue
 from detector.core.trigger_event import Copies
@@ -71,3 +72,13 @@ def test_any_copy_in_the_set_refuses_the_repair_naming_it() -> None:
         assert isinstance(plan, Refusal) and plan.outcome == "refused"
         assert plan.reason.startswith("event 3 is ") and f"of event 1, which run {RUN} consumed" in plan.reason
         assert "process that message again" in plan.reason
+
+
+def test_a_set_of_copies_only_goes_out_as_trigger_copies_a_mixed_set_as_stranded_events() -> None:
+    """Alertmanager's alertname (and the runbook anchor of every channel) says what was found: copies
+    of consumed messages only strand nothing (a trigger ran twice), a set with a lost event does."""
+    only = observe(with_copies(SET, [Copies(frozenset({1, 2, 3}), proven=True)], {1: [RUN]}), NOW)
+    mixed = observe(with_copies(SET, [Copies(frozenset({1, 3}), proven=True)], {1: [RUN]}), NOW)
+    names = [observation_notice(o, "c", NOW).alertname for o in (only, mixed, observe(SET, NOW))]
+    assert names == ["DupguardTriggerCopies", "DupguardStrandedEvents", "DupguardStrandedEvents"]
+    assert only.kind == mixed.kind == "stranded_events"  # still the check's kind: scan, metrics, disabling

@@ -76,7 +76,7 @@ class ObservationNotice:
 
     @property
     def alertname(self) -> str:
-        return alertname_of(self.observation.kind)
+        return self.observation.alertname or alertname_of(self.observation.kind)
 
     @property
     def am_severity(self) -> str:

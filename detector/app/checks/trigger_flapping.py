@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 
 from detector.app.checks.base import CheckBase
 from detector.config import Config
-from detector.core.checks import CheckContext, Observation
+from detector.core.checks import TRIGGER_COPIES_ALERT, CheckContext, Observation
 from detector.core.trigger_copies import SuspectedCopies, suspected_copies
 from detector.core.trigger_event import copies
 from detector.core.trigger_flapping import (
@@ -276,4 +276,5 @@ def _suspected(s: SuspectedCopies, t: TriggerRow, ctx: CheckContext, window: tim
         },
         seen_at=ctx.db_now,
         subject=s,
+        alertname=TRIGGER_COPIES_ALERT,  # extra runs of one message, maybe: not the flap itself
     )
