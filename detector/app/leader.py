@@ -70,6 +70,8 @@ LOCK_UNAVAILABLE = "lock_unavailable"
 LOCK_REFUSED = "lock_refused"
 LEADER_UNRESPONSIVE = "leader_unresponsive"
 LOCK_ON_STANDBY = "lock_on_standby"
+LOCK_POOLED = "lock_pooled"
+RELEASE_ATTEMPTS = 3  # guarded unlocks before a fooled leader gives up reaching its lock's server session
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,36 @@ STANDBY_PROBLEM = LockProblem(
 )
 
 
+POOLED_ADVICE = (
+    "a pooler in transaction or statement pooling (e.g. PgBouncer) shares server sessions between clients, "
+    "and the pinning proof was fooled. Set DUPGUARD_LOCK_MODE=transaction, or DUPGUARD_LOCK_DATABASE_URL "
+    "to a direct URL"
+)
+POOLED_ATTEMPT = LockProblem(
+    LOCK_POOLED,
+    "a lock attempt ran on a server session that already holds the leader lock for another client, where "
+    "PostgreSQL would grant it again (advisory locks are re-entrant per server session): not taken, so no "
+    f"second leader; {POOLED_ADVICE}. This replica takes no session lock from now on",
+)
+
+
+def _pooled_leader(pid: int) -> LockProblem:
+    return LockProblem(
+        LOCK_POOLED,
+        f"the leader lock's heartbeat ran on another server session than the one holding its session lock "
+        f"(backend pid {pid}): {POOLED_ADVICE}. The lock is still granted to that session, so no other replica "
+        "can take it: this replica leads on while every heartbeat checks that, but it may not reach that session "
+        "to release the lock, which then stays there until the pooler closes the server connection",
+    )
+
+
 class InRecovery(SQLAlchemyError):
     """The lock's server is (now) a standby: the heartbeat fails like a lost connection."""
+
+
+class LockLost(SQLAlchemyError):
+    """The session lock is no longer granted to its server session: the heartbeat fails like a lost
+    connection (behind a pooler it may have run, and succeeded, on another server session)."""
 
 
 class AlwaysLeader:
@@ -140,6 +170,7 @@ class AdvisoryLock:
         self._acts_from = 0.0  # monotonic: the end of this term's takeover wait
         self._backend_pid: int | None = None  # the lock backend's pg_backend_pid(), read at acquisition
         self._attempt: tuple[Connection, str | None] | None = None  # a standby's connection and its lock kind
+        self._pooled = False  # a pooler was seen sharing server sessions: the pinning proof is not trusted
 
     def is_leader(self, now: datetime | None = None) -> bool:
         """Holds the lock within its lease (``now`` is unused: the lease runs on the monotonic clock)."""
@@ -183,20 +214,23 @@ class AdvisoryLock:
             if kind is None:
                 self._drop_attempt()
                 return False
-            if kind == "transaction":
+            xact = kind == "transaction"
+            if xact:
                 conn.begin()
                 queries.set_local_idle_in_transaction_timeout(conn, 2 * self.lease)
-                got = queries.try_advisory_xact_lock(conn, self.key)
-                idle = None if got else queries.advisory_lock_holder_idle(conn, self.key)
-                if not got:
-                    conn.rollback()  # end the attempt's transaction: nothing held, connection kept
-            else:
-                got = queries.try_advisory_lock(conn, self.key)
-                idle = None if got else queries.advisory_lock_holder_idle(conn, self.key)
-            pid = queries.backend_pid(conn) if got else None  # in the lock's transaction, if any
+            # The pid in the same statement: behind a pooler a second one may run on another backend.
+            pid, got = queries.try_advisory_lock_unshared(conn, self.key, xact=xact)
+            idle = None if got is not False else queries.advisory_lock_holder_idle(conn, self.key)
+            if xact and not got:
+                conn.rollback()  # end the attempt's transaction: nothing held, connection kept
         except SQLAlchemyError as exc:
             self._report(LockProblem(LOCK_UNAVAILABLE, describe_error(exc, self.engine.url)))
             self._drop_attempt()
+            return False
+        if got is None:  # another client's lock on this very server session: a pooler shares it
+            self._pooled = True
+            self._drop_attempt()  # the next attempt classifies a new connection, without the proof
+            self._report(POOLED_ATTEMPT)
             return False
         if not got:
             stale = idle is not None and idle > 3 * self.lease.total_seconds()
@@ -251,8 +285,11 @@ class AdvisoryLock:
         if queries.in_recovery(conn):
             self._report(STANDBY_PROBLEM)
             return None
-        if self.mode == "transaction":
+        if self.mode == "transaction" or (self._pooled and self.mode == "auto"):
             return "transaction"
+        if self._pooled:  # session mode, after a pooler was seen: its proof is not trusted either
+            self._report(POOLED_ATTEMPT)
+            return None
         pinned = is_pinned(conn)
         if self.mode == "auto":
             return "session" if pinned else "transaction"
@@ -269,19 +306,40 @@ class AdvisoryLock:
         return "session"
 
     def _heartbeat(self, conn: Connection) -> None:
-        """The leader's round trip, which also asks whether the server is in recovery now."""
-        if queries.in_recovery(conn):
-            raise InRecovery(STANDBY_PROBLEM.reason)  # ``ensure`` reports it as lock_on_standby
+        """The leader's round trip, which also asks whether the server is in recovery now. The session
+        lock's also checks, in the same statement, that the lock is still granted to its backend and
+        whether the statement ran there: behind a pooler a fooled proof let it run (and succeed) on
+        another server session while the lock's own had ended (module docstring)."""
+        pid = self._backend_pid
+        if self.lock_kind == "transaction" or pid is None:  # the open transaction pins the connection
+            if queries.in_recovery(conn):
+                raise InRecovery(STANDBY_PROBLEM.reason)  # ``ensure`` reports it as lock_on_standby
+            return
+        recovery, held, here = queries.session_lock_status(conn, self.key, pid)
+        if recovery:
+            raise InRecovery(STANDBY_PROBLEM.reason)
+        if not here:
+            self._pooled = True  # after this term: the transaction lock (auto), or none (session)
+        if not held:
+            raise LockLost(
+                f"the session lock is no longer granted to its server session (backend pid {pid}): that "
+                "session ended (terminated, or closed by a pooler) or the lock was released there"
+            )
+        if not here:
+            self._report(_pooled_leader(pid))
 
     def _report(self, problem: LockProblem | None) -> None:
         if problem is not None and (self._problem is None or self._problem.code != problem.code):
-            # debug: detector.app.status logs the resulting state change once, as a warning
-            log.debug("leader_lock_problem", problem=problem.code, reason=problem.reason)
+            if problem.code == LOCK_POOLED:  # what the lock does about it, beside the state's warning
+                log.warning("leader_lock_pooled", leading=self._conn is not None, reason=problem.reason)
+            else:  # debug: detector.app.status logs the resulting state change once, as a warning
+                log.debug("leader_lock_problem", problem=problem.code, reason=problem.reason)
         self._problem = problem
 
     @property
     def problem(self) -> LockProblem | None:
-        """Why this replica neither leads nor can trust that another one does. Also while the held
+        """Why this replica neither leads nor can trust that another one does, or (``lock_pooled``) why
+        its leadership rests on a server session it may not reach. Also while the held
         lock's check is overdue (the lease ended with no answer: a stalled server, before the call's
         deadline), which is no standby behind a live leader: nobody may be acting."""
         ends = self._lease_end
@@ -302,9 +360,26 @@ class AdvisoryLock:
                 if self.lock_kind == "transaction":
                     self._conn.rollback()
                 else:
-                    queries.advisory_unlock(self._conn, self.key)
+                    self._unlock_session(self._conn)
             log.info("leader_released", lock_key=self.key)
         self._drop()
+
+    def _unlock_session(self, conn: Connection) -> None:
+        """Unlock on the lock's own backend only (an unlock elsewhere releases nothing of ours), a few
+        times behind a pooler; then say where the lock stays. Once on a direct connection."""
+        pid = self._backend_pid
+        if pid is None:
+            return
+        for _ in range(RELEASE_ATTEMPTS):
+            if queries.advisory_unlock_on(conn, self.key, pid) is not None:
+                return
+        log.warning(
+            "leader_lock_left_on_server_session",
+            backend_pid=pid,
+            reason=f"the release's unlocks ran on other server sessions: the leader lock stays on backend pid {pid} "
+            "until the pooler closes that server connection (PgBouncer: server_lifetime, RECONNECT, a restart); no "
+            f"replica leads meanwhile. {POOLED_ADVICE}",
+        )
 
     def _drop(self) -> None:
         _close_quietly(self._conn)

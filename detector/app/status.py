@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from detector import logs
-from detector.app.leader import LEADER_UNRESPONSIVE, LOCK_ON_STANDBY, LOCK_REFUSED, LockProblem
+from detector.app.leader import LEADER_UNRESPONSIVE, LOCK_ON_STANDBY, LOCK_POOLED, LOCK_REFUSED, LockProblem
 from detector.metrics import Metrics
 
 log = logs.get("dupguard.status")
@@ -32,6 +32,7 @@ class State(StrEnum):
     LOCK_REFUSED = "lock_refused"  # lock_mode=session through a pooler
     LOCK_ON_STANDBY = "lock_on_standby"  # the lock URL reached a hot standby (reader endpoint): no lock there
     LEADER_UNRESPONSIVE = "leader_unresponsive"  # the lock's holder is stalled: no replica acts
+    LOCK_POOLED = "lock_pooled"  # a pooler shares the lock's server session (a fooled pinning proof)
 
 
 UP_STATES = frozenset({State.LEADING, State.WAITING_TO_ACT, State.STANDBY})
@@ -70,6 +71,8 @@ def evaluate(
     if leader:
         if poll_error is not None:
             return Status(State.POLL_FAILING, poll_error)
+        if lock is not None and lock.code == LOCK_POOLED:  # down, though it acts: the set-up needs fixing
+            return Status(State.LOCK_POOLED, f"holds the leader lock and polls, but {lock.reason}")
         if waiting is not None:
             return Status(
                 State.WAITING_TO_ACT,
@@ -84,6 +87,7 @@ def evaluate(
             LOCK_REFUSED: State.LOCK_REFUSED,
             LEADER_UNRESPONSIVE: State.LEADER_UNRESPONSIVE,
             LOCK_ON_STANDBY: State.LOCK_ON_STANDBY,
+            LOCK_POOLED: State.LOCK_POOLED,
         }
         state = states.get(lock.code, State.LOCK_UNAVAILABLE)
         return Status(state, lock.reason)

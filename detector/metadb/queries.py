@@ -27,6 +27,7 @@ from sqlalchemy import (
     func,
     inspect,
     literal,
+    null,
     or_,
     select,
     table,
@@ -965,18 +966,37 @@ def recovery_status(conn: Connection) -> tuple[bool, float | None]:
     return bool(row[0]), None if row[1] is None or not row[0] else float(row[1])
 
 
-def try_advisory_lock(conn: Connection, key: int) -> bool:
-    return bool(conn.execute(select(func.pg_try_advisory_lock(key))).scalar())
+def try_advisory_lock_unshared(conn: Connection, key: int, *, xact: bool) -> tuple[int, bool | None]:
+    """``(this backend's pid, granted)``: ``pg_try_advisory_lock`` (``xact``: ``pg_try_advisory_xact_lock``),
+    unless this server session already holds ``key``; then granted is None and nothing is taken.
+
+    An advisory lock is re-entrant per backend, at either level: behind a pooler that shares server
+    sessions (transaction pooling) another client's session lock on the session this statement lands on
+    would be granted to us too, and two replicas would lead. One statement, so the check, the attempt
+    and the pid are of one backend with no other client in between. Our own attempt never holds the key
+    before it (a standby holds nothing; a leader does not try again)."""
+    held = select(literal(1)).select_from(_pg_locks).where(*_granted_to(key, func.pg_backend_pid())).exists()
+    attempt = func.pg_try_advisory_xact_lock(key) if xact else func.pg_try_advisory_lock(key)
+    row = conn.execute(select(func.pg_backend_pid(), case((held, null()), else_=attempt))).one()
+    return int(row[0]), None if row[1] is None else bool(row[1])
 
 
-def advisory_unlock(conn: Connection, key: int) -> None:
-    """Release a session lock now (closing the connection releases it too, but only once the server
-    has noticed the socket close)."""
-    conn.execute(select(func.pg_advisory_unlock(key)))
+def session_lock_status(conn: Connection, key: int, pid: int) -> tuple[bool, bool, bool]:
+    """The session lock's heartbeat, one statement: ``(in recovery, key still granted to backend pid,
+    this statement ran on backend pid)``. Behind a pooler the statement may run on another server
+    session than the lock's, where ``pg_is_in_recovery()`` alone proved nothing about the lock."""
+    held = select(literal(1)).select_from(_pg_locks).where(*_granted_to(key, literal(pid))).exists()
+    row = conn.execute(select(func.pg_is_in_recovery(), held, func.pg_backend_pid() == pid)).one()
+    return bool(row[0]), bool(row[1]), bool(row[2])
 
 
-def try_advisory_xact_lock(conn: Connection, key: int) -> bool:
-    return bool(conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar())
+def advisory_unlock_on(conn: Connection, key: int, pid: int) -> bool | None:
+    """Release session lock ``key`` now if this statement runs on backend ``pid`` (closing the connection
+    releases it too, but only once the server has noticed the socket close): True released, False not
+    held there, None ran on another backend (a pooler), where an unlock would release nothing of ours."""
+    unlock = case((func.pg_backend_pid() == pid, func.pg_advisory_unlock(key)), else_=null())
+    value = conn.execute(select(unlock)).scalar()
+    return None if value is None else bool(value)
 
 
 def set_local_idle_in_transaction_timeout(conn: Connection, timeout: timedelta) -> None:
@@ -984,11 +1004,6 @@ def set_local_idle_in_transaction_timeout(conn: Connection, timeout: timedelta) 
     the session, which behind PgBouncer may later serve other clients."""
     ms = str(max(1, int(timeout.total_seconds() * 1000)))
     conn.execute(select(func.set_config("idle_in_transaction_session_timeout", ms, True)))
-
-
-def backend_pid(conn: Connection) -> int:
-    """The server backend serving this connection (behind PgBouncer: the server connection's)."""
-    return int(conn.execute(select(func.pg_backend_pid())).scalar_one())
 
 
 def _advisory_key(key: int) -> list[Any]:
@@ -1006,10 +1021,14 @@ def _advisory_key(key: int) -> list[Any]:
     ]
 
 
+def _granted_to(key: int, pid: Any) -> list[Any]:
+    return [*_advisory_key(key), _pg_locks.c.pid == pid]
+
+
 def advisory_lock_granted_to(conn: Connection, key: int, pid: int) -> bool:
     """Whether advisory lock ``key`` (session or transaction lock alike) is granted to backend ``pid``
     right now: the fence check inside a remediation's write transaction (pg_locks is server-wide)."""
-    query = select(func.count()).select_from(_pg_locks).where(*_advisory_key(key), _pg_locks.c.pid == pid)
+    query = select(func.count()).select_from(_pg_locks).where(*_granted_to(key, pid))
     return bool(conn.execute(query).scalar())
 
 

@@ -244,6 +244,7 @@ def test_a_lock_server_in_recovery_is_reported_in_the_standby_words(url: str, mo
     try:
         assert lock.ensure(NOW) is True
         monkeypatch.setattr(queries, "in_recovery", lambda conn: True)
+        monkeypatch.setattr(queries, "session_lock_status", lambda conn, key, pid: (True, True, True))  # the heartbeat
         with capture_logs() as logs:
             for _ in range(3):
                 assert lock.ensure(NOW) is False

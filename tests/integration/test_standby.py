@@ -92,6 +92,7 @@ def test_a_leader_whose_server_reports_recovery_at_a_heartbeat_stops_leading(
     try:
         assert lock.ensure(datetime.now(UTC)) is True
         monkeypatch.setattr(queries, "in_recovery", lambda conn: True)
+        monkeypatch.setattr(queries, "session_lock_status", lambda conn, key, pid: (True, True, True))  # the heartbeat
         assert lock.ensure(datetime.now(UTC)) is False
         assert not lock.is_leader(datetime.now(UTC))
         assert lock.problem is not None and lock.problem.code == LOCK_ON_STANDBY
