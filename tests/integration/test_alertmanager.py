@@ -166,6 +166,25 @@ def test_an_open_alert_is_resent_and_a_final_outcome_ends_it(am: Alertmanager, r
     alerter.close(10)
 
 
+def test_a_failing_re_send_is_named_in_the_trouble_readyz_shows(receiver: Receiver) -> None:
+    """Alertmanager stops after the first push: the next periodic re-send fails, is counted ``failed``
+    and logged, and is named by ``trouble()`` (what ``/readyz`` adds, daemon.py) like any channel's
+    undelivered alert (was: only the counter and the log line knew)."""
+    metrics = Metrics()
+    with capture_logs() as logs:
+        with alertmanager(route_config(receiver.url)) as am:
+            alerter = _alerter((am.url,), metrics, alertmanager_resend_interval=SECOND)
+            alerter.notify(detected("g1"))
+            wait_for(lambda: am.alerts(group_key="g1"), what="the alert in Alertmanager")
+            assert alerter.trouble() is None
+        wait_for(lambda: _count(metrics, "alertmanager", "failed") >= 1, what="a failed re-send")
+        trouble = alerter.trouble()
+        alerter.close(10)
+    [failed, *_] = [e for e in logs if e["event"] == "alert_resend_failed"]  # logged as before
+    assert trouble is not None and trouble.startswith("alertmanager: ") and " in the last 15 min (latest: " in trouble
+    assert "cannot connect" in trouble and "cannot connect" in failed["error"]
+
+
 def test_a_stopped_duplicate_becomes_info_and_the_warning_is_resolved(am: Alertmanager, receiver: Receiver) -> None:
     """Stopped before any task ran: nothing to do, so ``info`` (a new label set: the ``warning`` of the
     detection is resolved in the same push, and the ``info`` alert fires until ``resolve_after``)."""

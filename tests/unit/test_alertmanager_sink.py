@@ -143,16 +143,17 @@ class _Failing:
 
 
 def test_a_failed_resend_is_counted_and_logged_and_the_alert_kept() -> None:
-    failures: list[int] = []
+    failures: list[str] = []
     channel = AlertmanagerChannel(
-        "alertmanager", _Failing(), resend_interval=MINUTE, resolve_after=MINUTE, on_failure=lambda: failures.append(1)
+        "alertmanager", _Failing(), resend_interval=MINUTE, resolve_after=MINUTE, on_failure=failures.append
     )
     with pytest.raises(AlertDeliveryError):
         channel.detected(detected("g1"))
     with capture_logs() as logs:
         channel.resend()
     channel.close()
-    assert failures == [1] and len(channel.tracker) == 1
+    assert failures == ["alertmanager: cannot connect (ConnectionRefusedError) after 3 attempts"]
+    assert len(channel.tracker) == 1
     [line] = [e for e in logs if e["event"] == "alert_resend_failed"]
     assert line["channel"] == "alertmanager" and line["alerts"] == 1
 

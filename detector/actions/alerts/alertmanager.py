@@ -235,7 +235,7 @@ class AlertmanagerChannel:
         resolve_after: timedelta,
         ui_url: str | None = None,
         runbook: str = RUNBOOK_FILE,
-        on_failure: Callable[[], None] = lambda: None,
+        on_failure: Callable[[str], None] = lambda error: None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.name, self.poster, self.ui_url, self.runbook = name, poster, ui_url, runbook
@@ -295,7 +295,7 @@ class AlertmanagerChannel:
                 for part in _chunks(body):
                     self.poster.send(part)
             except AlertDeliveryError as exc:
-                self.on_failure()
+                self.on_failure(str(exc))
                 logs.get(LOGGER).warning("alert_resend_failed", channel=self.name, alerts=len(body), error=str(exc))
 
     def close(self, timeout: float = 1.0) -> None:
@@ -331,11 +331,27 @@ def tls_context(config: Config) -> ssl.SSLContext:
     return context
 
 
+def _failed_resend(
+    count: Callable[[], None], undelivered: Callable[[str, str], None], name: str
+) -> Callable[[str], None]:
+    def failed(error: str) -> None:
+        count()
+        undelivered(name, error)
+
+    return failed
+
+
 def build_channels(
-    config: Config, *, timeout: float, retries: int, counter: Callable[[str, str], Callable[[], None]]
+    config: Config,
+    *,
+    timeout: float,
+    retries: int,
+    counter: Callable[[str, str], Callable[[], None]],
+    undelivered: Callable[[str, str], None] = lambda name, error: None,
 ) -> list[AlertmanagerChannel]:
     """One channel per ``DUPGUARD_ALERTMANAGER_URLS`` entry; ``counter(channel, outcome)`` counts its
-    retries and its failed re-sends in ``dupguard_alerts_total``."""
+    retries and its failed re-sends in ``dupguard_alerts_total``; ``undelivered(channel, error)`` records
+    a failed re-send where ``/readyz`` names the other undelivered alerts (the dispatcher's ``trouble``)."""
     headers, context = auth_headers(config), tls_context(config)
     return [
         AlertmanagerChannel(
@@ -353,7 +369,7 @@ def build_channels(
             resolve_after=config.alertmanager_resolve_after,
             ui_url=config.airflow_ui_url,
             runbook=config.runbook_url or RUNBOOK_FILE,
-            on_failure=counter(name, "failed"),
+            on_failure=_failed_resend(counter(name, "failed"), undelivered, name),
         )
         for name, url in zip(channel_names(config.alertmanager_urls), config.alertmanager_urls, strict=True)
     ]

@@ -262,6 +262,28 @@ class _Lane:
     reported: Item | None = None  # the in-flight item close() already logged as undelivered
 
 
+class Undelivered:
+    """Which channels left alerts undelivered lately, and why the latest did: the dispatcher's own
+    failures and an Alertmanager channel's failed re-sends (its own thread) alike, for ``trouble``."""
+
+    def __init__(self) -> None:
+        self._times: dict[str, deque[float]] = {}  # channel -> when its alerts went undelivered lately
+        self._last: dict[str, str] = {}  # channel -> why the latest did
+
+    def add(self, channel: str, error: str) -> None:
+        self._times.setdefault(channel, deque(maxlen=10_000)).append(time.monotonic())
+        self._last[channel] = error
+
+    def describe(self) -> str | None:
+        shown = []
+        for name, times in sorted(self._times.items()):
+            recent = [t for t in list(times) if t > time.monotonic() - TROUBLE_WINDOW]
+            if recent:
+                why = self._last.get(name, "")
+                shown.append(f"{name}: {len(recent)} in the last {TROUBLE_WINDOW / 60:g} min (latest: {why})")
+        return "; ".join(shown) or None
+
+
 class Dispatcher:
     """The ``Alerter``: see the module docstring."""
 
@@ -275,6 +297,7 @@ class Dispatcher:
         storm_threshold: int = 5,
         storm_window: float = 60.0,
         digest_delay: float = 10.0,
+        undelivered: Undelivered | None = None,
     ) -> None:
         self.ledger, self.metrics, self.ui_url = ledger, metrics, ui_url
         self.storm_threshold, self.storm_window, self.digest_delay = storm_threshold, storm_window, digest_delay
@@ -288,8 +311,7 @@ class Dispatcher:
         self._digested: OrderedDict[str, None] = OrderedDict()
         self._late: list[AlertEvent] = []  # outcomes of digested groups, after their digest went out
         self._late_deadline: float | None = None
-        self._failures: dict[str, deque[float]] = {}  # channel -> when its alerts went undelivered lately
-        self._last_failure: dict[str, str] = {}  # channel -> why the latest did
+        self._undelivered_lately = undelivered or Undelivered()
         self._closed = False
         self._abandoned = False
         self._router: threading.Thread | None = None
@@ -309,13 +331,7 @@ class Dispatcher:
     def trouble(self) -> str | None:
         """Channels with alerts undelivered in the last ``TROUBLE_WINDOW`` seconds, and the latest
         reason (None: none). Shown in ``/readyz``'s body, which stays green: detection goes on."""
-        shown = []
-        for name, times in sorted(self._failures.items()):
-            recent = [t for t in list(times) if t > time.monotonic() - TROUBLE_WINDOW]
-            if recent:
-                why = self._last_failure.get(name, "")
-                shown.append(f"{name}: {len(recent)} in the last {TROUBLE_WINDOW / 60:g} min (latest: {why})")
-        return "; ".join(shown) or None
+        return self._undelivered_lately.describe()
 
     # -- Alerter -----------------------------------------------------------------------------------
 
@@ -563,9 +579,7 @@ class Dispatcher:
 
     def _undelivered(self, channel: Channel, item: Item, error: str) -> None:
         kind, keys, events = _describe(item)
-        times = self._failures.setdefault(channel.name, deque(maxlen=10_000))
-        times.append(time.monotonic())
-        self._last_failure[channel.name] = error
+        self._undelivered_lately.add(channel.name, error)
         self.metrics.alerts.labels(channel=channel.name, outcome="failed").inc()
         logs.get(LOGGER).error(
             "alert_undelivered",
@@ -601,6 +615,7 @@ def build_alerter(
         return metrics.alerts.labels(channel=name, outcome="retried").inc
 
     channels: list[Channel] = []
+    undelivered = Undelivered()  # shared with the Alertmanager channels: their re-sends fail on their own thread
     slack_transport: str | None = None
     if config.slack_bot_token and config.slack_channel:
         slack_transport = "bot"
@@ -631,6 +646,7 @@ def build_alerter(
             timeout=timeout,
             retries=retries,
             counter=lambda name, outcome: metrics.alerts.labels(channel=name, outcome=outcome).inc,
+            undelivered=undelivered.add,
         )
     )
     log.info(
@@ -648,4 +664,5 @@ def build_alerter(
         storm_threshold=config.alert_storm_threshold,
         storm_window=storm_window,
         digest_delay=digest_delay,
+        undelivered=undelivered,
     )
