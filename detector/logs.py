@@ -11,6 +11,7 @@ secrets) instead of a multi-line traceback.
 
 from __future__ import annotations
 
+import io
 import logging
 import sys
 from collections.abc import MutableMapping
@@ -30,7 +31,8 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
     shared: list[Any] = [structlog.contextvars.merge_contextvars, structlog.processors.add_log_level, timestamper]
     tail: list[Any]
     if fmt == "console":
-        tail = [_printable_values, structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())]
+        console = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), exception_formatter=_printable_traceback)
+        tail = [_printable_values, console]
     else:
         exceptions = structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
         tail = [exceptions, _airflow_key_order, structlog.processors.JSONRenderer()]
@@ -104,11 +106,21 @@ def printable(text: str) -> str:
 
 def _printable_values(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Console only: the renderer writes text values raw (others through ``repr``, which escapes);
-    JSON escapes control characters itself. Tracebacks (``exc_info``) are left to the renderer."""
+    JSON escapes control characters itself. Tracebacks (``exc_info``) go to ``_printable_traceback``."""
     for key, value in event.items():
         if isinstance(value, str) and key != "exc_info":
             event[key] = printable(value)
     return event
+
+
+def _printable_traceback(sio: TextIO, exc_info: Any) -> None:
+    """The console's traceback: Python's plain one, each line escaped as values are (an exception's
+    message may carry a DAG id), its line breaks kept. Never structlog's default where rich is
+    installed (Airflow's own environment has it): that one prints every frame's local variables,
+    which may hold secrets, and writes the message raw."""
+    out = io.StringIO()
+    structlog.dev.plain_traceback(out, exc_info)
+    sio.write("\n".join(printable(line) for line in out.getvalue().split("\n")))
 
 
 def get(name: str) -> Any:

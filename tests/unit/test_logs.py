@@ -76,3 +76,29 @@ def test_console_lines_escape_terminal_sequences_of_ids(monkeypatch: pytest.Monk
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, repr(text)
     assert "etl\\x1b[2J" in text and "a\\nb" in text and "\\u202e" in text
     assert len(text.splitlines()) == 2
+
+
+def test_console_tracebacks_escape_terminal_sequences_and_show_no_local_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An exception's message is text a DAG author may have written too (a DAG id in an error): in the
+    console its ``\\x1b[2J`` and ``\\u202e`` are shown escaped like any value's, the traceback keeps its
+    lines; and no frame's local variables are printed (they may hold secrets), whichever traceback
+    formatter structlog would pick (rich's, where rich is installed, shows them)."""
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", out)
+    logs.configure("info", "console")
+
+    def fail(dag_id: str) -> None:
+        password = "hunter2-in-a-local"  # noqa: F841 - what a frame's locals may hold
+        raise ValueError(f"no such DAG {dag_id}")
+
+    try:
+        fail("etl\x1b[2J\u202e")
+    except ValueError:
+        logs.get("dupguard.test").exception("poll_crashed")
+    text = out.getvalue()
+    assert "\x1b" not in text and "\u202e" not in text, repr(text)
+    assert "ValueError: no such DAG etl\\x1b[2J\\u202e" in text
+    assert "Traceback (most recent call last):" in text and len(text.splitlines()) > 3
+    assert "hunter2" not in text
