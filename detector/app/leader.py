@@ -18,6 +18,31 @@ same ephemeral port). ``auto`` (the default) takes the session lock only on a pi
 transaction lock otherwise; ``session`` refuses to lead on a session not pinned, with a one-line
 reason naming the setting.
 
+The proof is strong, not absolute: behind transaction pooling a busy neighbour can fool it (seen once
+in CI). A fooled proof must still never give two leaders, so the session lock does not trust it alone:
+
+- Acquisition is one statement that takes the lock only if this server session does not already hold
+  the key (``queries.try_advisory_lock_unshared``): advisory locks are re-entrant per server session,
+  so a standby landing on the leader's pooled session was granted the lock too. "Already held here"
+  means a pooler shares server sessions: not taken, ``LOCK_POOLED`` (reason naming
+  DUPGUARD_LOCK_MODE=transaction and DUPGUARD_LOCK_DATABASE_URL), and this replica takes no session
+  lock again (``auto``: the transaction lock; ``session``: refused). The transaction lock's attempt is
+  guarded the same way (re-entrancy holds across levels: a fooled replica's session lock on the
+  session a transaction lands on). The backend pid comes from the same statement.
+- The heartbeat stays one statement (``queries.session_lock_status``): not in recovery, the lock still
+  granted to the backend read at acquisition, and whether the statement ran there. Not granted any
+  more (the pooler closed that server session, ``pg_terminate_backend``): leadership lost as with a
+  lost connection, where before a heartbeat landing elsewhere succeeded and the replica led on beside
+  the next holder. Granted but run elsewhere (the proof was fooled): the replica leads on, with
+  ``LOCK_POOLED`` (state ``lock_pooled``, one warning), and every heartbeat checks the lock again. It
+  does not step down: the lock stays granted to that server session whatever it does (only a
+  statement landing there can unlock it), so it still excludes every other replica, and stepping down
+  would leave no leader at all until the pooler closes the session.
+- Release unlocks only on that backend (``CASE WHEN pg_backend_pid() = pid``, ``RELEASE_ATTEMPTS``
+  tries; on a direct connection the first one): an unlock elsewhere releases nothing of ours. When
+  none lands there it warns (``leader_lock_left_on_server_session``) that the lock stays on that
+  server session, with no leader, until the pooler closes it: prefer none to two.
+
 Standbys (issue 22 §2): advisory locks work on a hot standby, where they exclude only the replicas on
 that standby. At every (re)connect, and at every heartbeat (a primary behind a stable URL can be
 replaced by a standby), the lock connection asks ``pg_is_in_recovery()``; on a standby no lock is

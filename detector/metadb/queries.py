@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
+    Integer,
     Interval,
     Row,
     Select,
@@ -975,18 +976,31 @@ def try_advisory_lock_unshared(conn: Connection, key: int, *, xact: bool) -> tup
     would be granted to us too, and two replicas would lead. One statement, so the check, the attempt
     and the pid are of one backend with no other client in between. Our own attempt never holds the key
     before it (a standby holds nothing; a leader does not try again)."""
+    row = conn.execute(_unshared_lock_query(key, xact)).one()
+    return int(row[0]), None if row[1] is None else bool(row[1])
+
+
+# Built once per key: constructing these selects on every call cost several times the rest of the call's
+# client CPU, once per check interval on the leader and on every standby.
+@functools.lru_cache(maxsize=8)
+def _unshared_lock_query(key: int, xact: bool) -> Select[Any]:
     held = select(literal(1)).select_from(_pg_locks).where(*_granted_to(key, func.pg_backend_pid())).exists()
     attempt = func.pg_try_advisory_xact_lock(key) if xact else func.pg_try_advisory_lock(key)
-    row = conn.execute(select(func.pg_backend_pid(), case((held, null()), else_=attempt))).one()
-    return int(row[0]), None if row[1] is None else bool(row[1])
+    return select(func.pg_backend_pid(), case((held, null()), else_=attempt))
+
+
+@functools.lru_cache(maxsize=8)
+def _session_lock_status_query(key: int) -> Select[Any]:
+    pid = bindparam("lock_pid", type_=Integer)
+    held = select(literal(1)).select_from(_pg_locks).where(*_granted_to(key, pid)).exists()
+    return select(func.pg_is_in_recovery(), held, func.pg_backend_pid() == pid)
 
 
 def session_lock_status(conn: Connection, key: int, pid: int) -> tuple[bool, bool, bool]:
     """The session lock's heartbeat, one statement: ``(in recovery, key still granted to backend pid,
     this statement ran on backend pid)``. Behind a pooler the statement may run on another server
     session than the lock's, where ``pg_is_in_recovery()`` alone proved nothing about the lock."""
-    held = select(literal(1)).select_from(_pg_locks).where(*_granted_to(key, literal(pid))).exists()
-    row = conn.execute(select(func.pg_is_in_recovery(), held, func.pg_backend_pid() == pid)).one()
+    row = conn.execute(_session_lock_status_query(key), {"lock_pid": pid}).one()
     return bool(row[0]), bool(row[1]), bool(row[2])
 
 
