@@ -73,6 +73,21 @@ def json_body(data: bytes | None) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
+def not_json(what: str, response: Any) -> str | None:
+    """Why a 2xx answer to a raw JSON call cannot be used (a proxy's sign-in page, a cut body), else None:
+    its status, content type and size (the body itself may be anything, a secret's echo too)."""
+    if not 200 <= response.status < 300 or response.status == 204:
+        return None
+    data = bytes(response.data or b"")
+    try:
+        if isinstance(json.loads(data), dict):
+            return None
+    except ValueError:
+        pass
+    content_type = response.headers.get("Content-Type") or "none"
+    return f"{what}: HTTP {response.status} answer is not JSON (Content-Type {content_type}, {len(data)} bytes)"
+
+
 def detail(data: bytes | None, secrets: tuple[str | None, ...] = ()) -> str:
     """The ``detail`` of an error body, safe to log: secret-named fields (and the ``input`` a
     validation error echoes for them) masked by parsing; free text holding a secret withheld whole

@@ -18,7 +18,6 @@ Every text is built from the status and the body's ``detail`` with secrets withh
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
@@ -38,6 +37,7 @@ from detector.airflowapi.client import (
     detail,
     json_body,
     make_client,
+    not_json,
     refused,
     transport,
 )
@@ -160,9 +160,9 @@ class Session:
                 method, url, headers=headers, body=body, _request_timeout=self.timeout
             )
             response.read()  # RESTResponse holds the body in .data only once read
-            not_json = _not_json(what, response)
-            if not_json is not None:  # read as {}, a list page would be "no runs" and a poll see nothing
-                raise AirflowApiError(not_json)
+            unreadable = not_json(what, response)
+            if unreadable is not None:  # read as {}, a list page would be "no runs" and a poll see nothing
+                raise AirflowApiError(unreadable)
             return response
 
         return self.call(what, send, budget, needs=needs, deadline=deadline)
@@ -189,17 +189,3 @@ class Session:
             return
         with contextlib.suppress(TypeError, ValueError, IndexError):
             self.clock_offset = parsedate_to_datetime(date).timestamp() - time.time()
-
-
-def _not_json(what: str, response: Any) -> str | None:
-    """Why a 2xx answer to a raw JSON call cannot be used (a proxy's sign-in page, a cut body), else None."""
-    if not 200 <= response.status < 300 or response.status == 204:
-        return None
-    data = bytes(response.data or b"")
-    try:
-        if isinstance(json.loads(data), dict):
-            return None
-    except ValueError:
-        pass
-    content_type = response.headers.get("Content-Type") or "none"
-    return f"{what}: HTTP {response.status} answer is not JSON (Content-Type {content_type}, {len(data)} bytes)"

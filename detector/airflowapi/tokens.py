@@ -36,7 +36,7 @@ from airflow_client.client import ApiClient
 from airflow_client.client.exceptions import ApiException
 
 from detector import deadline, redact
-from detector.airflowapi.client import Transient, api_exception, detail, json_body, refused, transport
+from detector.airflowapi.client import Transient, api_exception, detail, json_body, not_json, refused, transport
 from detector.errors import AirflowApiError, AirflowAuthError
 
 
@@ -162,6 +162,9 @@ class TokenSource:
                 f"{shown}): check DUPGUARD_AIRFLOW_USERNAME / DUPGUARD_AIRFLOW_PASSWORD; "
                 f"next attempt in {delay:.0f} s"
             )
+        unreadable = not_json(f"POST {self._shown}", response)
+        if unreadable is not None:  # a proxy's sign-in page is not "without an access_token"
+            raise AirflowApiError(unreadable)
         token = json_body(response.data).get("access_token") if 200 <= status < 300 else None
         if not isinstance(token, str) or not token:
             raise AirflowApiError(f"POST {self._shown}: HTTP {status} without an access_token")

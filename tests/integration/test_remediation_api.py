@@ -616,6 +616,24 @@ def test_token_endpoint_500_twice_reports_the_500_not_the_jwt_secret(h: Harness)
     assert db_state(h.url)[actions[1].run.run_id].state == "failed"
 
 
+def test_a_token_endpoint_answering_an_html_page_is_named_as_such(h: Harness) -> None:
+    """POST /auth/token answered 200 with an HTML page (a proxy's sign-in page): the result names the
+    status, content type and size, as the REST source does for any 2xx that is not JSON (was: "HTTP 200
+    without an access_token", as if Airflow had answered JSON without the field)."""
+    action = h.actions(Mode.FAIL)[0]
+    page = b"<html><body>Sign in</body></html>"
+    with CountingProxy(h.server.port) as proxy:
+        proxy.answers.append(("/auth/token", 200, "text/html; charset=utf-8", page))
+        result = h.remediator(Mode.FAIL, api_url=proxy.url, attempts=1).execute(action)
+    assert result.result is Result.FAILED
+    assert result.detail == (
+        f"AirflowApiError: POST {proxy.url}/auth/token: HTTP 200 answer is not JSON (Content-Type text/html; "
+        f"charset=utf-8, "
+        f"{len(page)} bytes)"
+    )
+    assert db_state(h.url)[action.run.run_id].state == "queued"
+
+
 def test_api_url_userinfo_never_reaches_a_result(h: Harness) -> None:
     """An API URL with a password in its userinfo is shown masked in every result text."""
     action = h.actions(Mode.FAIL)[0]
