@@ -1,7 +1,8 @@
 """Secrets out of every message dupguard writes, by parsing what holds them, never by replacing substrings.
 
-- URLs: parsed (``sqlalchemy.engine.make_url`` for databases, ``urllib.parse`` for HTTP); the
-  password in the userinfo and every secret-named query parameter (``?password=``) are masked.
+- URLs: parsed (SQLAlchemy's ``URL`` as ``metadb.engine.parse_url`` splits it for databases,
+  ``urllib.parse`` for HTTP); the password in the userinfo and every secret-named query parameter
+  (``?password=``) are masked.
   Replacing the password's text in a rendered message instead corrupts it when the password is
   short (``p`` inside ``postgresql``) and misses it when the URL was mis-split.
 - JSON bodies (an Airflow API error that echoes the request, e.g. a 422 with ``input``): fields
@@ -17,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 
 MASK = "***"
 _SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "authorization", "api_key", "apikey", "credential")
@@ -31,15 +32,12 @@ def is_secret_name(name: object) -> bool:
     return any(word in lowered for word in _SECRET_WORDS)
 
 
-def db_url(url: URL | str) -> str:
-    """A database URL for humans: user, host, port and database kept; password and secret query values masked."""
-    try:
-        parsed = url if isinstance(url, URL) else make_url(url)
-    except Exception:  # noqa: BLE001 - anything unparseable is shown as nothing at all
-        return "(unparseable URL)"
-    base = parsed.set(query={}).render_as_string(hide_password=True)
+def db_url(url: URL) -> str:
+    """A database URL for humans: user, host, port and database kept; password and secret query values masked.
+    Already parsed (``metadb.engine.parse_url``, which splits it as libpq does)."""
+    base = url.set(query={}).render_as_string(hide_password=True)
     items = []
-    for key, value in parsed.query.items():
+    for key, value in url.query.items():
         for one in (value,) if isinstance(value, str) else value:
             shown = MASK if is_secret_name(key) else quote(one, safe="")
             items.append(f"{quote(key, safe='')}={shown}")

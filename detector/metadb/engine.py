@@ -98,7 +98,7 @@ def _why_not_a_url(text: str) -> str:
     return "database URL is not a URL (expected postgresql://user:pass@host:5432/db or sqlite:////path/airflow.db)"
 
 
-def redact(url: URL | str) -> str:
+def redact(url: URL) -> str:
     """The URL as text with its password and secret query values masked: safe for logs and errors."""
     return _redact.db_url(url)
 

@@ -209,6 +209,18 @@ def airflow_tables(family: Family) -> AirflowTables:
     )
 
 
+def _schedule_refs(md: MetaData) -> Table:
+    """``dag_schedule_asset_reference``: which DAGs an asset schedules (the stranded check's consumers,
+    the trigger_flapping check's fed DAGs), one declaration for both table sets' metadata."""
+    return Table(
+        "dag_schedule_asset_reference",
+        md,
+        Column("asset_id", Integer, primary_key=True),
+        Column("dag_id", String(250), primary_key=True),
+        Column("created_at", UtcDateTime, nullable=False),
+    )
+
+
 def _asset_queue_tables(md: MetaData, family: Family) -> dict[str, Table]:
     """Same columns in 3.0.6-3.3.2 (docs/airflow-internals.md §1.3); PKs as Airflow declares them."""
     return {
@@ -219,13 +231,7 @@ def _asset_queue_tables(md: MetaData, family: Family) -> dict[str, Table]:
             Column("target_dag_id", String(250), primary_key=True),
             Column("created_at", UtcDateTime, nullable=False),
         ),
-        "schedule_refs": Table(
-            "dag_schedule_asset_reference",
-            md,
-            Column("asset_id", Integer, primary_key=True),
-            Column("dag_id", String(250), primary_key=True),
-            Column("created_at", UtcDateTime, nullable=False),
-        ),
+        "schedule_refs": _schedule_refs(md),
         "alias_events": Table(
             "asset_alias_asset_event",
             md,
@@ -280,9 +286,7 @@ def trigger_tables(family: Family) -> TriggerTables:
         ),
         asset_link=Table(link, md, Column("asset_id", Integer), Column("trigger_id", Integer)),
         asset=Table("asset", md, Column("id", Integer, primary_key=True), Column("name", String(1500))),
-        consumer_ref=Table(
-            "dag_schedule_asset_reference", md, Column("asset_id", Integer), Column("dag_id", String(250))
-        ),
+        consumer_ref=_schedule_refs(md),
         job=Table(
             "job",
             md,

@@ -288,8 +288,6 @@ class GuardedRemediator:
     ) -> None:
         self.configured_mode = configured_mode
         self.backend = backend
-        self.engine = engine
-        self.tables = tables
         if states is None and engine is not None and tables is not None:
             states = DbRunStates(engine, tables)
         self.states = states
