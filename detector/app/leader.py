@@ -26,7 +26,7 @@ in CI). A fooled proof must still never give two leaders, so the session lock do
   so a standby landing on the leader's pooled session was granted the lock too. "Already held here"
   means a pooler shares server sessions: not taken, ``LOCK_POOLED`` (reason naming
   DUPGUARD_LOCK_MODE=transaction and DUPGUARD_LOCK_DATABASE_URL), and this replica takes no session
-  lock again (``auto``: the transaction lock; ``session``: refused). The transaction lock's attempt is
+  lock again (``auto``: the transaction lock; ``session``: refused, ``LOCK_REFUSED``). The transaction lock's attempt is
   guarded the same way (re-entrancy holds across levels: a fooled replica's session lock on the
   session a transaction lands on). The backend pid comes from the same statement.
 - The heartbeat stays one statement (``queries.session_lock_status``): not in recovery, the lock still
@@ -310,12 +310,9 @@ class AdvisoryLock:
         if queries.in_recovery(conn):
             self._report(STANDBY_PROBLEM)
             return None
-        if self.mode == "transaction" or (self._pooled and self.mode == "auto"):
+        if self.mode == "transaction":
             return "transaction"
-        if self._pooled:  # session mode, after a pooler was seen: its proof is not trusted either
-            self._report(POOLED_ATTEMPT)
-            return None
-        pinned = is_pinned(conn)
+        pinned = not self._pooled and is_pinned(conn)  # a pooler seen sharing sessions: no proof trusted
         if self.mode == "auto":
             return "session" if pinned else "transaction"
         if not pinned:

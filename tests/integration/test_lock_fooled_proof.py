@@ -22,7 +22,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from detector.app import leader
-from detector.app.leader import LOCK_POOLED, AdvisoryLock
+from detector.app.leader import LOCK_POOLED, LOCK_REFUSED, AdvisoryLock
 from detector.config import SETTINGS_BY_NAME
 from detector.metadb import queries
 from detector.metadb.engine import make_engine, parse_url
@@ -261,3 +261,20 @@ def test_a_direct_session_lock_heartbeats_on_its_own_backend(db_url: str) -> Non
         assert queries.session_lock_status(a._conn, KEY, _pid(a) + 1) == (False, False, False)
     finally:
         a.release()
+
+
+def test_session_mode_refuses_once_a_pooler_was_seen(db_url: str) -> None:
+    """DUPGUARD_LOCK_MODE=session, proof fooled, attempt on the holder's server session: lock_pooled,
+    and from the next attempt the usual refusal (no proof is trusted again in this process)."""
+    with pgbouncer(db_url, "transaction", pool_size=1) as pooled:
+        a = _lock(pooled)
+        s = AdvisoryLock(make_engine(parse_url(pooled), pool_size=1), KEY, mode="session", lease=LEASE)
+        try:
+            assert a.ensure(NOW) is True and a.lock_kind == "session"
+            assert s.ensure(NOW) is False and _problem_code(s) == LOCK_POOLED
+            assert s.ensure(NOW) is False and _problem_code(s) == LOCK_REFUSED
+            a.release()
+            assert s.ensure(NOW) is False and _problem_code(s) == LOCK_REFUSED, "refused even with the lock free"
+        finally:
+            a.release()
+            s.release()
