@@ -32,11 +32,11 @@ GUARD_TESTS = ROOT / "tests" / "guard"
 # (version, test_guard.py PLAN key, scenarios, extra arguments): the entries that load the guard
 # from the file mutmut mutates (entry-point and pip-installed load the same text).
 PASSES = [
-    ("3.1.2", "local-settings", "race,broken-python,broken-sql,ordinary,overlap,disjoint,broken-finish,metrics,"
-     "notasks", ()),
-    ("3.1.2", "no-row-locking", "unlocked,callback", ("--no-row-locking",)),
+    ("3.1.2", "local-settings", "race,broken-python,broken-sql,ordinary,overlap,disjoint,broken-finish,broken-note,"
+     "small-cache,metrics,notasks", ()),
+    ("3.1.2", "no-row-locking", "unlocked,unlocked-inverted,callback", ("--no-row-locking",)),
     ("3.2.2", "local-settings", "partitioned-serial,partitioned-overlap,partitioned-timeout,partitioned-stress,"
-     "partitioned-inverted", ()),
+     "partitioned-inverted,partitioned-late-event", ()),
 ]  # fmt: skip
 FIXED = [("3.1.2", "race,overlap,metrics"), ("3.2.2", "partitioned-serial,partitioned-overlap")]  # mode none
 TIMEOUT_EXIT = 3  # tests/guard/mutants.py: a mutant ran past its timeout, the process exited

@@ -40,7 +40,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts" / "airflow"
 GUARD_MODULES = ("airflow_local_settings", "dupguard_guard.policy")
 
-ASSET_PREFIXES = ("orders", "brokenpy", "brokensql", "plain", "unlocked", "callback", "brokenfinish", "metrics")
+ASSET_PREFIXES = (
+    "orders", "brokenpy", "brokensql", "plain", "unlocked", "unlockedinv", "callback", "brokenfinish", "brokennote",
+    "smallcache", "metrics",
+)  # fmt: skip
 # DAGs on two assets ("<p>_a" | "<p>_b"): the overlap race and its look-alike.
 EITHER_PREFIXES = ("overlap", "disjoint")
 DAG_HEADER = """\
@@ -250,6 +253,42 @@ def run_rows(dag_id: str | None = None) -> list[dict[str, Any]]:
     return out
 
 
+def advisory_locks() -> int:
+    """Advisory locks granted in this Airflow database now, read on a connection of its own (the
+    guard's are transaction-scoped: a creator still in its transaction shows the ones it took)."""
+    from airflow import settings
+    from sqlalchemy import text
+
+    sql = (
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+    with settings.engine.connect() as connection:
+        return int(connection.execute(text(sql)).scalar())
+
+
+def hold_a_before_the_lock(guard: Any, a_in_hook: threading.Event, b_locked: threading.Event) -> Any:
+    """The inverted order: scheduler-a's guard is held right before it takes its lock until
+    scheduler-b's guard has taken the same lock. Returns a function restoring the guard's method."""
+    g = guard._dupguard_guard if guard is not None else None
+    original = getattr(g, "take_lock", None)
+    if original is None:
+        return lambda: None
+
+    def take_lock(*l_args: Any, **l_kwargs: Any) -> Any:
+        name = threading.current_thread().name
+        if name == "scheduler-a":
+            a_in_hook.set()
+            b_locked.wait(60)
+        taken = original(*l_args, **l_kwargs)
+        if name == "scheduler-b":
+            b_locked.set()
+        return taken
+
+    g.take_lock = take_lock  # type: ignore[union-attr]
+    return lambda: g.__dict__.pop("take_lock", None)
+
+
 # Scenarios, 3.0/3.1 ------------------------------------------------------------------------------------
 
 
@@ -279,7 +318,25 @@ def race_once(ctx: Context, prefix: str) -> dict[str, Any]:
 
 
 def sc_race(ctx: Context) -> dict[str, Any]:
-    out = race_once(ctx, "orders")
+    # The advisory locks held while each creator is still in its transaction (its run and task
+    # instances made, the guard's decision taken): with row-level locking the guard takes none.
+    cls = dag_run_class(ctx.af)
+    original = cls.create_dagrun
+    held: dict[str, int] = {}
+
+    def create_dagrun(self: Any, *c_args: Any, **c_kwargs: Any) -> Any:
+        run = original(self, *c_args, **c_kwargs)
+        name = threading.current_thread().name
+        if name.startswith("scheduler-"):  # not the producer runs made in the main thread
+            held[name] = max(held.get(name, 0), advisory_locks())
+        return run
+
+    cls.create_dagrun = create_dagrun  # type: ignore[method-assign]
+    try:
+        out = race_once(ctx, "orders")
+    finally:
+        cls.create_dagrun = original  # type: ignore[method-assign]
+    out["advisory_locks"] = held
     if ctx.guard is None:
         # Without the guard, an operator skips every task of the duplicate by hand (what "mark
         # skipped" in the UI does to each task instance): the daemon must not call that "prevented".
@@ -319,13 +376,49 @@ def sc_broken_finish(ctx: Context) -> dict[str, Any]:
             raise RuntimeError("forced failure in DagRun.set_state")
 
     DagRun.set_state = failing
-    logged_before = len(ctx.guard_logs)
     try:
-        out = race_once(ctx, "brokenfinish")
+        out = race_failing(ctx, "brokenfinish")
     finally:
         DagRun.set_state = original
+    return out
+
+
+def race_failing(ctx: Context, prefix: str) -> dict[str, Any]:
+    """The race, with the guard's error log let through once more (its 5-minute rate limit reset):
+    the error logged is the one that made the guard fail."""
+    ctx.guard._dupguard_guard._last_error_log = float("-inf")
+    logged_before = len(ctx.guard_logs)
+    out = race_once(ctx, prefix)
     out["guard_logs"] = ctx.guard_logs[logged_before:]
     return out
+
+
+def sc_broken_note(ctx: Context) -> dict[str, Any]:
+    """Adding the note raises after the guard finished the duplicate (its state and both dates set):
+    the guard puts the run back, all or nothing, as when finishing raises."""
+    guard = ctx.guard._dupguard_guard
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("forced failure while adding the note")
+
+    guard.add_note = boom
+    try:
+        out = race_failing(ctx, "brokennote")
+    finally:
+        guard.__dict__.pop("add_note", None)
+    return out
+
+
+def sc_small_cache(ctx: Context) -> dict[str, Any]:
+    """The race with the guard's decision cache holding no run (size 0, as when one transaction
+    creates more runs than the cache holds): each task instance of a run is decided again in the
+    same transaction, and the duplicate must still get one note (two would fail Airflow's flush)."""
+    guard = ctx.guard._dupguard_guard
+    saved, guard.cache_size = guard.cache_size, 0
+    try:
+        return race_once(ctx, "smallcache")
+    finally:
+        guard.cache_size = saved
 
 
 def sc_metrics(ctx: Context) -> dict[str, Any]:
@@ -514,21 +607,28 @@ def dag_run_class(af: Any) -> Any:
     return SerializedDAG
 
 
-def sc_unlocked(ctx: Context) -> dict[str, Any]:
+def sc_unlocked(ctx: Context, inverted: bool = False) -> dict[str, Any]:
     """[scheduler] use_row_level_locking = False: nothing serialises the creators (docs/airflow-internals.md §2.1). Both
     read the queue; A creates its run and, still uncommitted, waits until B is creating its own run
-    (B's guard waiting for A's lock, or, without that lock, B's run created); then A commits."""
+    (B's guard waiting for A's lock, or, without that lock, B's run created); then A commits.
+
+    ``inverted`` (on DAG unlockedinv): A's run is flushed first (the lower id), but B's guard takes
+    the per-DAG lock first (A's guard is held right before it, as partitioned-inverted on 3.2), so B
+    commits first and A's guard, after waiting for B's commit, finds B's run: the higher id."""
     af, (a, b) = ctx.af, ctx.schedulers
+    prefix = "unlockedinv" if inverted else "unlocked"
     # Without row locks Airflow's scheduled path races too (two inserts of one scheduled run_id, a
     # unique violation): create daily_etl's scheduled run first, with one scheduler.
     af.create_runs(a)
-    af.emit("unlocked_producer", "unlocked")
+    af.emit(f"{prefix}_producer", prefix)
     events, restore = hold_after_queue_read(af, ("scheduler-a", "scheduler-b"))
     cls = dag_run_class(af)
     original = cls.create_dagrun
     a_created, b_created = threading.Event(), threading.Event()
+    a_in_hook, b_locked = threading.Event(), threading.Event()
     guard = ctx.guard._dupguard_guard if ctx.guard else None
     waits_before = getattr(guard, "lock_waits", 0) if guard else 0
+    locks_a: list[int] = []
 
     def b_is_creating() -> bool:
         deadline = time.monotonic() + 30
@@ -541,11 +641,14 @@ def sc_unlocked(ctx: Context) -> dict[str, Any]:
     def create_dagrun(self: Any, *c_args: Any, **c_kwargs: Any) -> Any:
         name = threading.current_thread().name
         if name == "scheduler-b":
-            a_created.wait(60)
+            (a_in_hook if inverted else a_created).wait(60)
         run = original(self, *c_args, **c_kwargs)
         if name == "scheduler-a":
             a_created.set()
-            b_is_creating()
+            a_in_hook.set()
+            if not inverted:
+                locks_a.append(advisory_locks())  # A's guard holds its per-DAG lock until A commits
+                b_is_creating()
         elif name == "scheduler-b":
             b_created.set()
         return run
@@ -558,14 +661,17 @@ def sc_unlocked(ctx: Context) -> dict[str, Any]:
         events["scheduler-b-go"].set()
 
     cls.create_dagrun = create_dagrun  # type: ignore[method-assign]
+    restore_lock = hold_a_before_the_lock(ctx.guard, a_in_hook, b_locked) if inverted else lambda: None
     try:
         run_threads(af, steps, (a, "scheduler-a"), (b, "scheduler-b"))
     finally:
         cls.create_dagrun = original  # type: ignore[method-assign]
+        restore_lock()
         restore()
     return {
-        "runs": run_rows("unlocked_consumer"),
+        "runs": run_rows(f"{prefix}_consumer"),
         "lock_waits": (getattr(guard, "lock_waits", 0) - waits_before) if guard else 0,
+        "advisory_locks_a": locks_a,
     }
 
 
@@ -644,8 +750,14 @@ class _Capture(logging.Handler):
         self.sink = sink
 
     def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
         self.sink.append(
-            {"level": record.levelname, "message": record.getMessage(), "traceback": bool(record.exc_info)}
+            {
+                "level": record.levelname,
+                "message": record.getMessage(),
+                "traceback": bool(record.exc_info),
+                "error": None if error is None else f"{type(error).__name__}: {error}",
+            }
         )
 
 
@@ -669,8 +781,11 @@ ASSET_SCENARIOS = {
     "overlap": sc_overlap,
     "disjoint": sc_disjoint,
     "unlocked": sc_unlocked,
+    "unlocked-inverted": lambda ctx: sc_unlocked(ctx, inverted=True),
     "callback": sc_callback,
     "broken-finish": sc_broken_finish,
+    "broken-note": sc_broken_note,
+    "small-cache": sc_small_cache,
     "metrics": sc_metrics,
     "notasks": sc_notasks,
 }
@@ -777,21 +892,10 @@ def partitioned_race(
     # inverted: A's run is flushed first (the lower id), but B's guard takes the (dag, key) lock
     # first; A's guard then waits for B's commit. A is held inside its guard, right before the lock.
     a_in_hook, b_locked = threading.Event(), threading.Event()
-    g = guard._dupguard_guard if guard is not None else None
-    original_take_lock = getattr(g, "take_lock", None)
-    if scenario == "partitioned-inverted" and original_take_lock is not None:
-
-        def take_lock(*l_args: Any, **l_kwargs: Any) -> Any:
-            name = threading.current_thread().name
-            if name == "scheduler-a":
-                a_in_hook.set()
-                b_locked.wait(60)
-            taken = original_take_lock(*l_args, **l_kwargs)
-            if name == "scheduler-b":
-                b_locked.set()
-            return taken
-
-        g.take_lock = take_lock  # type: ignore[union-attr]
+    restore_lock = (
+        hold_a_before_the_lock(guard, a_in_hook, b_locked) if scenario == "partitioned-inverted" else lambda: None
+    )
+    restore_late = late_event(sp, partition_key, out) if scenario == "partitioned-late-event" else lambda: None
 
     def create_dagrun(self: Any, *c_args: Any, **c_kwargs: Any) -> Any:
         name = threading.current_thread().name
@@ -813,7 +917,7 @@ def partitioned_race(
         def wait(apdr_ids: list[int]) -> None:
             out["apdr_read"][name] = apdr_ids
             both_read.wait()
-            if scenario == "partitioned-serial" and name == "scheduler-b":
+            if scenario in ("partitioned-serial", "partitioned-late-event") and name == "scheduler-b":
                 a_committed.wait(60)
 
         return wait
@@ -842,8 +946,8 @@ def partitioned_race(
             t.join(120)
     finally:
         SerializedDAG.create_dagrun = original_create  # type: ignore[method-assign]
-        if g is not None:
-            g.__dict__.pop("take_lock", None)
+        restore_lock()
+        restore_late()
     if errors:
         raise errors[0]
     out["runs"] = [r for r in run_rows(sp.CONSUMER) if r["id"] not in before]
@@ -851,11 +955,40 @@ def partitioned_race(
     return out
 
 
+def late_event(sp: Any, partition_key: str, out: dict[str, Any]) -> Any:
+    """An event for the same partition key committed while A's run is made but not committed: after
+    A read the pending row's events (it consumes only those), before A's commit. Airflow adds it to
+    the same pending row (A's update of the row is not visible yet), so the row B creates its run
+    from has an event A did not consume. Made in a thread of its own (its own session; it waits for
+    no lock A holds), when A's run creation calls ``DagModel.dags_needing_dagruns`` (the step after
+    the partitioned runs). Returns a function restoring Airflow's method."""
+    from airflow.models.dag import DagModel
+
+    original = DagModel.dags_needing_dagruns  # bound classmethod
+    fired: list[bool] = []
+
+    def dags_needing_dagruns(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "scheduler-a" and not fired:
+            fired.append(True)
+            producer = threading.Thread(target=lambda: out.update(late_event_id=sp.produce_event(partition_key)))
+            producer.start()
+            producer.join(60)
+        return original(*args, **kwargs)
+
+    DagModel.dags_needing_dagruns = classmethod(dags_needing_dagruns)  # type: ignore[method-assign]
+
+    def restore() -> None:
+        DagModel.dags_needing_dagruns = original  # type: ignore[method-assign]
+
+    return restore
+
+
 PARTITIONED_SCENARIOS = {
     "partitioned-serial": "2026-11-30T05:00:00",
     "partitioned-overlap": "2026-11-30T06:00:00",
     "partitioned-timeout": "2026-11-30T07:00:00",
     "partitioned-inverted": "2026-11-30T09:00:00",
+    "partitioned-late-event": "2026-11-30T10:00:00",
     "partitioned-stress": "2026-11-30T08",  # prefix of the stress keys
 }
 STRESS_CONSUMERS = 8
@@ -949,9 +1082,10 @@ def prepare_partitioned_dags() -> Any:
     import scenarios_partitioned as sp
 
     dags = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
-    (dags / "partitioned_sales.py").write_text(sp.dag_file_source([sp.CONSUMER]) + stress_dag_source(sp))
+    source = sp.dag_file_source([sp.CONSUMER, sp.CONSUME_ORDERS]) + stress_dag_source(sp)
+    (dags / "partitioned_sales.py").write_text(source)
     sp.serialize_dags()
-    sp.check_unpaused([sp.PRODUCER, sp.CONSUMER])
+    sp.check_unpaused([sp.PRODUCER, sp.CONSUMER, sp.PRODUCE_ORDERS, sp.CONSUME_ORDERS])
     return sp
 
 
@@ -968,6 +1102,15 @@ def run_partitioned_scenarios(args: argparse.Namespace, result: dict[str, Any], 
     sp.produce_event("2026-11-30T04:00:00")
     sp.scheduler_loop(schedulers[0])  # an ordinary, undisturbed run first
     result["ordinary_runs"] = run_rows(sp.CONSUMER)
+    # An ordinary asset run without a partition (3.2 locks that path itself): no lookup, no error.
+    queries_before = guard._dupguard_guard.queries if guard else 0
+    sp.produce_event(None, producer=sp.PRODUCE_ORDERS, asset_name=sp.ORDERS)
+    sp.scheduler_loop(schedulers[0])
+    result["asset_run"] = {
+        "runs": run_rows(sp.CONSUME_ORDERS),
+        "guard_queries": (guard._dupguard_guard.queries - queries_before) if guard else None,
+        "guard_logs": list(guard_logs),
+    }
     for name in args.scenarios:
         before = guard._dupguard_guard.queries if guard else 0
         if name == "partitioned-stress":

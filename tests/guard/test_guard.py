@@ -64,6 +64,8 @@ PLAN: list[Entry] = [
                 "overlap",
                 "disjoint",
                 "broken-finish",
+                "broken-note",
+                "small-cache",
                 "metrics",
                 "notasks",
             ),
@@ -73,7 +75,9 @@ PLAN: list[Entry] = [
     *[Entry(v, "entry-point", "entry-point", ("race",)) for v in ASSET_VERSIONS],
     # [scheduler] use_row_level_locking = False; then Airflow's own scheduling loop (callbacks).
     *[
-        Entry(v, "no-row-locking", "local-settings", ("unlocked", "callback"), ("--no-row-locking",))
+        Entry(
+            v, "no-row-locking", "local-settings", ("unlocked", "unlocked-inverted", "callback"), ("--no-row-locking",)
+        )
         for v in ASSET_VERSIONS
     ],
     # Issue 13 section 5: a clean 3.1.2 venv with the wheel pip-installed, no airflow_local_settings.
@@ -93,6 +97,7 @@ PLAN: list[Entry] = [
             "partitioned-timeout",
             "partitioned-stress",
             "partitioned-inverted",
+            "partitioned-late-event",
         ),
     ),
 ]
@@ -349,6 +354,35 @@ def test_a_failure_while_finishing_the_duplicate_leaves_no_note(runs: Runs, vers
     assert first["note"] is None and first["state"] == "queued"
     assert first["event_ids"] == dup["event_ids"] != []
     assert daemon_outcomes(runs, version, "local-settings")[dup["run_id"]] is Outcome.REMEDIATE
+    # The error logged is Airflow's, not one raised while putting the run back.
+    errors = [log["error"] for log in result["broken-finish"]["guard_logs"]]
+    assert errors == ["RuntimeError: forced failure in DagRun.set_state"]
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_a_failure_while_adding_the_note_puts_the_finished_duplicate_back(runs: Runs, version: str) -> None:
+    """Adding the note raises after the guard finished the duplicate (state success, start and end
+    dates set): the run is put back as Airflow made it (queued, no dates, task instances runnable),
+    with no note, and the error logged is that failure."""
+    result = runs.get(version, "local-settings")
+    first, dup = race_pair(result, "broken-note")
+    assert (dup["state"], dup["start_date"], dup["end_date"], dup["note"]) == ("queued", None, None, None)
+    assert states(first) == states(dup) == {None} and len(dup["tis"]) == 5
+    errors = [log["error"] for log in result["broken-note"]["guard_logs"]]
+    assert errors == ["RuntimeError: forced failure while adding the note"]
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_a_duplicate_decided_again_in_its_transaction_gets_one_note(runs: Runs, version: str) -> None:
+    """With a decision cache that holds no run, every task instance of a run is decided again in the
+    creating transaction (one lookup each): the duplicate is still skipped with one note, its
+    creation does not fail, and the first run is untouched."""
+    result = runs.get(version, "local-settings")
+    first, dup = race_pair(result, "small-cache")
+    assert states(first) == {None} and first["note"] is None
+    assert states(dup) == {"skipped"} and dup["state"] == "success"
+    assert dup["note"] == NOTE.format(kept=first["run_id"])
+    assert result["small-cache"]["guard_queries"] == 10, "each of the 2 x 5 task instances decided"
 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
@@ -451,6 +485,35 @@ def test_partitioned_guard_skips_when_the_first_run_is_committed(runs: Runs) -> 
     assert second["state"] == "success"
     assert second["id"] in result["partitioned-serial"]["apdr_pointers"].values()
     assert result["partitioned-serial"]["guard_queries"] == 2
+
+
+def test_partitioned_guard_leaves_an_asset_run_without_partition_alone(runs: Runs) -> None:
+    """3.2.2: an ordinary asset run of a DAG scheduled on a plain asset (Airflow 3.2 locks that path
+    itself): the guard runs no lookup and logs nothing; the run is as Airflow made it."""
+    out = runs.get("3.2.2", "local-settings")["asset_run"]
+    (run,) = out["runs"]
+    assert run["run_type"] == "asset_triggered" and run["partition_key"] is None and run["event_ids"] != []
+    assert states(run) == {None} and run["note"] is None and run["state"] == "queued"
+    assert out["guard_queries"] == 0
+    assert out["guard_logs"] == [], "no guard error"
+
+
+def test_partitioned_guard_lets_a_run_with_a_late_event_through(runs: Runs) -> None:
+    """3.2.2: both schedulers read the pending row; an event for the same partition key is
+    committed after A read the row's events and before A committed, so Airflow adds it to that
+    same row. A consumed only the first event; B (after A's commit) consumes both. Not a duplicate:
+    skipping B would leave the late event run by no run. Both keep runnable task instances."""
+    result = runs.get("3.2.2", "local-settings")
+    out = result["partitioned-late-event"]
+    jobs = result["job_ids"]
+    (first,) = [r for r in out["runs"] if r["creating_job_id"] == jobs["scheduler-a"]]
+    (second,) = [r for r in out["runs"] if r["creating_job_id"] == jobs["scheduler-b"]]
+    assert first["partition_key"] == second["partition_key"] and first["id"] < second["id"]
+    assert first["event_ids"] == [out["race_event_id"]]
+    assert second["event_ids"] == sorted([out["race_event_id"], out["late_event_id"]])
+    assert states(first) == states(second) == {None}
+    assert first["note"] is None and second["note"] is None
+    assert second["state"] == "queued"
 
 
 def test_partitioned_without_guard_overlapping_creators_both_run(runs: Runs) -> None:
@@ -573,6 +636,38 @@ def test_guard_serialises_creators_without_row_level_locking(runs: Runs, version
     assert states(dup) == {"skipped"} and dup["state"] == "success"
     assert dup["note"] == NOTE.format(kept=first["run_id"])
     assert result["unlocked"]["lock_waits"] == 1
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guard_without_row_level_locking_keeps_the_first_committed_run_whatever_its_id(
+    runs: Runs, version: str
+) -> None:
+    """No row-level locking, the creators in the other order: A's run is flushed first (the lower
+    id) but B's guard takes the per-DAG lock first and B commits first. A's guard waits for B's
+    commit, finds B's run (the higher id) and skips A; B is untouched. The daemon keeps B too (never
+    a guarded run) and reports A as prevented."""
+    result = runs.get(version, "no-row-locking")
+    first, second = race_pair(result, "unlocked-inverted")  # first = A's, the lower id
+    assert first["id"] < second["id"]
+    assert first["run_after"] == second["run_after"] and first["event_ids"] == second["event_ids"] != []
+    assert states(second) == {None} and second["note"] is None and second["state"] == "queued"
+    assert states(first) == {"skipped"} and first["state"] == "success"
+    assert first["note"] == NOTE.format(kept=second["run_id"])
+    assert result["unlocked-inverted"]["lock_waits"] == 1, "A's guard waited for B's lock"
+    outcomes = daemon_outcomes(runs, version, "no-row-locking")
+    assert outcomes[first["run_id"]] is Outcome.PREVENTED
+    assert second["run_id"] not in outcomes, "the live run is the one kept, never a target"
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_with_row_level_locking_the_guard_takes_no_lock_of_its_own(runs: Runs, version: str) -> None:
+    """Under Airflow's DagModel row lock the guard adds no lock: while each creator of the race is
+    still in its transaction (its run and task instances made, the guard's decision taken) the
+    database holds no advisory lock; a lock there would serialise every DAG's run creation across
+    schedulers. Without row-level locking the creator holds exactly its per-DAG lock at that
+    moment: what shows the probe sees the guard's locks."""
+    assert runs.get(version, "local-settings")["race"]["advisory_locks"] == {"scheduler-a": 0, "scheduler-b": 0}
+    assert runs.get(version, "no-row-locking")["unlocked"]["advisory_locks_a"] == [1]
 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
