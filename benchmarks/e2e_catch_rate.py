@@ -70,6 +70,7 @@ def cells(args: argparse.Namespace) -> list[RunSpec]:
         "api_outage": args.outage,
         "celery_workers": args.celery_workers,
         "seed": args.seed,
+        "poll_interval": args.poll,
     }
     raw: list[tuple[str, str, float, bool, bool, float]]
     if args.cells:
@@ -89,6 +90,7 @@ def cells(args: argparse.Namespace) -> list[RunSpec]:
             pickup = pickup if executor == "local" else 0.0
             name = f"{prefix}{executor}-{source}-{backend}-{mode}-pickup{pickup:g}s"
             name += f"-guard{ONOFF[guard]}-fault{ONOFF[fault]}"
+            name += f"-poll{args.poll}" if args.poll else ""
             spec = {
                 "executor": executor,
                 "source": source,
@@ -106,8 +108,11 @@ def cells(args: argparse.Namespace) -> list[RunSpec]:
 
 
 def cell_key(spec: dict[str, Any]) -> tuple[Any, ...]:
-    """What makes two runs repetitions of one cell: every setting but the name and the seed."""
-    return tuple(sorted((k, v) for k, v in spec.items() if k not in ("name", "seed")))
+    """What makes two runs repetitions of one cell: every setting but the name and the seed (no poll
+    interval, as stored before it was a setting, is dupguard's default)."""
+    return tuple(
+        sorted((k, v) for k, v in spec.items() if k not in ("name", "seed") and (k, v) != ("poll_interval", ""))
+    )
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
@@ -209,6 +214,8 @@ def table(reports: list[dict[str, Any]]) -> str:
                 faults.append(f"API down {s['api_outage']:g} s")
             if s.get("watcher"):
                 faults.append("watcher")
+            if s.get("poll_interval"):  # not a fault: the one setting of dupguard's a cell may vary
+                faults.append(f"poll {s['poll_interval']}")
             ci = p["catch_ci"]
             rate = _pct(p["catch_rate"]) + (f" [{_pct(ci[0])}-{_pct(ci[1])}]" if ci else "")
             if p["catch_range"] and p["n"] > 1:
@@ -262,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kills", type=int, default=0, help="leader SIGKILLs per run, at random moments")
     p.add_argument("--outage", type=float, default=0.0, help="seconds the API server is stopped, once per run")
     p.add_argument("--celery-workers", type=int, default=2)
+    p.add_argument("--poll", default="", help="dupguard's poll interval, e.g. 20ms (default: its own)")
     p.add_argument("--seed", type=int, default=0, help="random moments of the faults (0: fresh per run)")
     p.add_argument("--airflow", default="3.1.2", help="Airflow version (.airflow-venvs/<version>)")
     p.add_argument("--dags", choices=["asset", "partitioned"], default="asset", help="DAG set (partitioned: 3.2+)")

@@ -63,3 +63,21 @@ def test_example_passes_check_config(path: Path) -> None:
             f"{key} is not taken from the file:\n{result.stdout}"
         )
     assert "placeholder" not in result.stdout, "secrets and passwords are redacted"
+
+
+def test_the_examples_and_the_chart_poll_at_the_default_interval() -> None:
+    """Where the database source's poll interval is written out (config/sidecar.yaml, the k8s
+    manifests, the chart's values) it is dupguard's default: the default is chosen for its idle CPU and
+    its catch rate (docs/benchmarks.md, issue 25), and an example pinning another one would deploy that
+    trade-off unsaid."""
+    from detector.config import SETTINGS, format_duration
+
+    default = format_duration(next(s for s in SETTINGS if s.name == "poll_interval").default)
+    deploy = REPO / "deploy"
+    written = {"config/sidecar.yaml": str(yaml.safe_load((CONFIG / "sidecar.yaml").read_text())["poll_interval"])}
+    for name in ("standalone.yaml", "sidecar-config.yaml"):
+        maps = [d for d in yaml.safe_load_all((deploy / "k8s" / name).read_text()) if d and d["kind"] == "ConfigMap"]
+        written[f"deploy/k8s/{name}"] = next(m["data"]["DUPGUARD_POLL_INTERVAL"] for m in maps)
+    values = yaml.safe_load((deploy / "helm" / "dupguard" / "values.yaml").read_text())
+    written["deploy/helm/dupguard/values.yaml"] = values["pollInterval"]
+    assert written == dict.fromkeys(written, default)

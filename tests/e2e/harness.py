@@ -111,6 +111,7 @@ class RunSpec:
     burst_gap: float = 20.0
     burst_serial_seconds: float = 6.0
     stranded_poll_interval: float = 0.0
+    poll_interval: str = ""  # dupguard's --poll-interval, e.g. "20ms" (empty: its default)
     # The SQS AssetWatcher (tests/e2e/dags_sqs, needs ``triggerers``): messages the harness puts on moto's
     # queue, evenly over ``duration`` (0: none); the visibility timeout of every receive (None: the
     # queue's 30 s); consumer_sqs's task duration.
@@ -829,6 +830,8 @@ class Cluster:
             env["DUPGUARD_STATE_FILE"] = str(self.run_dir / "dupguard-state.json")
         else:
             env["DUPGUARD_DATABASE_URL"] = self.db_url
+        if self.spec.poll_interval:  # the catch rate at another poll (issue 25: the idle CPU's lever)
+            env["DUPGUARD_POLL_INTERVAL"] = self.spec.poll_interval
         if self.spec.stranded_poll_interval:  # a stranded set lasts about one burst gap: look within it
             env["DUPGUARD_STRANDED_POLL_INTERVAL"] = f"{self.spec.stranded_poll_interval}s"
         return env | {
