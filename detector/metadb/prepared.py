@@ -1,6 +1,6 @@
 """The daemon's idle probe, "is there a run above the watermark?", as cheap as PostgreSQL allows (issue 16).
 
-At the default 10 ms poll the daemon asks this a hundred times a second and the answer is almost
+At the default 30 ms poll the daemon asks this about thirty times a second and the answer is almost
 always "no". Sent as text, every statement is parsed, analysed and planned again: two thirds of its
 backend's CPU (``perf`` on the backend, docs/benchmarks.md), and SQLAlchemy's execution path was most
 of dupguard's own CPU per poll. So, on PostgreSQL, the probe (``queries.top_run_id_statement``,

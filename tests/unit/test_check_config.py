@@ -57,7 +57,7 @@ def test_help_shows_env_var_and_default() -> None:
             assert s.env in text, (command, s.env)
             if s.secret:
                 assert f"{s.env}_FILE" in text
-        assert "default 10ms" in text and "default 9469" in text and "default dry-run" in text
+        assert "default 30ms" in text and "default 9469" in text and "default dry-run" in text
 
 
 def test_bare_number_durations_refused_everywhere(
