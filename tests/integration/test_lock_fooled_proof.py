@@ -278,3 +278,113 @@ def test_session_mode_refuses_once_a_pooler_was_seen(db_url: str) -> None:
         finally:
             a.release()
             s.release()
+
+
+POOLED_LEADER = (
+    "the leader lock's heartbeat ran on another server session than the one holding its session lock "
+    "(backend pid {pid}): a pooler in transaction or statement pooling (e.g. PgBouncer) shares server sessions "
+    "between clients, and the pinning proof was fooled. Set DUPGUARD_LOCK_MODE=transaction, or "
+    "DUPGUARD_LOCK_DATABASE_URL to a direct URL. The lock is still granted to that session, so no other replica "
+    "can take it: this replica leads on while every heartbeat checks that, but it may not reach that session "
+    "to release the lock, which then stays there until the pooler closes the server connection"
+)
+
+
+def test_a_heartbeat_elsewhere_is_said_whole_and_the_next_term_takes_the_transaction_lock(db_url: str) -> None:
+    """What the operator reads, word for word (mutation run of 735cccb: the texts, the pid, ``leading``
+    survived), and what the replica remembers: once a heartbeat ran on another server session, its next
+    term (auto) takes the transaction lock, even though the (fooled) proof still says pinned."""
+    with pgbouncer(db_url, "transaction", pool_size=2) as pooled:
+        a = _lock(pooled)
+        try:
+            assert a.ensure(NOW) is True and a.lock_kind == "session"
+            pid = _pid(a)
+            with occupying(pooled, pid), capture_logs() as logs:
+                assert a.ensure(NOW) is True
+                assert a.problem is not None and a.problem.reason == POOLED_LEADER.format(pid=pid)
+                _terminate(db_url, pid)
+                assert a.ensure(NOW) is False
+            pooled_line, lost = [e for e in logs if e["log_level"] == "warning"]
+            assert pooled_line == {
+                "event": "leader_lock_pooled",
+                "log_level": "warning",
+                "logger_name": "dupguard.leader",
+                "leading": True,
+                "reason": POOLED_LEADER.format(pid=pid),
+            }
+            assert lost["event"] == "leader_lost"
+            assert lost["reason"].endswith(
+                f": the session lock is no longer granted to its server session (backend pid {pid}): that "
+                "session ended (terminated, or closed by a pooler) or the lock was released there"
+            ), lost
+            assert a.ensure(NOW) is True and a.lock_kind == "transaction"
+        finally:
+            a.release()
+
+
+def test_a_refused_attempt_on_the_holders_session_warns_as_not_leading(db_url: str) -> None:
+    with pgbouncer(db_url, "transaction", pool_size=1) as pooled:
+        a, b = _lock(pooled), _lock(pooled)
+        try:
+            assert a.ensure(NOW) is True
+            with capture_logs() as logs:
+                assert b.ensure(NOW) is False
+            assert logs == [
+                {
+                    "event": "leader_lock_pooled",
+                    "log_level": "warning",
+                    "logger_name": "dupguard.leader",
+                    "leading": False,
+                    "reason": leader.POOLED_ATTEMPT.reason,
+                }
+            ]
+        finally:
+            a.release()
+            b.release()
+
+
+def test_the_lock_left_on_a_server_session_is_said_whole(db_url: str) -> None:
+    with pgbouncer(db_url, "transaction", pool_size=2) as pooled:
+        a = _lock(pooled)
+        try:
+            assert a.ensure(NOW) is True and a.lock_kind == "session"
+            pid = _pid(a)
+            with occupying(pooled, pid), capture_logs() as logs:
+                a.release()
+            (left,) = [e for e in logs if e["event"] == "leader_lock_left_on_server_session"]
+            assert left["reason"] == (
+                f"the release's unlocks ran on other server sessions: the leader lock stays on backend pid {pid} "
+                "until the pooler closes that server connection (PgBouncer: server_lifetime, RECONNECT, a restart); "
+                "no replica leads meanwhile. a pooler in transaction or statement pooling (e.g. PgBouncer) shares "
+                "server sessions between clients, and the pinning proof was fooled. Set "
+                "DUPGUARD_LOCK_MODE=transaction, or DUPGUARD_LOCK_DATABASE_URL to a direct URL"
+            )
+        finally:
+            a.release()
+
+
+def test_a_session_lock_heartbeat_on_a_server_now_in_recovery_ends_leadership(db_url: str) -> None:
+    """The session lock heartbeat's recovery check, in its one statement: a real PostgreSQL whose
+    ``pg_is_in_recovery()`` answers true to the lock's connection (a function of that name in ``public``,
+    searched first on that connection only) stands for a server that became a standby (test_standby.py
+    has a real replica, out of the mutation selection). Leadership ends with lock_on_standby, and the
+    lost line says why."""
+    a = _lock(db_url)
+    try:
+        assert a.ensure(NOW) is True and a.lock_kind == "session"
+        setup = psycopg2.connect(db_url)
+        setup.autocommit = True
+        try:
+            with setup.cursor() as cur:
+                cur.execute("CREATE FUNCTION public.pg_is_in_recovery() RETURNS boolean LANGUAGE sql AS 'SELECT true'")
+        finally:
+            setup.close()
+        assert a._conn is not None
+        a._conn.exec_driver_sql("SET search_path = public, pg_catalog")
+        with capture_logs() as logs:
+            assert a.ensure(NOW) is False and not a.is_leader()
+        assert _problem_code(a) == leader.LOCK_ON_STANDBY
+        (lost,) = [e for e in logs if e["event"] == "leader_lost"]
+        assert lost["reason"].endswith(leader.STANDBY_PROBLEM.reason), lost
+    finally:
+        a.release()
