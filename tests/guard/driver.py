@@ -42,7 +42,7 @@ GUARD_MODULES = ("airflow_local_settings", "dupguard_guard.policy")
 
 ASSET_PREFIXES = (
     "orders", "brokenpy", "brokensql", "plain", "unlocked", "unlockedinv", "callback", "brokenfinish", "brokennote",
-    "smallcache", "metrics",
+    "smallcache", "again", "metrics",
 )  # fmt: skip
 # DAGs on two assets ("<p>_a" | "<p>_b"): the overlap race and its look-alike.
 EITHER_PREFIXES = ("overlap", "disjoint")
@@ -347,6 +347,15 @@ def sc_race(ctx: Context) -> dict[str, Any]:
                 ti.set_state(af.TIState.SKIPPED, session=session)
         out["hand_skipped"] = run_rows("orders_consumer")
     return out
+
+
+def sc_race_again(ctx: Context) -> dict[str, Any]:
+    """The race on a DAG that already had an asset run (made by a third scheduler): the events the
+    new runs consume start after that run's run_after, so the earlier event is no part of the
+    duplicate's check."""
+    ctx.af.emit("again_producer", "again")
+    ctx.af.create_runs(ctx.af.new_scheduler("scheduler-c"))
+    return race_once(ctx, "again")
 
 
 def sc_broken(ctx: Context, how: str, prefix: str) -> dict[str, Any]:
@@ -775,6 +784,7 @@ def _seconds(n: float) -> Any:
 
 ASSET_SCENARIOS = {
     "race": sc_race,
+    "race-again": sc_race_again,
     "broken-python": lambda ctx: sc_broken(ctx, "python", "brokenpy"),
     "broken-sql": lambda ctx: sc_broken(ctx, "sql", "brokensql"),
     "ordinary": sc_ordinary,

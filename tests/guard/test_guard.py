@@ -66,6 +66,7 @@ PLAN: list[Entry] = [
                 "broken-finish",
                 "broken-note",
                 "small-cache",
+                "race-again",
                 "metrics",
                 "notasks",
             ),
@@ -302,6 +303,21 @@ def test_guard_creates_the_duplicate_skipped_and_leaves_the_first_run(runs: Runs
     assert result["race"]["guard_queries"] == 2, "one lookup per new asset run, none per task instance"
     # A's lookup: one small query that finds nothing; B's: that query finds A, then the event check.
     assert result["race"]["guard_statements"] == 3
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guard_skips_the_duplicate_on_a_dag_that_ran_before(runs: Runs, version: str) -> None:
+    """The race on a DAG with an earlier asset run: the runs consume only the events after that
+    run's run_after; the duplicate is skipped although the earlier event was consumed by neither."""
+    result = runs.get(version, "local-settings")
+    out = result["race-again"]
+    first, dup = race_pair(result, "race-again")
+    (earlier,) = [r for r in out["runs"] if r["creating_job_id"] not in result["job_ids"].values()]
+    assert earlier["run_after"] < first["run_after"] == dup["run_after"]
+    assert earlier["event_ids"] and not set(earlier["event_ids"]) & set(first["event_ids"])
+    assert first["event_ids"] == dup["event_ids"] != []
+    assert states(earlier) == states(first) == {None}
+    assert states(dup) == {"skipped"} and dup["note"] == NOTE.format(kept=first["run_id"])
 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
