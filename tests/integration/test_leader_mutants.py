@@ -236,11 +236,14 @@ def test_a_release_after_the_lock_backend_died_neither_raises_nor_leads(url: str
         lock.release()
 
 
-def test_a_lock_server_in_recovery_is_reported_in_the_standby_words(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("mode", ["session", "transaction"])  # each lock's heartbeat asks on its own
+def test_a_lock_server_in_recovery_is_reported_in_the_standby_words(
+    url: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A heartbeat, then every reconnect, that finds the server in recovery (a live server cannot be
     demoted: the answer is patched after a real acquisition, as test_standby.py does; a real standby is
     tested there) ends leadership with the standby problem, logged once, and never leads again."""
-    lock = _lock(url, "session")
+    lock = _lock(url, mode)
     try:
         assert lock.ensure(NOW) is True
         monkeypatch.setattr(queries, "in_recovery", lambda conn: True)
