@@ -36,6 +36,10 @@ pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
 DRIVER = ROOT / "tests" / "guard" / "driver.py"
 ASSET_VERSIONS = ("3.0.6", "3.1.2")
 NOTE = "dupguard guard skipped this run as a duplicate of {kept} (HA scheduler race, apache/airflow#54491)"
+SKIP_WARNING = (
+    "dupguard guard: creating run {run} of {dag} with every task skipped: duplicate of {kept} "
+    "(HA scheduler race, apache/airflow#54491)"
+)
 
 
 @dataclass(frozen=True)
@@ -501,6 +505,11 @@ def test_partitioned_guard_skips_when_the_first_run_is_committed(runs: Runs) -> 
     assert second["state"] == "success"
     assert second["id"] in result["partitioned-serial"]["apdr_pointers"].values()
     assert result["partitioned-serial"]["guard_queries"] == 2
+    # What the scheduler's log says about it, word for word (operators search for it), and the count.
+    dag_id = second["dag_id"]
+    warning = SKIP_WARNING.format(run=second["run_id"], dag=dag_id, kept=first["run_id"])
+    assert [log["message"] for log in result["guard_logs"]].count(warning) == 1
+    assert result["partitioned-serial"]["guard_after"]["skipped_runs"] == 1
 
 
 def test_partitioned_guard_leaves_an_asset_run_without_partition_alone(runs: Runs) -> None:
@@ -550,6 +559,7 @@ def test_partitioned_guard_serialises_overlapping_creators(runs: Runs) -> None:
     assert second["note"] == NOTE.format(kept=first["run_id"])
     assert out["guard_after"]["lock_waits"] >= 1, "B really waited for A's lock"
     assert out["guard_after"]["lock_timeouts"] == 0
+    assert out["guard_after"]["skipped_runs"] == 2, "this one and partitioned-serial's"
 
 
 def test_partitioned_guard_lock_timeout_lets_the_run_through(runs: Runs) -> None:
