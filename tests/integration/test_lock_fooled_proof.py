@@ -206,7 +206,14 @@ def test_a_release_that_cannot_reach_the_lock_session_leaves_it_there_and_says_s
                 assert not a.is_leader() and _holders(db_url) == [pid]
                 left = [e for e in logs if e["event"] == "leader_lock_left_on_server_session"]
                 assert len(left) == 1 and left[0]["log_level"] == "warning", logs
-                assert left[0]["backend_pid"] == pid and "DUPGUARD_LOCK_MODE=transaction" in left[0]["reason"]
+                assert left[0]["backend_pid"] == pid
+                assert left[0]["reason"] == (  # word for word (mutation run of 735cccb: the texts survived)
+                    f"the release's unlocks ran on other server sessions: the leader lock stays on backend pid {pid} "
+                    "until the pooler closes that server connection (PgBouncer: server_lifetime, RECONNECT, a "
+                    "restart); no replica leads meanwhile. a pooler in transaction or statement pooling (e.g. "
+                    "PgBouncer) shares server sessions between clients, and the pinning proof was fooled. Set "
+                    "DUPGUARD_LOCK_MODE=transaction, or DUPGUARD_LOCK_DATABASE_URL to a direct URL"
+                )
                 assert c.ensure(NOW) is False
             assert c.ensure(NOW) is False, "S is free again but still holds the lock"
             _terminate(db_url, pid)
@@ -341,26 +348,6 @@ def test_a_refused_attempt_on_the_holders_session_warns_as_not_leading(db_url: s
         finally:
             a.release()
             b.release()
-
-
-def test_the_lock_left_on_a_server_session_is_said_whole(db_url: str) -> None:
-    with pgbouncer(db_url, "transaction", pool_size=2) as pooled:
-        a = _lock(pooled)
-        try:
-            assert a.ensure(NOW) is True and a.lock_kind == "session"
-            pid = _pid(a)
-            with occupying(pooled, pid), capture_logs() as logs:
-                a.release()
-            (left,) = [e for e in logs if e["event"] == "leader_lock_left_on_server_session"]
-            assert left["reason"] == (
-                f"the release's unlocks ran on other server sessions: the leader lock stays on backend pid {pid} "
-                "until the pooler closes that server connection (PgBouncer: server_lifetime, RECONNECT, a restart); "
-                "no replica leads meanwhile. a pooler in transaction or statement pooling (e.g. PgBouncer) shares "
-                "server sessions between clients, and the pinning proof was fooled. Set "
-                "DUPGUARD_LOCK_MODE=transaction, or DUPGUARD_LOCK_DATABASE_URL to a direct URL"
-            )
-        finally:
-            a.release()
 
 
 def test_a_session_lock_heartbeat_on_a_server_now_in_recovery_ends_leadership(db_url: str) -> None:
