@@ -45,7 +45,10 @@ def _lines(logs: list[MutableMapping[str, Any]], run_id: str | None = None) -> l
 
 
 def _start(daemons: list[Running], url: str, **settings: Any) -> Running:
-    """A real remediator; no takeover wait (each predecessor here stopped cleanly before)."""
+    """A real remediator; no takeover wait (each predecessor here stopped cleanly before); a lease of 3 s,
+    not the harness's 0.6 s, which a stall under CI load can end mid-write (fenced and retried:
+    test_fencing's subject, not these outcomes')."""
+    settings = {"leader_check_interval": timedelta(seconds=1)} | settings
     d = start_daemon(url, real_remediation=True, durable=False, takeover_wait=timedelta(0), **settings)
     daemons.append(d)
     return d

@@ -106,6 +106,9 @@ def test_the_daemon_stops_the_extra_run_in_the_db_backend_and_alerts_once(
         real_remediation=True,
         durable=False,
         takeover_wait=timedelta(0),
+        # a lease of 3 s, not the harness's 0.6 s: under CI load a 0.6 s stall fenced the write (rolled
+        # back, retried: [failed, done]), right but test_fencing's subject, not this test's
+        leader_check_interval=timedelta(seconds=1),
         remediation="fail",
         remediation_backend="db",
         startup_lookback=LONG_AGO,
