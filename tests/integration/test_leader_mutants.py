@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -409,6 +409,52 @@ def test_a_holder_silent_for_more_than_three_leases_is_unresponsive(url: str, mo
         assert int(match.group(1)) >= round(silent_for)
         assert holder.ensure(NOW) is True
         assert standby.ensure(NOW) is False and standby.problem is None
+    finally:
+        holder.release()
+        standby.release()
+
+
+FAILING = "dupguard_failing_idle_read"  # a schema whose pg_stat_activity raises when read
+
+
+@pytest.fixture(scope="module")
+def failing_idle_read_url(url: str) -> Iterator[str]:
+    """The module's database through a URL whose connections look ``pg_stat_activity`` up first in a
+    schema where reading it raises (``options=-csearch_path``, those connections only): there the
+    holder's idle read fails in the server, right after the lock statement (which reads only
+    ``pg_locks`` and ``pg_database``), as a connection failing between the two would make it fail."""
+    _on_server(
+        url,
+        f"CREATE SCHEMA {FAILING}; "
+        f"CREATE FUNCTION {FAILING}.fail() RETURNS boolean LANGUAGE plpgsql "
+        "AS $$ BEGIN RAISE EXCEPTION 'the idle read failed'; END $$; "
+        f"CREATE VIEW {FAILING}.pg_stat_activity AS "
+        f"SELECT pid, state_change FROM pg_catalog.pg_stat_activity WHERE {FAILING}.fail()",
+    )
+    try:
+        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{FAILING}%2Cpg_catalog%2Cpublic"
+    finally:
+        _on_server(url, f"DROP SCHEMA {FAILING} CASCADE")
+
+
+@MODES
+def test_a_granted_lock_leads_though_the_holders_idle_read_would_fail(
+    url: str, failing_idle_read_url: str, mode: str
+) -> None:
+    """The holder's idle time is read only when another holder has the lock: a granted lock leads
+    whatever that read would do. On these connections it fails (a standby there shows it: the failure
+    is its lock_unavailable); a lock granted there leads, and heartbeats on. Read also when granted
+    (mutant ``_try_acquire`` ``_23``), the failure cost the lock just taken: lock_unavailable, no leader."""
+    holder, standby = _lock(url, mode), _lock(failing_idle_read_url, mode)
+    try:
+        assert holder.ensure(NOW) is True
+        assert standby.ensure(NOW) is False
+        problem = standby.problem
+        assert problem is not None and problem.code == LOCK_UNAVAILABLE and "the idle read failed" in problem.reason
+        holder.release()
+        assert standby.ensure(NOW) is True, standby.problem
+        assert standby.problem is None and _granted(url, _fence_pid(standby))
+        assert standby.ensure(NOW) is True
     finally:
         holder.release()
         standby.release()
