@@ -84,6 +84,28 @@ with DAG("{p}_b_producer", schedule=None, start_date=START, catchup=False):
 with DAG("{p}_consumer", schedule=({p}_a | {p}_b), start_date=START, catchup=False):
     EmptyOperator(task_id="extract") >> EmptyOperator(task_id="load")
 """
+# DAGs on two assets whose runs see an empty event window: a producer transaction commits its queue
+# row after a later run was made (sc_empty_window_race, sc_empty_window_lookalike).
+EMPTY_WINDOW_PREFIXES = ("emptyrace", "emptylook")
+# A DAG scheduled on an asset alias (3.1 consumes the alias's events too), its producer adding events
+# through the alias (``outlet_events[alias].add(asset)``, the assets made by Airflow on first use),
+# and another DAG on another alias (paused by the scenario: the producer's events through it queue
+# nothing).
+ALIAS_DAG = """
+from airflow.sdk import AssetAlias
+
+aliasov_alias = AssetAlias(name="aliasov")
+aliasov_other_alias = AssetAlias(name="aliasov_other")
+
+with DAG("aliasov_producer", schedule=None, start_date=START, catchup=False):
+    EmptyOperator(task_id="publish", outlets=[aliasov_alias, aliasov_other_alias])
+
+with DAG("aliasov_consumer", schedule=[aliasov_alias], start_date=START, catchup=False):
+    EmptyOperator(task_id="extract") >> EmptyOperator(task_id="load")
+
+with DAG("aliasov_other_consumer", schedule=[aliasov_other_alias], start_date=START, catchup=False):
+    EmptyOperator(task_id="extract")
+"""
 # DAGs whose on_success_callback says a report was sent: issue 13 section 3's report DAG
 # (``callback``), and issue 22 section 7's consumer without tasks (``notasks``; Airflow 3 accepts one).
 REPORT_SENT = """
@@ -558,23 +580,32 @@ def sc_overlap(ctx: Context) -> dict[str, Any]:
     (a + b), creates a run consuming both events and commits; B then creates a run from its older
     read: an earlier run_after, consuming the asset a event again.
     """
+    af = ctx.af
+    first = af.emit("overlap_a_producer", "overlap_a")
+    second = overlap_race(ctx, lambda: af.emit("overlap_b_producer", "overlap_b"))
+    return {"events": [first, second], "runs": run_rows("overlap_consumer")}
+
+
+def overlap_race(ctx: Context, emit_second: Any) -> Any:
+    """The overlap interleaving: B reads the queue and is held; ``emit_second()`` commits an event; A
+    reads the queue, creates its run and commits; B then creates its run from its older read.
+    Returns what ``emit_second`` returned."""
     af, (a, b) = ctx.af, ctx.schedulers
-    out: dict[str, Any] = {"events": [af.emit("overlap_a_producer", "overlap_a")]}
     events, restore = hold_after_queue_read(af, ("scheduler-b",))
+    second: list[Any] = []
 
     def steps() -> None:
         if not events["scheduler-b-read"].wait(60):
             raise TimeoutError("scheduler-b never read the queue")
-        out["events"].append(af.emit("overlap_b_producer", "overlap_b"))
-        af.create_runs(a)  # A in this thread: reads a + b, creates its run and commits
+        second.append(emit_second())
+        af.create_runs(a)  # A in this thread: reads both events' rows, creates its run and commits
         events["scheduler-b-go"].set()
 
     try:
         run_threads(af, steps, (b, "scheduler-b"))
     finally:
         restore()
-    out["runs"] = run_rows("overlap_consumer")
-    return out
+    return second[0]
 
 
 def sc_disjoint(ctx: Context) -> dict[str, Any]:
@@ -607,6 +638,152 @@ def sc_disjoint(ctx: Context) -> dict[str, Any]:
         events["scheduler-b-go"].set()
         restore()
     return {"runs": run_rows("disjoint_consumer")}
+
+
+def emit_through_alias(af: Any, alias: str, asset_name: str) -> int:
+    """A run of ``aliasov_producer`` whose ``publish`` task (outlets: both aliases) added an event for
+    ``asset_name`` through ``alias`` (``outlet_events[AssetAlias(alias)].add(Asset(asset_name))``),
+    recorded as Airflow's execution API records the task's success
+    (``TaskInstance.register_asset_changes_in_db`` with the task's outlets and the outlet events the
+    task SDK sends): the event, its alias link, the asset made on first use, the alias's DAGs queued."""
+    from airflow.api_fastapi.execution_api.datamodels.asset import AssetProfile
+    from airflow.models.asset import AssetEvent
+
+    run_id = af.trigger("aliasov_producer")
+    with af.create_session() as session:
+        ti = session.query(af.TaskInstance).filter_by(dag_id="aliasov_producer", run_id=run_id).one()
+        end = af_now()
+        af.finish_ti(ti, end - _seconds(2), end)
+        outlets = [AssetProfile(name=name, type="AssetAlias") for name in ("aliasov", "aliasov_other")]
+        key = {"name": asset_name, "uri": f"s3://warehouse/{asset_name}"}
+        af.TaskInstance.register_asset_changes_in_db(
+            ti, outlets, [{"dest_asset_key": key, "extra": {}, "source_alias_name": alias}], session
+        )
+        dr = session.query(af.DagRun).filter_by(dag_id="aliasov_producer", run_id=run_id).one()
+        dr.state = af.DagRunState.SUCCESS
+        dr.start_date, dr.end_date = end - _seconds(3), end
+        session.flush()
+        event = session.query(AssetEvent).filter_by(source_dag_id="aliasov_producer", source_run_id=run_id).one()
+        return int(event.id)
+
+
+def sc_alias_overlap(ctx: Context) -> dict[str, Any]:
+    """The overlap race on a DAG scheduled on an asset alias (3.1 consumes the alias's events,
+    ``AssetEvent.source_aliases``): the first event through the alias (asset aliasov_a) queues the
+    DAG; B reads the queue and is held; a second event through it (asset aliasov_b) arrives; A creates
+    a run consuming both; B creates an earlier run consuming the first one again. Before the race, an
+    event through another DAG's alias (that DAG paused): in B's window, consumed by no one."""
+    af = ctx.af
+    with af.create_session() as session:
+        session.query(af.DagModel).filter_by(dag_id="aliasov_other_consumer").update({"is_paused": True})
+    other = emit_through_alias(af, "aliasov_other", "aliasov_other")
+    first = emit_through_alias(af, "aliasov", "aliasov_a")
+    second = overlap_race(ctx, lambda: emit_through_alias(af, "aliasov", "aliasov_b"))
+    return {"other_event": other, "events": [first, second], "runs": run_rows("aliasov_consumer")}
+
+
+def late_queue_row(ctx: Context, prefix: str, before: Any, after: Any = None) -> int:
+    """An event of asset ``<prefix>_a`` from a producer transaction that stays open while other work
+    commits (in a thread of its own, with its own sessions): ``before()`` once the event is flushed
+    (its timestamp taken), before Airflow writes its queue row; ``after()`` once the queue row is
+    written (its created_at taken), before the commit. Hooked where ``register_asset_change`` calls
+    ``AssetManager._queue_dagruns``. Returns the event's id."""
+    manager = ctx.af.AssetManager
+    original = manager.__dict__["_queue_dagruns"]  # the classmethod object, restored as it was
+    errors: list[BaseException] = []
+
+    def meanwhile(step: Any) -> None:
+        def work() -> None:
+            try:
+                step()
+            except BaseException as err:  # noqa: BLE001 - re-raised in the producer's thread
+                errors.append(err)
+
+        thread = threading.Thread(target=work, name="meanwhile")
+        thread.start()
+        thread.join(120)
+        if errors:
+            raise errors[0]
+
+    def queue_dagruns(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name != "producer-late":
+            return original.__func__(cls, *args, **kwargs)
+        meanwhile(before)
+        result = original.__func__(cls, *args, **kwargs)
+        if after is not None:
+            meanwhile(after)
+        return result
+
+    event_id: list[int] = []
+
+    def produce() -> None:
+        try:
+            event_id.append(ctx.af.emit(f"{prefix}_a_producer", f"{prefix}_a"))
+        except BaseException as err:  # noqa: BLE001 - re-raised below
+            errors.append(err)
+
+    manager._queue_dagruns = classmethod(queue_dagruns)
+    try:
+        producer = threading.Thread(target=produce, name="producer-late")
+        producer.start()
+        producer.join(300)
+    finally:
+        manager._queue_dagruns = original
+    if errors:
+        raise errors[0]
+    return event_id[0]
+
+
+def queue_created_at(af: Any, dag_id: str) -> Any:
+    """The DAG's queue rows' latest created_at: the run_after a scheduler reading them now gives."""
+    from airflow.models.asset import AssetDagRunQueue
+
+    with af.create_session() as session:
+        return max(r.created_at for r in session.query(AssetDagRunQueue).filter_by(target_dag_id=dag_id))
+
+
+def sc_empty_window_race(ctx: Context) -> dict[str, Any]:
+    """The race on runs whose event window is empty. The late producer's event (asset a) is flushed;
+    meanwhile an event of asset b is committed and scheduler-c makes run P from it (run_after later
+    than the late event's timestamp); then the late producer writes its queue row and commits. Both
+    schedulers then create a run from that row (the exact race): run_after its created_at, after P's,
+    so their window (P's run_after, run_after] holds no event: both consume nothing. A manual run
+    with that very run_after is made first (no asset run: never a candidate)."""
+    af = ctx.af
+    out: dict[str, Any] = {}
+
+    def before() -> None:
+        out["p_event"] = af.emit("emptyrace_b_producer", "emptyrace_b")
+        af.create_runs(af.new_scheduler("scheduler-c"))
+
+    out["late_event"] = late_queue_row(ctx, "emptyrace", before)
+    af.trigger("emptyrace_consumer", run_after=queue_created_at(af, "emptyrace_consumer"))
+    scenarios_asset_race(af, *ctx.schedulers)
+    out["runs"] = run_rows("emptyrace_consumer")
+    return out
+
+
+def sc_empty_window_lookalike(ctx: Context) -> dict[str, Any]:
+    """Its look-alike, no race and no duplicate: as above, run P is made while the late producer's
+    event is flushed; once the late queue row is written (not committed), an event of asset b
+    arrives and scheduler-a makes run A from it (a later run_after; it cannot see the late row);
+    after the late commit scheduler-b makes run B from the late row: the only run made from it, with
+    an earlier run_after than A's and an empty window. The guard must leave B alone."""
+    af, (a, b) = ctx.af, ctx.schedulers
+    out: dict[str, Any] = {}
+
+    def before() -> None:
+        out["p_event"] = af.emit("emptylook_b_producer", "emptylook_b")
+        af.create_runs(af.new_scheduler("scheduler-c"))
+
+    def after() -> None:
+        out["a_event"] = af.emit("emptylook_b_producer", "emptylook_b")
+        af.create_runs(a)
+
+    out["late_event"] = late_queue_row(ctx, "emptylook", before, after)
+    af.create_runs(b)
+    out["runs"] = run_rows("emptylook_consumer")
+    return out
 
 
 def dag_run_class(af: Any) -> Any:
@@ -798,6 +975,9 @@ ASSET_SCENARIOS = {
     "small-cache": sc_small_cache,
     "metrics": sc_metrics,
     "notasks": sc_notasks,
+    "alias-overlap": sc_alias_overlap,
+    "empty-window-race": sc_empty_window_race,
+    "empty-window-lookalike": sc_empty_window_lookalike,
 }
 
 
@@ -809,7 +989,8 @@ def prepare_asset_dags() -> Any:
     (dags / "guard_dags.py").write_text(
         DAG_HEADER
         + "".join(ASSET_DAG.format(p=p) for p in ASSET_PREFIXES if p != "callback")
-        + "".join(EITHER_DAG.format(p=p) for p in EITHER_PREFIXES)
+        + "".join(EITHER_DAG.format(p=p) for p in (*EITHER_PREFIXES, *EMPTY_WINDOW_PREFIXES))
+        + ALIAS_DAG
         + REPORT_SENT
         + "".join(CALLBACK_DAG.format(p=p, tasks=tasks) for p, tasks in CALLBACK_TASKS.items())
     )

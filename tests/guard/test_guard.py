@@ -73,6 +73,10 @@ PLAN: list[Entry] = [
                 "race-again",
                 "metrics",
                 "notasks",
+                "empty-window-race",
+                "empty-window-lookalike",
+                # 3.0 consumes no asset-alias events (scheduler_job_runner.py reads scheduled assets only)
+                *(() if v == "3.0.6" else ("alias-overlap",)),
             ),
         )
         for v in ASSET_VERSIONS
@@ -307,6 +311,67 @@ def test_guard_creates_the_duplicate_skipped_and_leaves_the_first_run(runs: Runs
     assert result["race"]["guard_queries"] == 2, "one lookup per new asset run, none per task instance"
     # A's lookup: one small query that finds nothing; B's: that query finds A, then the event check.
     assert result["race"]["guard_statements"] == 3
+
+
+def test_guard_skips_the_overlap_duplicate_on_an_alias_scheduled_dag(runs: Runs) -> None:
+    """3.1 consumes a DAG's asset-alias events too (``AssetEvent.source_aliases``): the overlap race
+    on a DAG scheduled on an alias. B read the queue after the alias's first event only and consumes
+    it again; A consumed both: B is skipped, naming A. The event through another DAG's alias, in B's
+    window, is none of this DAG's. (3.0 consumes no alias events at all: not run there.)"""
+    result = runs.get("3.1.2", "local-settings")
+    out = result["alias-overlap"]
+    first, dup = race_pair(result, "alias-overlap")
+    e1, e2 = out["events"]
+    assert dup["run_after"] < first["run_after"]
+    assert first["event_ids"] == sorted([e1, e2]) and dup["event_ids"] == [e1]
+    assert out["other_event"] not in first["event_ids"] + dup["event_ids"]
+    assert states(first) == {None} and first["note"] is None
+    assert states(dup) == {"skipped"} and dup["note"] == NOTE.format(kept=first["run_id"])
+
+
+def late_row_runs(result: dict[str, Any], scenario: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the run scheduler-c made while the late producer's transaction was open, the other asset runs)."""
+    jobs = set(result["job_ids"].values())
+    asset_runs = [r for r in result[scenario]["runs"] if r["run_type"] == "asset_triggered"]
+    (made_meanwhile,) = [r for r in asset_runs if r["creating_job_id"] not in jobs]
+    return made_meanwhile, [r for r in asset_runs if r is not made_meanwhile]
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guard_skips_the_exact_duplicate_whose_event_window_is_empty(runs: Runs, version: str) -> None:
+    """The exact race on runs that consume no event: their trigger, a producer's queue row committed
+    after run P was made, has an event timestamped before P's run_after, so their window (P's
+    run_after, run_after] is empty. Same run_after from the same queue row: B is skipped, naming A
+    (not the manual run with that very run_after, which no asset event made)."""
+    result = runs.get(version, "local-settings")
+    out = result["empty-window-race"]
+    made_meanwhile, _ = late_row_runs(result, "empty-window-race")
+    first, dup = race_pair(result, "empty-window-race")
+    (manual,) = [r for r in out["runs"] if r["run_type"] == "manual"]
+    assert made_meanwhile["event_ids"] == [out["p_event"]] and made_meanwhile["run_after"] < first["run_after"]
+    assert first["run_after"] == dup["run_after"] == manual["run_after"] and manual["id"] < first["id"]
+    assert first["event_ids"] == dup["event_ids"] == [], "the window is empty"
+    assert all(out["late_event"] not in r["event_ids"] for r in out["runs"])
+    assert states(first) == {None} and first["note"] is None
+    assert states(dup) == {"skipped"} and dup["note"] == NOTE.format(kept=first["run_id"])
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guard_lets_a_run_with_an_empty_window_through(runs: Runs, version: str) -> None:
+    """No race: A (a later run_after) was made while the late producer's queue row was written but
+    not committed; B, made from that row afterwards, is its only run: an earlier run_after than A's
+    and an empty window, so nothing ties it to A. Not a duplicate: both stay runnable."""
+    result = runs.get(version, "local-settings")
+    out = result["empty-window-lookalike"]
+    made_meanwhile, others = late_row_runs(result, "empty-window-lookalike")
+    jobs = result["job_ids"]
+    (a,) = [r for r in others if r["creating_job_id"] == jobs["scheduler-a"]]
+    (b,) = [r for r in others if r["creating_job_id"] == jobs["scheduler-b"]]
+    assert made_meanwhile["run_after"] < b["run_after"] < a["run_after"] and a["id"] < b["id"]
+    assert made_meanwhile["event_ids"] == [out["p_event"]] and a["event_ids"] == [out["a_event"]]
+    assert b["event_ids"] == [], "the window is empty"
+    assert states(a) == states(b) == {None}
+    assert a["note"] is None and b["note"] is None and b["state"] == "queued"
 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
