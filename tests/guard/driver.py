@@ -87,24 +87,28 @@ with DAG("{p}_consumer", schedule=({p}_a | {p}_b), start_date=START, catchup=Fal
 # DAGs on two assets whose runs see an empty event window: a producer transaction commits its queue
 # row after a later run was made (sc_empty_window_race, sc_empty_window_lookalike).
 EMPTY_WINDOW_PREFIXES = ("emptyrace", "emptylook")
-# A DAG scheduled on an asset alias (3.1 consumes the alias's events too), its producer adding events
-# through the alias (``outlet_events[alias].add(asset)``, the assets made by Airflow on first use),
-# and another DAG on another alias (paused by the scenario: the producer's events through it queue
+# DAGs scheduled on an asset alias (3.1 consumes the alias's events too), their producer adding events
+# through the aliases (``outlet_events[alias].add(asset)``, the assets made by Airflow on first use),
+# and another DAG on another alias (paused by alias-overlap: the producer's events through it queue
 # nothing).
 ALIAS_DAG = """
 from airflow.sdk import AssetAlias
 
 aliasov_alias = AssetAlias(name="aliasov")
 aliasov_other_alias = AssetAlias(name="aliasov_other")
+aliasrace_alias = AssetAlias(name="aliasrace")
 
 with DAG("aliasov_producer", schedule=None, start_date=START, catchup=False):
-    EmptyOperator(task_id="publish", outlets=[aliasov_alias, aliasov_other_alias])
+    EmptyOperator(task_id="publish", outlets=[aliasov_alias, aliasov_other_alias, aliasrace_alias])
 
 with DAG("aliasov_consumer", schedule=[aliasov_alias], start_date=START, catchup=False):
     EmptyOperator(task_id="extract") >> EmptyOperator(task_id="load")
 
 with DAG("aliasov_other_consumer", schedule=[aliasov_other_alias], start_date=START, catchup=False):
     EmptyOperator(task_id="extract")
+
+with DAG("aliasrace_consumer", schedule=[aliasrace_alias], start_date=START, catchup=False):
+    EmptyOperator(task_id="extract") >> EmptyOperator(task_id="load")
 """
 # DAGs whose on_success_callback says a report was sent: issue 13 section 3's report DAG
 # (``callback``), and issue 22 section 7's consumer without tasks (``notasks``; Airflow 3 accepts one).
@@ -641,7 +645,7 @@ def sc_disjoint(ctx: Context) -> dict[str, Any]:
 
 
 def emit_through_alias(af: Any, alias: str, asset_name: str) -> int:
-    """A run of ``aliasov_producer`` whose ``publish`` task (outlets: both aliases) added an event for
+    """A run of ``aliasov_producer`` whose ``publish`` task (outlets: the aliases) added an event for
     ``asset_name`` through ``alias`` (``outlet_events[AssetAlias(alias)].add(Asset(asset_name))``),
     recorded as Airflow's execution API records the task's success
     (``TaskInstance.register_asset_changes_in_db`` with the task's outlets and the outlet events the
@@ -654,7 +658,7 @@ def emit_through_alias(af: Any, alias: str, asset_name: str) -> int:
         ti = session.query(af.TaskInstance).filter_by(dag_id="aliasov_producer", run_id=run_id).one()
         end = af_now()
         af.finish_ti(ti, end - _seconds(2), end)
-        outlets = [AssetProfile(name=name, type="AssetAlias") for name in ("aliasov", "aliasov_other")]
+        outlets = [AssetProfile(name=name, type="AssetAlias") for name in ("aliasov", "aliasov_other", "aliasrace")]
         key = {"name": asset_name, "uri": f"s3://warehouse/{asset_name}"}
         af.TaskInstance.register_asset_changes_in_db(
             ti, outlets, [{"dest_asset_key": key, "extra": {}, "source_alias_name": alias}], session
@@ -680,6 +684,15 @@ def sc_alias_overlap(ctx: Context) -> dict[str, Any]:
     first = emit_through_alias(af, "aliasov", "aliasov_a")
     second = overlap_race(ctx, lambda: emit_through_alias(af, "aliasov", "aliasov_b"))
     return {"other_event": other, "events": [first, second], "runs": run_rows("aliasov_consumer")}
+
+
+def sc_alias_race(ctx: Context) -> dict[str, Any]:
+    """The exact race on a DAG scheduled on an asset alias: one event through the alias, both
+    schedulers create a run from it. 3.1 has both consume it; 3.0 reads scheduled assets only
+    (scheduler_job_runner.py ``_create_dag_runs_asset_triggered``), so there both consume nothing."""
+    event = emit_through_alias(ctx.af, "aliasrace", "aliasrace_a")
+    scenarios_asset_race(ctx.af, *ctx.schedulers)
+    return {"event": event, "runs": run_rows("aliasrace_consumer")}
 
 
 def late_queue_row(ctx: Context, prefix: str, before: Any, after: Any = None) -> int:
@@ -976,6 +989,7 @@ ASSET_SCENARIOS = {
     "metrics": sc_metrics,
     "notasks": sc_notasks,
     "alias-overlap": sc_alias_overlap,
+    "alias-race": sc_alias_race,
     "empty-window-race": sc_empty_window_race,
     "empty-window-lookalike": sc_empty_window_lookalike,
 }
