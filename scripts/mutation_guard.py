@@ -34,7 +34,7 @@ GUARD_TESTS = ROOT / "tests" / "guard"
 PASSES = [
     ("3.1.2", "local-settings", "race,broken-python,broken-sql,ordinary,overlap,disjoint,broken-finish,broken-note,"
      "small-cache,race-again,metrics,notasks,"
-     "empty-window-race,empty-window-lookalike,alias-overlap", ()),
+     "empty-window-race,empty-window-lookalike,alias-overlap,alias-race", ()),
     ("3.1.2", "no-row-locking", "unlocked,unlocked-inverted,callback", ("--no-row-locking",)),
     ("3.2.2", "local-settings", "partitioned-serial,partitioned-overlap,partitioned-timeout,partitioned-stress,"
      "partitioned-inverted,partitioned-late-event", ()),
