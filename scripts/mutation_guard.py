@@ -37,7 +37,8 @@ PASSES = [
      "empty-window-race,empty-window-lookalike,alias-overlap,alias-race", ()),
     ("3.1.2", "no-row-locking", "unlocked,unlocked-inverted,callback", ("--no-row-locking",)),
     ("3.2.2", "local-settings", "partitioned-serial,partitioned-overlap,partitioned-timeout,partitioned-stress,"
-     "partitioned-inverted,partitioned-late-event", ()),
+     "partitioned-inverted,partitioned-late-event,partitioned-again,partitioned-two-keys,"
+     "partitioned-fresh-and-raced", ()),
 ]  # fmt: skip
 FIXED = [("3.1.2", "race,overlap,metrics"), ("3.2.2", "partitioned-serial,partitioned-overlap")]  # mode none
 TIMEOUT_EXIT = 3  # tests/guard/mutants.py: a mutant ran past its timeout, the process exited

@@ -1088,6 +1088,7 @@ def partitioned_race(
 
     a, b = schedulers
     before = {r["id"] for r in run_rows(sp.CONSUMER)}
+    late_before = {r["id"] for r in run_rows(LATE_CONSUMER)}
     out: dict[str, Any] = {"race_event_id": sp.produce_event(partition_key), "apdr_read": {}}
     both_read = threading.Barrier(2, timeout=60)
     a_committed, a_created, b_created = threading.Event(), threading.Event(), threading.Event()
@@ -1122,7 +1123,10 @@ def partitioned_race(
         def wait(apdr_ids: list[int]) -> None:
             out["apdr_read"][name] = apdr_ids
             both_read.wait()
-            if scenario in ("partitioned-serial", "partitioned-late-event") and name == "scheduler-b":
+            if (
+                scenario in ("partitioned-serial", "partitioned-late-event", "partitioned-again")
+                and name == "scheduler-b"
+            ):
                 a_committed.wait(60)
 
         return wait
@@ -1157,6 +1161,8 @@ def partitioned_race(
         raise errors[0]
     out["runs"] = [r for r in run_rows(sp.CONSUMER) if r["id"] not in before]
     out["apdr_pointers"] = {str(k): v for k, v in sp.apdr_pointers().items()}
+    if scenario == "partitioned-late-event":
+        out["late_consumer_runs"] = [r for r in run_rows(LATE_CONSUMER) if r["id"] not in late_before]
     return out
 
 
@@ -1175,7 +1181,7 @@ def late_event(sp: Any, partition_key: str, out: dict[str, Any]) -> Any:
     def dags_needing_dagruns(cls: Any, *args: Any, **kwargs: Any) -> Any:
         if threading.current_thread().name == "scheduler-a" and not fired:
             fired.append(True)
-            producer = threading.Thread(target=lambda: out.update(late_event_id=sp.produce_event(partition_key)))
+            producer = threading.Thread(target=lambda: produce_late(sp, partition_key, out))
             producer.start()
             producer.join(60)
         return original(*args, **kwargs)
@@ -1188,6 +1194,168 @@ def late_event(sp: Any, partition_key: str, out: dict[str, Any]) -> Any:
     return restore
 
 
+def produce_late(sp: Any, partition_key: str, out: dict[str, Any]) -> None:
+    """The late event, then an ``orders`` event: it queues LATE_CONSUMER (``orders | hourly_sales``,
+    not partitioned), whose run, made by A in the same transaction (``dags_needing_dagruns`` is
+    called next), consumes every hourly_sales event of its window, the late one too. So when B
+    decides, the late event was consumed by a committed run, only not by A's."""
+    out["late_event_id"] = sp.produce_event(partition_key)
+    out["orders_event_id"] = sp.produce_event(None, producer=sp.PRODUCE_ORDERS, asset_name=sp.ORDERS)
+
+
+# A second consumer of the partitioned asset, not partitioned: triggered by an orders event only (3.2
+# queues no non-partitioned DAG for a partitioned event), consuming the hourly_sales events too.
+LATE_CONSUMER = "consume_orders_or_sales"
+LATE_CONSUMER_DAG = f"""
+with DAG({LATE_CONSUMER!r}, schedule=(orders | sales), catchup=False):
+    Noop(task_id='extract')
+"""
+
+
+def partitioned_again(sp: Any, schedulers: tuple[Any, Any], partition_key: str, guard: Any) -> dict[str, Any]:
+    """partitioned-serial on a key that already ran once: an undisturbed run of the key first (its
+    own pending row and event), then a new event for the key (a new row) and the race on it. The
+    duplicate's twin is the race's first run, not the first round's (whose row is consumed too)."""
+    sp.produce_event(partition_key)
+    sp.scheduler_loop(schedulers[0])
+    first_round = [r for r in run_rows(sp.CONSUMER) if r["partition_key"] == partition_key]
+    out = partitioned_race(sp, schedulers, "partitioned-again", partition_key, guard)
+    out["first_round"] = first_round
+    return out
+
+
+class VirtualClock:
+    """The guard's ``time`` (its module global) made virtual: ``sleep`` advances ``monotonic`` at
+    once, after ``on_sleep(now, seconds)``. Starts at the real clock (the guard's log rate limits
+    compare with it), so every reading is positive and within a factor 2 of the others: the
+    guard's ``deadline - now`` is then exact (Sterbenz), and a sleep cut at the deadline ends
+    exactly on it."""
+
+    def __init__(self, on_sleep: Any) -> None:
+        self.now = time.monotonic()
+        self.on_sleep = on_sleep
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.on_sleep(self.now, seconds)
+        self.now += seconds
+
+
+def partitioned_two_keys(sp: Any, scheduler: Any, key_prefix: str, guard: Any) -> dict[str, Any]:
+    """One scheduler transaction creating the runs of two partition keys of one DAG while two other
+    sessions hold the two keys' (dag, key) locks, on a virtual clock (no timing). The first key's
+    holder lets go as soon as the waiter's clock passes the transaction's deadline (a sleep not cut
+    at it); the second key's holder lets go at the first sleep of the wait for it (a second budget).
+    The guard keeps one budget per transaction and polls last at its deadline: both waits time out,
+    both runs go through untouched, and neither lock was let go while the guard waited."""
+    from airflow import settings
+    from sqlalchemy import func, select
+
+    g = guard._dupguard_guard
+    keys = [f"{key_prefix}:00:00", f"{key_prefix}:30:00"]
+    before = {r["id"] for r in run_rows(sp.CONSUMER)}
+    out: dict[str, Any] = {"keys": keys, "counters_before": guard_counters(guard), "released_in_wait": []}
+    out["event_ids"] = [sp.produce_event(key) for key in keys]
+    waited: list[tuple[str, ...]] = []  # the lock keys take_lock was called for, in order
+    transactions: list[Any] = []
+    holders: dict[tuple[str, ...], Any] = {}
+
+    def release(lock_key: tuple[str, ...], why: str) -> None:
+        transaction = holders.pop(lock_key, None)
+        if transaction is not None:
+            transaction.commit()  # the holder's transaction ends: its advisory lock is released
+            out["released_in_wait"].append({"key": list(lock_key), "why": why})
+
+    def on_sleep(now: float, seconds: float) -> None:
+        if len(waited) == 1:
+            deadline = g._wait_deadlines.get(transactions[-1])
+            if deadline is not None and now + seconds > deadline:
+                release(waited[0], "the first wait slept past the deadline")
+        elif len(waited) == 2:
+            release(waited[1], "the second wait slept")
+
+    original_take = g.take_lock
+
+    def take_lock(connection: Any, lock_key: tuple[str, ...], session: Any) -> Any:
+        waited.append(tuple(lock_key))
+        transactions.append(session.get_transaction())
+        return original_take(connection, lock_key, session)
+
+    clock, saved_time, saved_wait = VirtualClock(on_sleep), guard.time, g.lock_wait
+    with settings.engine.connect() as first, settings.engine.connect() as second:
+        for connection, key in ((first, keys[0]), (second, keys[1])):
+            transaction = connection.begin()
+            lock_id = guard._dupguard_lock_id((sp.CONSUMER, key))
+            if not connection.execute(select(func.pg_try_advisory_xact_lock(lock_id))).scalar():
+                raise RuntimeError("could not take the (dag, key) lock for the test")
+            holders[(sp.CONSUMER, key)] = transaction
+        g.take_lock, guard.time, g.lock_wait = take_lock, clock, 0.3
+        try:
+            sp.scheduler_loop(scheduler)
+        finally:
+            g.__dict__.pop("take_lock", None)
+            guard.time, g.lock_wait = saved_time, saved_wait
+            for transaction in holders.values():
+                transaction.commit()
+    out["waited"] = [list(key) for key in waited]
+    out["runs"] = [r for r in run_rows(sp.CONSUMER) if r["id"] not in before]
+    return out
+
+
+def partitioned_fresh_and_raced(sp: Any, schedulers: tuple[Any, Any], key_prefix: str) -> dict[str, Any]:
+    """One transaction creating two runs of one DAG, the first not a duplicate, the second one (each
+    must be decided as itself). CONSUME_AND runs a key once it has events of both its assets. Both
+    schedulers read the pending rows of two keys: ``fresh``'s row (made first) with sales_eu's event
+    only, ``raced``'s with both. A creates raced's run (fresh's is not ready) and commits; then
+    sales_us's event for fresh completes that row, and B creates fresh's run (not a duplicate) and
+    then raced's (a duplicate of A's), in the pending rows' order."""
+    fresh, raced = f"{key_prefix}:00:00", f"{key_prefix}:30:00"
+    before = {r["id"] for r in run_rows(sp.CONSUME_AND)}
+    events = {"fresh_eu": sp.produce_event(fresh, producer=sp.PRODUCE_EU, asset_name=sp.SALES_EU)}
+    events["raced_eu"] = sp.produce_event(raced, producer=sp.PRODUCE_EU, asset_name=sp.SALES_EU)
+    events["raced_us"] = sp.produce_event(raced, producer=sp.PRODUCE_US, asset_name=sp.SALES_US)
+    both_read = threading.Barrier(2, timeout=60)
+    a_committed = threading.Event()
+    errors: list[BaseException] = []
+
+    def complete_fresh() -> None:
+        events["fresh_us"] = sp.produce_event(fresh, producer=sp.PRODUCE_US, asset_name=sp.SALES_US)
+
+    def after_read(name: str) -> Any:
+        def wait(apdr_ids: list[int]) -> None:
+            both_read.wait()
+            if name == "scheduler-b":
+                a_committed.wait(60)
+                producer = threading.Thread(target=complete_fresh)  # its own session, committed
+                producer.start()
+                producer.join(60)
+
+        return wait
+
+    def work(runner: Any, name: str) -> None:
+        try:
+            sp.scheduler_loop(runner, after_apdr_read=after_read(name))
+        except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(err)
+            both_read.abort()
+        finally:
+            if name == "scheduler-a":
+                a_committed.set()
+
+    names = ("scheduler-a", "scheduler-b")
+    threads = [threading.Thread(target=work, args=(r, n), name=n) for r, n in zip(schedulers, names, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    if errors:
+        raise errors[0]
+    runs = [r for r in run_rows(sp.CONSUME_AND) if r["id"] not in before]
+    return {"fresh": fresh, "raced": raced, "events": events, "runs": runs}
+
+
 PARTITIONED_SCENARIOS = {
     "partitioned-serial": "2026-11-30T05:00:00",
     "partitioned-overlap": "2026-11-30T06:00:00",
@@ -1195,6 +1363,9 @@ PARTITIONED_SCENARIOS = {
     "partitioned-inverted": "2026-11-30T09:00:00",
     "partitioned-late-event": "2026-11-30T10:00:00",
     "partitioned-stress": "2026-11-30T08",  # prefix of the stress keys
+    "partitioned-again": "2026-11-30T11:00:00",
+    "partitioned-two-keys": "2026-11-30T12",  # prefix of its two keys
+    "partitioned-fresh-and-raced": "2026-11-30T13",  # prefix of its two keys
 }
 STRESS_CONSUMERS = 8
 STRESS_KEYS = 4
@@ -1287,10 +1458,11 @@ def prepare_partitioned_dags() -> Any:
     import scenarios_partitioned as sp
 
     dags = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
-    source = sp.dag_file_source([sp.CONSUMER, sp.CONSUME_ORDERS]) + stress_dag_source(sp)
-    (dags / "partitioned_sales.py").write_text(source)
+    source = sp.dag_file_source([sp.CONSUMER, sp.CONSUME_ORDERS, sp.CONSUME_AND]) + LATE_CONSUMER_DAG
+    (dags / "partitioned_sales.py").write_text(source + stress_dag_source(sp))
     sp.serialize_dags()
-    sp.check_unpaused([sp.PRODUCER, sp.CONSUMER, sp.PRODUCE_ORDERS, sp.CONSUME_ORDERS])
+    producers = [sp.PRODUCER, sp.PRODUCE_ORDERS, sp.PRODUCE_EU, sp.PRODUCE_US]
+    sp.check_unpaused([*producers, sp.CONSUMER, sp.CONSUME_ORDERS, sp.CONSUME_AND, LATE_CONSUMER])
     return sp
 
 
@@ -1322,6 +1494,12 @@ def run_partitioned_scenarios(args: argparse.Namespace, result: dict[str, Any], 
             out = partitioned_stress(sp, schedulers, PARTITIONED_SCENARIOS[name])
         elif name == "partitioned-timeout":
             out = partitioned_timeout(sp, schedulers, PARTITIONED_SCENARIOS[name], guard)
+        elif name == "partitioned-again":
+            out = partitioned_again(sp, schedulers, PARTITIONED_SCENARIOS[name], guard)
+        elif name == "partitioned-two-keys":
+            out = partitioned_two_keys(sp, schedulers[0], PARTITIONED_SCENARIOS[name], guard)
+        elif name == "partitioned-fresh-and-raced":
+            out = partitioned_fresh_and_raced(sp, schedulers, PARTITIONED_SCENARIOS[name])
         else:
             out = partitioned_race(sp, schedulers, name, PARTITIONED_SCENARIOS[name], guard)
         if guard is not None:

@@ -108,6 +108,9 @@ PLAN: list[Entry] = [
             "partitioned-stress",
             "partitioned-inverted",
             "partitioned-late-event",
+            "partitioned-again",
+            "partitioned-two-keys",
+            "partitioned-fresh-and-raced",
         ),
     ),
 ]
@@ -632,6 +635,10 @@ def test_partitioned_guard_lets_a_run_with_a_late_event_through(runs: Runs) -> N
     assert states(first) == states(second) == {None}
     assert first["note"] is None and second["note"] is None
     assert second["state"] == "queued"
+    # The late event was consumed before B decided, by A's run of a second consumer of the asset
+    # (committed with A's): B's twin must be a run that consumed it, not any run.
+    (other,) = [r for r in out["late_consumer_runs"] if r["creating_job_id"] == jobs["scheduler-a"]]
+    assert out["late_event_id"] in other["event_ids"] and out["race_event_id"] in other["event_ids"]
 
 
 def test_partitioned_without_guard_overlapping_creators_both_run(runs: Runs) -> None:
@@ -664,7 +671,7 @@ def test_partitioned_guard_lock_timeout_lets_the_run_through(runs: Runs) -> None
     assert states(first) == states(second) == {None}
     assert first["note"] is None and second["note"] is None
     before = result["partitioned-overlap"]["guard_after"]["lock_timeouts"]
-    assert result["partitioned-timeout"]["guard_after"]["lock_timeouts"] > before
+    assert result["partitioned-timeout"]["guard_after"]["lock_timeouts"] == before + 2, "A's wait and B's"
     assert any("created unguarded" in log["message"] for log in result["guard_logs"])
     # The sidecar still sees the pair: a confirmed duplicate it would remediate (the later one).
     assert daemon_outcomes(runs, "3.2.2", "local-settings")[second["run_id"]] is Outcome.REMEDIATE
@@ -695,6 +702,58 @@ def test_partitioned_guard_stress_two_schedulers_many_dags_and_keys(runs: Runs) 
     assert raced > 0, "the two schedulers did race"
     assert prevented == raced - timeouts
     print(f"stress: {raced} raced, {prevented} prevented, {timeouts} lock timeouts, {out['seconds']} s")
+
+
+def test_partitioned_guard_names_the_twin_on_a_key_that_ran_before(runs: Runs) -> None:
+    """3.2.2: the race on a partition key that already had its run (an earlier row and event): the
+    duplicate is skipped with the note naming the race's first run, not the key's earlier run."""
+    result = runs.get("3.2.2", "local-settings")
+    out = result["partitioned-again"]
+    (earlier,) = out["first_round"]
+    first, second = partition_pair(result, "partitioned-again")
+    assert earlier["id"] < first["id"] and earlier["partition_key"] == first["partition_key"]
+    assert earlier["event_ids"] != first["event_ids"]
+    assert states(first) == {None} and first["note"] is None and first["state"] == "queued"
+    assert states(second) == {"skipped"} and second["state"] == "success"
+    assert second["note"] == NOTE.format(kept=first["run_id"])
+
+
+def test_partitioned_guard_waits_once_per_transaction_and_never_past_its_budget(runs: Runs) -> None:
+    """3.2.2: one scheduler transaction creates the runs of two keys of one DAG while other sessions
+    hold both keys' locks (driver: a virtual clock; the first holder lets go once the waiter's clock
+    passes the deadline, the second at the first sleep of the second wait). The budget is per
+    transaction and the last sleep ends at the deadline: two waits, two timeouts, no lock let go
+    while the guard waited, both runs untouched."""
+    result = runs.get("3.2.2", "local-settings")
+    out = result["partitioned-two-keys"]
+    before, after = out["counters_before"], out["guard_after"]
+    assert len(out["waited"]) == 2 and {tuple(k)[1] for k in out["waited"]} == set(out["keys"])
+    assert after["lock_waits"] == before["lock_waits"] + 2
+    assert after["lock_timeouts"] == before["lock_timeouts"] + 2
+    assert out["released_in_wait"] == []
+    assert sorted(r["partition_key"] for r in out["runs"]) == sorted(out["keys"])
+    for run in out["runs"]:
+        assert states(run) == {None} and run["note"] is None and run["state"] == "queued"
+
+
+def test_partitioned_guard_decides_each_run_of_a_transaction_as_itself(runs: Runs) -> None:
+    """3.2.2: B's transaction creates two runs of one DAG, first one nobody ran (not a duplicate),
+    then one A's committed run already ran: only the second is skipped, its note naming A's."""
+    result = runs.get("3.2.2", "local-settings")
+    out, jobs = result["partitioned-fresh-and-raced"], result["job_ids"]
+    by = {(r["creating_job_id"], r["partition_key"]): r for r in out["runs"]}
+    assert len(by) == len(out["runs"]) == 3
+    kept = by[(jobs["scheduler-a"], out["raced"])]
+    fresh = by[(jobs["scheduler-b"], out["fresh"])]
+    dup = by[(jobs["scheduler-b"], out["raced"])]
+    assert fresh["id"] < dup["id"], "B created the fresh key's run first"
+    events = out["events"]
+    assert kept["event_ids"] == dup["event_ids"] == sorted([events["raced_eu"], events["raced_us"]])
+    assert fresh["event_ids"] == sorted([events["fresh_eu"], events["fresh_us"]])
+    for run in (kept, fresh):
+        assert states(run) == {None} and run["note"] is None and run["state"] == "queued"
+    assert states(dup) == {"skipped"} and dup["state"] == "success"
+    assert dup["note"] == NOTE.format(kept=kept["run_id"])
 
 
 # 3.0 / 3.1: overlap duplicates, no row-level locking, the look of a guarded run ----------------------
