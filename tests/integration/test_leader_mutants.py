@@ -458,3 +458,49 @@ def test_a_granted_lock_leads_though_the_holders_idle_read_would_fail(
     finally:
         holder.release()
         standby.release()
+
+
+FIXED = "dupguard_fixed_idle"  # a schema whose clock_timestamp() is fixed and pg_stat_activity's state_change set
+FIXED_NOW = "2026-01-01 00:00:03+00"
+
+
+@pytest.fixture(scope="module")
+def fixed_idle_url(url: str) -> Iterator[str]:
+    """The module's database through a URL whose connections read the holder's idle time from a fixed
+    clock and a ``state_change`` kept in a table of ``FIXED`` (both looked up first in that schema there,
+    ``options=-csearch_path``): an idle time to the microsecond, which the live server never gives."""
+    _on_server(
+        url,
+        f"CREATE SCHEMA {FIXED}; "
+        f"CREATE FUNCTION {FIXED}.clock_timestamp() RETURNS timestamptz LANGUAGE sql "
+        f"AS $$ SELECT timestamptz '{FIXED_NOW}' $$; "
+        f"CREATE TABLE {FIXED}.state (change timestamptz NOT NULL); "
+        f"INSERT INTO {FIXED}.state VALUES (timestamptz '{FIXED_NOW}'); "
+        f"CREATE VIEW {FIXED}.pg_stat_activity AS "
+        f"SELECT a.pid, s.change AS state_change FROM pg_catalog.pg_stat_activity a, {FIXED}.state s",
+    )
+    try:
+        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{FIXED}%2Cpg_catalog%2Cpublic"
+    finally:
+        _on_server(url, f"DROP SCHEMA {FIXED} CASCADE")
+
+
+@MODES
+def test_a_holder_silent_for_exactly_three_leases_is_not_yet_unresponsive(
+    url: str, fixed_idle_url: str, mode: str
+) -> None:
+    """Unresponsive means silent for more than three of the standby's leases: at exactly three (1 s
+    lease, the holder's backend silent for 3.000000 s) the standby reports nothing, a microsecond more
+    and it reports the holder unresponsive. (``>=`` for ``>``, mutant ``_try_acquire`` ``_52``: at three.)"""
+    holder, standby = _lock(url, mode), _lock(fixed_idle_url, mode, lease=timedelta(seconds=1))
+    try:
+        assert holder.ensure(NOW) is True
+        _on_server(url, f"UPDATE {FIXED}.state SET change = timestamptz '{FIXED_NOW}' - interval '3 seconds'")
+        assert standby.ensure(NOW) is False and standby.problem is None
+        _on_server(url, f"UPDATE {FIXED}.state SET change = timestamptz '{FIXED_NOW}' - interval '3.000001 seconds'")
+        assert standby.ensure(NOW) is False
+        assert standby.problem is not None and standby.problem.code == LEADER_UNRESPONSIVE, standby.problem
+        assert SILENT.fullmatch(standby.problem.reason) is not None and "for 3s" in standby.problem.reason
+    finally:
+        holder.release()
+        standby.release()
