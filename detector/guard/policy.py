@@ -97,6 +97,7 @@ class _DupguardGuard:
         self._lock = threading.Lock()
         self._family: str | None = None
         self._row_locking: bool | None = None
+        self._reads_aliases: bool | None = None
         self._errors_unlogged = 0
         self._last_error_log = float("-inf")
         self._timeouts_unlogged = 0
@@ -173,6 +174,16 @@ class _DupguardGuard:
 
             self._row_locking = conf.getboolean("scheduler", "use_row_level_locking", fallback=True)
         return self._row_locking
+
+    def reads_aliases(self) -> bool:
+        """Whether Airflow's asset run consumes the events of the DAG's asset aliases too (3.1+; 3.0
+        reads its scheduled assets only), read once."""
+        if self._reads_aliases is None:
+            import airflow
+
+            major, minor = (int(part) for part in airflow.__version__.split(".")[:2])
+            self._reads_aliases = (major, minor) >= (3, 1)
+        return self._reads_aliases
 
     def _decide(self, dag_id: str, run_id: str, family: str) -> str | None:
         """The kept run's run_id if this run is a duplicate, "" if not, None if undecidable here."""
@@ -450,19 +461,22 @@ class _DupguardGuard:
             )
             .scalar_subquery()
         )
-        # The events this run consumes (3.0 reads only scheduled assets: including aliases there can
-        # only add events, which makes the guard more careful, never less).
-        its_event = and_(
-            event.c.timestamp <= run_after,
-            event.c.timestamp > func.coalesce(window_start, _DUPGUARD_DATE_MIN),
-            or_(
-                event.c.asset_id.in_(select(sched.c.asset_id).where(sched.c.dag_id == dag_id)),
+        # The events this run consumes, exactly as the running Airflow selects them: 3.0 reads only
+        # scheduled assets, so counting an alias's events there (which no 3.0 run consumes) would let
+        # every duplicate of an alias-scheduled DAG through.
+        sources = [event.c.asset_id.in_(select(sched.c.asset_id).where(sched.c.dag_id == dag_id))]
+        if self.reads_aliases():
+            sources.append(
                 exists().where(
                     alias_event.c.event_id == event.c.id,
                     alias_event.c.alias_id == alias_sched.c.alias_id,
                     alias_sched.c.dag_id == dag_id,
-                ),
-            ),
+                )
+            )
+        its_event = and_(
+            event.c.timestamp <= run_after,
+            event.c.timestamp > func.coalesce(window_start, _DUPGUARD_DATE_MIN),
+            or_(*sources),
         )
         # Explicit correlation: SQLAlchemy's automatic one only reaches the immediately enclosing
         # SELECT, so dag_run would otherwise become a FROM of its own here (any run, not R).
