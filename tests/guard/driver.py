@@ -42,10 +42,31 @@ GUARD_MODULES = ("airflow_local_settings", "dupguard_guard.policy")
 
 ASSET_PREFIXES = (
     "orders", "brokenpy", "brokensql", "plain", "unlocked", "unlockedinv", "callback", "brokenfinish", "brokennote",
-    "smallcache", "again", "metrics",
+    "smallcache", "again", "metrics", "three",
 )  # fmt: skip
 # DAGs on two assets ("<p>_a" | "<p>_b"): the overlap race and its look-alike.
-EITHER_PREFIXES = ("overlap", "disjoint")
+EITHER_PREFIXES = ("overlap", "disjoint", "late", "bounds")
+# Second consumer DAGs: of the late event's asset (late-event), and of the race's asset with a later
+# queue row of an asset of its own (second-consumer).
+SECOND_CONSUMER_DAGS = """
+with DAG("late_other", schedule=[late_b], start_date=START, catchup=False):
+    EmptyOperator(task_id="extract")
+
+shared = Asset(name="shared", uri="s3://warehouse/shared")
+shared_extra = Asset(name="shared_extra", uri="s3://warehouse/shared_extra")
+
+with DAG("shared_producer", schedule=None, start_date=START, catchup=False):
+    EmptyOperator(task_id="publish", outlets=[shared])
+
+with DAG("shared_extra_producer", schedule=None, start_date=START, catchup=False):
+    EmptyOperator(task_id="publish", outlets=[shared_extra])
+
+with DAG("shared_consumer", schedule=[shared], start_date=START, catchup=False):
+    EmptyOperator(task_id="extract") >> EmptyOperator(task_id="load")
+
+with DAG("shared_other", schedule=(shared | shared_extra), start_date=START, catchup=False):
+    EmptyOperator(task_id="extract")
+"""
 DAG_HEADER = """\
 from datetime import datetime
 
@@ -612,6 +633,194 @@ def overlap_race(ctx: Context, emit_second: Any) -> Any:
     return second[0]
 
 
+def stamp_at_queue_time(af: Any, event_id: int, dag_id: str) -> None:
+    """Give an asset event the time of the queue row it made for ``dag_id`` (the run_after of the
+    run it triggers): an event and its queue row written within one microsecond of Airflow's clock.
+    Airflow's event window includes that bound (``timestamp <= run_after``) and the next run's window
+    excludes it (``timestamp > previous run_after``)."""
+    from airflow.models.asset import AssetDagRunQueue, AssetEvent
+
+    with af.create_session() as session:
+        event = session.get(AssetEvent, event_id)
+        queued = session.query(AssetDagRunQueue).filter_by(asset_id=event.asset_id, target_dag_id=dag_id).one()
+        event.timestamp = queued.created_at
+
+
+def event_times(af: Any, event_ids: list[int]) -> dict[str, str]:
+    """The recorded timestamp of each asset event, by id."""
+    from airflow.models.asset import AssetEvent
+
+    with af.create_session() as session:
+        rows = session.query(AssetEvent).filter(AssetEvent.id.in_(event_ids))
+        return {str(e.id): e.timestamp.isoformat() for e in rows}
+
+
+class OnlyUnpaused:
+    """Pause every DAG but ``dag_ids`` (the scheduler skips paused DAGs), so that one scheduler loop
+    creates runs for those DAGs only; the DAGs paused here are unpaused on exit."""
+
+    def __init__(self, af: Any, *dag_ids: str) -> None:
+        self.af, self.dag_ids, self.paused = af, dag_ids, list[str]()
+
+    def __enter__(self) -> None:
+        dm = self.af.DagModel
+        with self.af.create_session() as session:
+            for model in session.query(dm).filter(dm.dag_id.not_in(self.dag_ids), dm.is_paused.is_(False)):
+                model.is_paused = True
+                self.paused.append(model.dag_id)
+
+    def __exit__(self, *exc: object) -> None:
+        dm = self.af.DagModel
+        with self.af.create_session() as session:
+            for model in session.query(dm).filter(dm.dag_id.in_(self.paused)):
+                model.is_paused = False
+
+
+def sc_bounds(ctx: Context) -> dict[str, Any]:
+    """The event window's bounds at equality: a first asset run R0 whose event is timestamped exactly
+    at R0's run_after (R0 consumes it; the next window starts after it), then the overlap race whose
+    shared event is timestamped exactly at B's run_after (B's window includes it: B's run is the
+    overlap duplicate of A's)."""
+    af = ctx.af
+    events = [af.emit("bounds_a_producer", "bounds_a")]
+    stamp_at_queue_time(af, events[0], "bounds_consumer")
+    af.create_runs(af.new_scheduler("scheduler-c"))
+    events.append(af.emit("bounds_a_producer", "bounds_a"))
+    stamp_at_queue_time(af, events[1], "bounds_consumer")
+    events.append(overlap_race(ctx, lambda: af.emit("bounds_b_producer", "bounds_b")))
+    return {"events": events, "event_times": event_times(af, events), "runs": run_rows("bounds_consumer")}
+
+
+def hold_open_emit(af: Any, producer: str, asset: str, out: dict[str, Any], key: str) -> Any:
+    """A producer whose transaction stays open after its asset event was written (a slow commit, a
+    long transaction): the event has its timestamp (Airflow's clock at the flush) and its queue rows,
+    but no other session sees them until it commits. ``af.emit`` in a thread of its own, held right
+    after ``AssetManager.register_asset_change`` returned, until the returned function is called
+    (which commits, stores the event id in ``out[key]`` and restores Airflow's method)."""
+    flushed, release = threading.Event(), threading.Event()
+    original = af.AssetManager.register_asset_change  # bound classmethod
+    errors: list[BaseException] = []
+
+    def register(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        event = original(*args, **kwargs)
+        if threading.current_thread().name == "producer-held":
+            flushed.set()
+            if not release.wait(60):
+                raise TimeoutError("the held producer was never released")
+        return event
+
+    def work() -> None:
+        try:
+            out[key] = af.emit(producer, asset)
+        except BaseException as err:  # noqa: BLE001 - re-raised by the returned function
+            errors.append(err)
+            flushed.set()
+
+    af.AssetManager.register_asset_change = classmethod(register)
+    thread = threading.Thread(target=work, name="producer-held")
+    thread.start()
+    flushed.wait(60)
+
+    def commit() -> None:
+        release.set()
+        thread.join(60)
+        af.AssetManager.register_asset_change = original
+        if errors:
+            raise errors[0]
+
+    return commit
+
+
+def sc_late_event(ctx: Context) -> dict[str, Any]:
+    """The 3.1 counterpart of partitioned-late-event: an event whose transaction commits after A read
+    the events. A producer of asset b writes its event and stays uncommitted; an operator triggers a
+    manual run of the consumer; the race event (asset a) is committed. B reads the queue and is held;
+    A creates its run and commits: it consumed the race event only (the late one was not visible).
+    The late event commits; a third scheduler creates a run of ``late_other`` (a second consumer of
+    asset b; the other DAGs paused for that loop) that consumes it. B then creates its run with A's
+    run_after: its window (no earlier asset run) holds both events, so it consumes both, one of them
+    consumed by no run of this DAG: not a duplicate, it must run."""
+    af, (a, b) = ctx.af, ctx.schedulers
+    ids: dict[str, Any] = {}
+    commit_late = hold_open_emit(af, "late_b_producer", "late_b", ids, "late")
+    committed: list[bool] = []
+    try:
+        manual = af.trigger("late_consumer")  # its run_after: after the late event's timestamp
+        ids["race"] = af.emit("late_a_producer", "late_a")
+        events, restore = hold_after_queue_read(af, ("scheduler-b",))
+
+        def steps() -> None:
+            if not events["scheduler-b-read"].wait(60):
+                raise TimeoutError("scheduler-b never read the queue")
+            af.create_runs(a)
+            committed.append(True)
+            commit_late()
+            with OnlyUnpaused(af, "late_other"):
+                af.create_runs(af.new_scheduler("scheduler-c"))
+            events["scheduler-b-go"].set()
+
+        try:
+            run_threads(af, steps, (b, "scheduler-b"))
+        finally:
+            restore()
+    finally:
+        if not committed:
+            commit_late()
+    return {
+        "events": ids,
+        "event_times": event_times(af, list(ids.values())),
+        "manual_run_id": manual,
+        "runs": run_rows("late_consumer"),
+        "other_runs": run_rows("late_other"),
+    }
+
+
+def sc_second_consumer(ctx: Context) -> dict[str, Any]:
+    """The race on ``shared_consumer`` after a run of a second consumer DAG of the same asset,
+    ``shared_other`` (on shared | shared_extra), made in a scheduler loop of its own (its DAG alone
+    unpaused) before the race: it consumed the race's event, has the lower id and the later
+    run_after (its shared_extra queue row is newer). The duplicate's kept run is A's, of its own DAG."""
+    af, (a, b) = ctx.af, ctx.schedulers
+    events = [af.emit("shared_producer", "shared"), af.emit("shared_extra_producer", "shared_extra")]
+    with OnlyUnpaused(af, "shared_other"):
+        af.create_runs(af.new_scheduler("scheduler-c"))
+    scenarios_asset_race(af, a, b)
+    return {"events": events, "runs": run_rows("shared_consumer"), "other_runs": run_rows("shared_other")}
+
+
+def sc_race_three(ctx: Context) -> dict[str, Any]:
+    """Three schedulers read the queue before the first one commits. A creates its run and commits;
+    the next event arrives (after the runs' run_after: no part of their events); B creates the run
+    again (its guard skips it, a duplicate of A's) and commits; A's run is started meanwhile (its row
+    rewritten by the state change, as ``_start_queued_dagruns`` does); then C creates it a third
+    time. Both A's and B's runs consumed C's events: the note must name A's, the kept run."""
+    af, (a, b) = ctx.af, ctx.schedulers
+    c = af.new_scheduler("scheduler-c")
+    out: dict[str, Any] = {"events": [af.emit("three_producer", "three")], "scheduler_c": c.job.id}
+    events, restore = hold_after_queue_read(af, ("scheduler-b", "scheduler-c"))
+
+    def steps() -> None:
+        for name in ("scheduler-b", "scheduler-c"):
+            if not events[f"{name}-read"].wait(60):
+                raise TimeoutError(f"{name} never read the queue")
+        af.create_runs(a)
+        out["events"].append(af.emit("three_producer", "three"))
+        events["scheduler-b-go"].set()
+        next(t for t in threading.enumerate() if t.name == "scheduler-b").join(120)
+        with af.create_session() as session:
+            kept = session.query(af.DagRun).filter_by(dag_id="three_consumer", creating_job_id=a.job.id).one()
+            kept.state = af.DagRunState.RUNNING
+        events["scheduler-c-go"].set()
+
+    try:
+        run_threads(af, steps, (b, "scheduler-b"), (c, "scheduler-c"))
+    finally:
+        restore()
+    out["runs"] = run_rows("three_consumer")
+    out["event_times"] = event_times(af, out["events"])
+    return out
+
+
 def sc_disjoint(ctx: Context) -> dict[str, Any]:
     """The look-alike that is NOT a duplicate (scenarios_asset race_or_disjoint): A reads (a), an
     event of b arrives, B reads (a + b); A creates and commits; B creates a later run that consumes
@@ -992,6 +1201,10 @@ ASSET_SCENARIOS = {
     "alias-race": sc_alias_race,
     "empty-window-race": sc_empty_window_race,
     "empty-window-lookalike": sc_empty_window_lookalike,
+    "late-event": sc_late_event,
+    "second-consumer": sc_second_consumer,
+    "race-three": sc_race_three,
+    "bounds": sc_bounds,
 }
 
 
@@ -1005,6 +1218,7 @@ def prepare_asset_dags() -> Any:
         + "".join(ASSET_DAG.format(p=p) for p in ASSET_PREFIXES if p != "callback")
         + "".join(EITHER_DAG.format(p=p) for p in (*EITHER_PREFIXES, *EMPTY_WINDOW_PREFIXES))
         + ALIAS_DAG
+        + SECOND_CONSUMER_DAGS
         + REPORT_SENT
         + "".join(CALLBACK_DAG.format(p=p, tasks=tasks) for p, tasks in CALLBACK_TASKS.items())
     )

@@ -78,6 +78,10 @@ PLAN: list[Entry] = [
                 "alias-race",
                 # 3.0 consumes no asset-alias events (scheduler_job_runner.py reads scheduled assets only)
                 *(() if v == "3.0.6" else ("alias-overlap",)),
+                "late-event",
+                "second-consumer",
+                "race-three",
+                "bounds",
             ),
         )
         for v in ASSET_VERSIONS
@@ -789,6 +793,87 @@ def test_guard_leaves_a_race_with_disjoint_events_alone(runs: Runs, version: str
     assert not set(first["event_ids"]) & set(second["event_ids"])
     assert states(first) == states(second) == {None}
     assert first["note"] is None and second["note"] is None
+
+
+def at(text: str) -> datetime:
+    """A timestamp the driver wrote (isoformat), comparable whatever its digits."""
+    return datetime.fromisoformat(text)
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guard_lets_a_run_with_an_event_committed_late_through(runs: Runs, version: str) -> None:
+    """The 3.1 counterpart of partitioned-late-event: an event committed after A read the events,
+    timestamped before the runs' run_after, is in B's window (``_create_dag_runs_asset_triggered``:
+    ``timestamp <= run_after``, no earlier asset run of the DAG), so B consumes it and A did not: B's
+    run is not a duplicate and runs. Nothing else in its window makes it one: a second consumer DAG's
+    run that consumed the late event (and whose run_after is inside the window), nor a manual run of
+    the DAG after the late event's timestamp."""
+    result = runs.get(version, "local-settings")
+    out = result["late-event"]
+    first, dup = race_pair(result, "late-event")
+    late, race = out["events"]["late"], out["events"]["race"]
+    late_at = at(out["event_times"][str(late)])
+    (manual,) = [r for r in out["runs"] if r["run_type"] == "manual"]
+    (other,) = out["other_runs"]
+    assert first["run_after"] == dup["run_after"] and first["id"] < dup["id"]
+    assert first["event_ids"] == [race] and dup["event_ids"] == sorted([late, race])
+    assert other["event_ids"] == [late]
+    assert late_at < at(other["run_after"]) < at(dup["run_after"])
+    assert late_at < at(manual["run_after"]) < at(dup["run_after"])
+    assert states(first) == states(dup) == {None}
+    assert dup["state"] == "queued" and dup["note"] is None and first["note"] is None
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guard_keeps_the_duplicates_twin_of_its_own_dag(runs: Runs, version: str) -> None:
+    """A second consumer DAG of the race's asset had its run made first (the lower id), with a later
+    run_after, consuming the race's event too: the duplicate's kept run is still A's, of its DAG."""
+    result = runs.get(version, "local-settings")
+    out = result["second-consumer"]
+    first, dup = race_pair(result, "second-consumer")
+    (other,) = out["other_runs"]
+    assert other["id"] < first["id"] and at(other["run_after"]) > at(first["run_after"])
+    assert first["event_ids"] == dup["event_ids"] == [out["events"][0]]
+    assert set(first["event_ids"]) < set(other["event_ids"])
+    assert states(first) == states(other) == {None} and other["note"] is None
+    assert states(dup) == {"skipped"} and dup["note"] == NOTE.format(kept=first["run_id"])
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guard_names_the_first_run_in_a_three_scheduler_race(runs: Runs, version: str) -> None:
+    """Three creators of one run: the second and the third are skipped, each with a note naming the
+    first (the kept run), although the third's lookup finds two committed twins; an event that
+    arrived after the runs' run_after is none of theirs."""
+    result = runs.get(version, "local-settings")
+    out = result["race-three"]
+    first, dup = race_pair(result, "race-three")
+    (third,) = [r for r in out["runs"] if r["creating_job_id"] == out["scheduler_c"]]
+    assert first["id"] < dup["id"] < third["id"]
+    assert first["run_after"] == dup["run_after"] == third["run_after"]
+    assert first["event_ids"] == dup["event_ids"] == third["event_ids"] == [out["events"][0]]
+    assert at(out["event_times"][str(out["events"][1])]) > at(first["run_after"])
+    assert states(first) == {None} and first["state"] == "running" and first["note"] is None
+    for run in (dup, third):
+        assert states(run) == {"skipped"} and run["state"] == "success"
+        assert run["note"] == NOTE.format(kept=first["run_id"])
+
+
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_guard_event_window_bounds_at_equality(runs: Runs, version: str) -> None:
+    """An event timestamped exactly at a run's run_after belongs to that run's window, not to the next
+    one's: the first run consumed its own such event; in the overlap race after it, B's only event is
+    timestamped exactly at B's run_after, A consumed it: B is the overlap duplicate, skipped."""
+    result = runs.get(version, "local-settings")
+    out = result["bounds"]
+    times = {int(k): at(v) for k, v in out["event_times"].items()}
+    earliest, shared, second = out["events"]
+    (earlier,) = [r for r in out["runs"] if r["creating_job_id"] not in result["job_ids"].values()]
+    first, dup = race_pair(result, "bounds")
+    assert earlier["event_ids"] == [earliest] and times[earliest] == at(earlier["run_after"])
+    assert times[shared] == at(dup["run_after"]) < at(first["run_after"])
+    assert first["event_ids"] == [shared, second] and dup["event_ids"] == [shared]
+    assert states(earlier) == states(first) == {None}
+    assert states(dup) == {"skipped"} and dup["note"] == NOTE.format(kept=first["run_id"])
 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
