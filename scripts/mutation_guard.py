@@ -33,7 +33,7 @@ GUARD_TESTS = ROOT / "tests" / "guard"
 # from the file mutmut mutates (entry-point and pip-installed load the same text).
 PASSES = [
     ("3.1.2", "local-settings", "race,broken-python,broken-sql,ordinary,overlap,disjoint,broken-finish,broken-note,"
-     "small-cache,race-again,metrics,notasks,late-event,second-consumer,race-three,bounds,"
+     "small-cache,race-again,metrics,notasks,mapped-later,mapped-later-cold,late-event,second-consumer,race-three,bounds,"
      "empty-window-race,empty-window-lookalike,alias-overlap,alias-race", ()),
     ("3.1.2", "no-row-locking", "unlocked,unlocked-inverted,callback", ("--no-row-locking",)),
     ("3.2.2", "local-settings", "partitioned-serial,partitioned-overlap,partitioned-timeout,partitioned-stress,"

@@ -108,6 +108,10 @@ class _DupguardGuard:
         # One wait budget per scheduler transaction: a transaction that meets another scheduler's
         # long transaction waits lock_wait seconds in all, not lock_wait for each of its runs.
         self._wait_deadlines: Any = _dupguard_weakref.WeakKeyDictionary()
+        # The duplicates each scheduler transaction created (and skipped): a cached duplicate is
+        # skipped only there. After that transaction its task instances are the scheduler's (a
+        # cleared duplicate runs as asked, mapped tasks expanded later included).
+        self._created_here: Any = _dupguard_weakref.WeakKeyDictionary()
         self.lock_waits = 0  # creators that found the (dag, key) lock taken and waited for it
         self.lock_timeouts = 0  # ... and gave up after lock_wait seconds (the run was let through)
 
@@ -147,6 +151,8 @@ class _DupguardGuard:
                 raise
             if kept is None:  # not decidable here (not the creating session): leave it
                 return
+        elif kept and not self.created_here(key):  # a later transaction of a duplicate: leave it
+            return
         if kept:
             from airflow.utils.state import TaskInstanceState
 
@@ -224,9 +230,15 @@ class _DupguardGuard:
             kept, has_note, has_tis = _DUPGUARD_NOT_A_DUPLICATE, True, True
         else:
             kept, has_note, has_tis = self._lookup(session, precheck, statement, lock_key)
+        if kept and has_tis:
+            # Its task instances are rows: not its creating transaction but a later one (a mapped
+            # task expanded, a cleared duplicate run again). The run is the scheduler's by now.
+            kept = _DUPGUARD_NOT_A_DUPLICATE
         if kept:
             self.mark_duplicate(session, run, run_pk, kept, add_note=not has_note, finish=not has_tis)
             self.skipped_runs += 1
+            with self._lock:
+                self._created_here.setdefault(session.get_transaction(), set()).add((dag_id, run_id))
             _DUPGUARD_LOG.warning(
                 "dupguard guard: creating run %s of %s with every task skipped: duplicate of %s "
                 "(HA scheduler race, apache/airflow#54491)",
@@ -304,6 +316,15 @@ class _DupguardGuard:
         self._log_timeout(lock_key)
         return False
 
+    def created_here(self, key: tuple[str, str]) -> bool:
+        """Whether this thread's scheduler transaction is the one that created the duplicate ``key``."""
+        session = self.creating_session()
+        transaction = None if session is None else session.get_transaction()
+        if transaction is None:
+            return False
+        with self._lock:
+            return key in self._created_here.get(transaction, ())
+
     def _remember(self, key: tuple[str, str], kept: str) -> None:
         with self._lock:
             self._decisions[key] = kept
@@ -366,8 +387,8 @@ class _DupguardGuard:
         """Two columns about the run being created: it has a note; it has task instance rows.
 
         Evaluated only for the row found (a duplicate), so they cost nothing in the common case.
-        Task instance rows exist only after the creating transaction (a mapped task expanded later):
-        the run is then left in the state the scheduler gave it.
+        Task instance rows exist only after the creating transaction (a mapped task expanded later,
+        a cleared duplicate run again): the guard then leaves the run and its new task instances alone.
         """
         from airflow.models.dagrun import DagRun, DagRunNote
         from airflow.models.taskinstance import TaskInstance

@@ -155,6 +155,22 @@ with DAG("{p}_producer", schedule=None, start_date=START, catchup=False):
 )
 {tasks}"""
 CALLBACK_TASKS = {"callback": 'with callback_consumer:\n    EmptyOperator(task_id="send_report")\n', "notasks": ""}
+# A consumer whose task ``fan`` is mapped over its upstream's XCom: created unmapped (map index -1),
+# expanded by the scheduler only once ``numbers`` succeeded (``TaskMap.expand_mapped_task``, which
+# calls the hook for each new task instance), in a later scheduler session than the run's creation.
+# Its pool does not exist, so the scheduler leaves the expanded ones scheduled (no executor here).
+MAPPED_LATER_PREFIXES = ("mapped", "mappedcold")
+MAPPED_LATER_DAG = """
+{p}_asset = Asset(name="{p}", uri="s3://warehouse/{p}")
+
+with DAG("{p}_producer", schedule=None, start_date=START, catchup=False):
+    EmptyOperator(task_id="publish", outlets=[{p}_asset])
+
+with DAG("{p}_consumer", schedule=[{p}_asset], start_date=START, catchup=False):
+    numbers = PythonOperator(task_id="numbers", python_callable=lambda: [[1], [2], [3]])
+    fan = PythonOperator.partial(task_id="fan", python_callable=print, pool="{p}_no_pool")
+    fan.expand(op_args=numbers.output) >> EmptyOperator(task_id="load")
+"""
 
 
 def setup_environment(args: argparse.Namespace, home: Path) -> None:
@@ -520,6 +536,48 @@ def sc_notasks(ctx: Context) -> dict[str, Any]:
     }
     out["callbacks"] = schedule_only(ctx, "notasks_consumer")
     out["after_scheduling"] = run_rows("notasks_consumer")
+    return out
+
+
+def sc_mapped_later(ctx: Context, prefix: str) -> dict[str, Any]:
+    """Issue 22 §8: the race on a DAG whose task ``fan`` is mapped over ``numbers``' XCom; then an
+    operator clears the guarded duplicate (it is to run), ``numbers`` succeeds in both runs, and
+    Airflow's own scheduling loop (``schedule_only``) starts the duplicate and expands ``fan`` in
+    both runs (``DagRun._get_ready_tis`` -> ``TaskMap.expand_mapped_task``): the hook is called for
+    the new task instances in a scheduler session that is not the runs' creating transaction.
+
+    ``mappedcold``: the decision cache is emptied first, as in the other HA scheduler's process (or
+    after a restart), so the guard looks the runs up again, with their task instance rows there.
+    Without the clear the duplicate would never expand: it is created finished, and the scheduler
+    only examines running runs (``DagRun.get_running_dag_runs_to_examine``)."""
+    from airflow.models.taskmap import TaskMap
+
+    af, (a, b) = ctx.af, ctx.schedulers
+    dag_id = f"{prefix}_consumer"
+    af.emit(f"{prefix}_producer", prefix)
+    scenarios_asset_race(af, a, b)
+    out: dict[str, Any] = {"created": run_rows(dag_id)}
+    (dup,) = [r for r in out["created"] if r["creating_job_id"] == b.job.id]
+    with af.create_session() as session:
+        tis = session.query(af.TaskInstance).filter_by(dag_id=dag_id, run_id=dup["run_id"]).all()
+        af.clear_task_instances(tis, session)
+    with af.create_session() as session:
+        end = af_now()
+        for run in out["created"]:
+            ti = session.query(af.TaskInstance).filter_by(dag_id=dag_id, run_id=run["run_id"], task_id="numbers").one()
+            af.finish_ti(ti, end - _seconds(1), end)
+            # What Airflow's execution API records when the task pushes a value a downstream maps over.
+            session.add(TaskMap.from_task_instance_xcom(ti, [[1], [2], [3]]))
+    guard = ctx.guard._dupguard_guard if ctx.guard is not None else None
+    if guard is not None:
+        guard._last_error_log = float("-inf")  # a failure of the guard's below is logged (no rate limit)
+        if prefix == "mappedcold":
+            guard._decisions.clear()
+    queries_before, logged_before = (guard.queries if guard is not None else 0), len(ctx.guard_logs)
+    out["callbacks"] = schedule_only(ctx, dag_id)
+    out["guard_calls"] = (guard.queries - queries_before) if guard is not None else None
+    out["guard_logs"] = ctx.guard_logs[logged_before:]
+    out["runs"] = run_rows(dag_id)
     return out
 
 
@@ -1201,6 +1259,8 @@ ASSET_SCENARIOS = {
     "alias-race": sc_alias_race,
     "empty-window-race": sc_empty_window_race,
     "empty-window-lookalike": sc_empty_window_lookalike,
+    "mapped-later": lambda ctx: sc_mapped_later(ctx, "mapped"),
+    "mapped-later-cold": lambda ctx: sc_mapped_later(ctx, "mappedcold"),
     "late-event": sc_late_event,
     "second-consumer": sc_second_consumer,
     "race-three": sc_race_three,
@@ -1221,6 +1281,7 @@ def prepare_asset_dags() -> Any:
         + SECOND_CONSUMER_DAGS
         + REPORT_SENT
         + "".join(CALLBACK_DAG.format(p=p, tasks=tasks) for p, tasks in CALLBACK_TASKS.items())
+        + "".join(MAPPED_LATER_DAG.format(p=p) for p in MAPPED_LATER_PREFIXES)
     )
     af = scenarios_asset.AF()
     af.sync_dags(dags)

@@ -82,6 +82,8 @@ PLAN: list[Entry] = [
                 "second-consumer",
                 "race-three",
                 "bounds",
+                "mapped-later",
+                "mapped-later-cold",
             ),
         )
         for v in ASSET_VERSIONS
@@ -410,6 +412,41 @@ def test_guard_skips_the_duplicate_on_a_dag_that_ran_before(runs: Runs, version:
     assert first["event_ids"] == dup["event_ids"] != []
     assert states(earlier) == states(first) == {None}
     assert states(dup) == {"skipped"} and dup["note"] == NOTE.format(kept=first["run_id"])
+
+
+@pytest.mark.parametrize("scenario", ["mapped-later", "mapped-later-cold"])
+@pytest.mark.parametrize("version", ASSET_VERSIONS)
+def test_a_mapped_task_expanded_after_the_runs_creation_is_left_alone(runs: Runs, version: str, scenario: str) -> None:
+    """Issue 22 §8: a task mapped over its upstream's XCom is expanded by Airflow's scheduling loop in
+    a later session than the runs' creation. The guard acts only in a run's creating transaction:
+    the cleared duplicate runs as asked (its expanded task instances are scheduled exactly like the
+    kept run's, nothing skipped), it is not finished again and keeps its one note, and nothing is
+    logged; with the decision cache emptied (the other scheduler's process) each run is looked up
+    once more and then left alone."""
+    result = runs.get(version, "local-settings")
+    out = result[scenario]
+    jobs = result["job_ids"]
+
+    def pair(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+        (first,) = [r for r in rows if r["creating_job_id"] == jobs["scheduler-a"]]
+        (dup,) = [r for r in rows if r["creating_job_id"] == jobs["scheduler-b"]]
+        return first, dup
+
+    created_first, created_dup = pair(out["created"])
+    assert states(created_first) == {None}
+    assert states(created_dup) == {"skipped"} and created_dup["state"] == "success", "the race was guarded"
+    first, dup = pair(out["runs"])
+
+    def schedule(run: dict[str, Any]) -> list[tuple[str, int, str | None]]:
+        return [(t["task_id"], t["map_index"], t["state"]) for t in run["tis"]]
+
+    assert [(t, i) for t, i, _ in schedule(first) if t == "fan"] == [("fan", 0), ("fan", 1), ("fan", 2)]
+    assert schedule(dup) == schedule(first), "the cleared duplicate is scheduled like the kept run"
+    assert "skipped" not in states(first)
+    assert first["state"] == dup["state"] == "running" and dup["end_date"] is None
+    assert first["note"] is None and dup["note"] == NOTE.format(kept=first["run_id"])
+    assert out["guard_logs"] == []
+    assert out["guard_calls"] == (2 if scenario == "mapped-later-cold" else 0)
 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
