@@ -25,7 +25,7 @@ from detector.core.detect import DagFilter
 from detector.core.plan import Mode, Outcome, plan
 from detector.durations import parse_duration
 from detector.errors import AirflowApiError, AirflowUnreachable, DatabaseError, DupguardError
-from detector.metadb.engine import AirflowDb, make_engine, open_airflow_db, parse_url
+from detector.metadb.engine import DEFAULT_CALL_TIMEOUT, AirflowDb, make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 
 EXIT_OK, EXIT_FOUND, EXIT_CONFIG, EXIT_DB = 0, 1, 2, 3
@@ -71,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KIND",
         help="skip this periodic check (repeatable; the README's What counts table) [env DUPGUARD_DISABLED_CHECKS]",
+    )
+    p_scan.add_argument(
+        "--db-timeout",
+        type=_duration,
+        default=timedelta(seconds=DEFAULT_CALL_TIMEOUT),
+        help=f"client-side deadline of each database round trip (default {DEFAULT_CALL_TIMEOUT:g}s; a check "
+        "whose statement outlasts it is reported failed, the rest of the scan stands)",
     )
     p_scan.add_argument(
         "--split-grace",
@@ -236,7 +243,7 @@ def _scan(args: argparse.Namespace) -> int:
     if source == "api":
         return _scan_api(args)
     url = parse_url(config.database_url(args.database_url))
-    db = open_airflow_db(make_engine(url, read_only=True))
+    db = open_airflow_db(make_engine(url, read_only=True, call_timeout=args.db_timeout.total_seconds()))
     if not db.info.exact:
         print(
             f"dupguard: warning: unknown alembic revision {db.info.revision!r}; "
@@ -263,7 +270,15 @@ def _scan(args: argparse.Namespace) -> int:
         checks=_scan_checks(args, db),
     )
     _print_report(report, args.format)
-    return EXIT_FOUND if report.findings or any(report.observations.values()) else EXIT_OK
+    for kind, why in report.check_errors.items():
+        print(
+            f"dupguard: check {kind} failed, so its findings are missing from this report: {why} "
+            f"(a longer --db-timeout, or --disable-check {kind})",
+            file=sys.stderr,
+        )
+    if report.findings or any(report.observations.values()):
+        return EXIT_FOUND  # what was found is the answer; a failed check is said on stderr and in the report
+    return EXIT_DB if report.check_errors else EXIT_OK
 
 
 def _scan_checks(args: argparse.Namespace, db: AirflowDb) -> list[checks.Check]:

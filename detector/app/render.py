@@ -36,6 +36,10 @@ has no key). Every entry has ``key``, ``kind``, ``confidence`` (``confirmed``, `
 ``summary.checks`` counts them by kind. A split partition is in both ``split_partitions`` (as before) and
 ``checks.split_partition``.
 
+``check_errors`` (added with issue 25's 100M-row measurement, still ``format_version`` 1): ``{kind:
+message}`` for each check that failed (e.g. its statement outlasted ``--db-timeout``); that kind then has
+no key in ``checks``, and the groups and the other checks stand. ``{}`` when every check answered.
+
 ``server`` (added with issue 22, still ``format_version`` 1): ``{"role": "primary" | "standby",
 "replay_lag_seconds": x | null}``, the PostgreSQL server the scan read; null for SQLite, ``--source
 api`` and an error document. A standby may lag the primary: runs committed there within the lag are
@@ -124,6 +128,7 @@ def as_json(report: ScanReport) -> str:
         "groups": [finding_dict(f, ids=report.source == "database") for f in report.findings],
         "split_partitions": [split_dict(s) for s in report.splits],
         "checks": {k: [o.as_dict() for o in v] for k, v in report.observations.items()},
+        "check_errors": dict(report.check_errors),
         "source": report.source,
         "server": report.server.as_dict() if report.server is not None else None,
     }
@@ -146,6 +151,7 @@ def error_json(exit_code: int, message: str) -> str:
         "groups": [],
         "split_partitions": [],
         "checks": {},
+        "check_errors": {},
         "server": None,
     }
     return json.dumps(doc, indent=2)
@@ -208,6 +214,9 @@ def _table_lines(report: ScanReport) -> list[str]:
     ]
     lines.extend(_split_lines(report.splits))
     lines.extend(_observation_lines([o for k, v in report.observations.items() if k != SPLIT for o in v]))
+    lines.extend(
+        f"Check {kind} failed, so its findings are missing: {why}" for kind, why in report.check_errors.items()
+    )
     if not report.findings:
         lines.append("No duplicate asset-triggered runs found.")
         return lines

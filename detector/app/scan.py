@@ -33,6 +33,7 @@ class ScanReport:
     runs_examined: int
     note: str | None = None  # why nothing was examined (Airflow 2), shown in every format
     observations: dict[str, list[Observation]] = field(default_factory=dict)  # by check kind (detector.app.checks)
+    check_errors: dict[str, str] = field(default_factory=dict)  # kind -> why that check has no answer
     source: str = "database"  # or "api" (--source api: no dag_run ids, creating jobs or split keys)
     server: ServerRole | None = None  # the PostgreSQL server read: primary or standby (None: SQLite, the API)
 
@@ -56,7 +57,8 @@ def scan(
 
     The database narrows history to keys shared by more than one run (GROUP BY on the run_after
     index) and to runs of one DAG sharing a consumed event; only those runs' events and task
-    instances are read. Then each of ``checks`` looks once (``live`` False), on the same connection.
+    instances are read. Then each of ``checks`` looks once (``live`` False), on the same connection;
+    one that fails is named in ``check_errors`` and the rest of the report stands.
     """
     t = db.tables
     with connect(db.engine) as conn:
@@ -97,7 +99,7 @@ def scan(
             )
             findings.sort(key=lambda f: (f.dag_id, f.run_after, f.key))
         ctx = CheckContext(db_now=db_now, now=now, dag_filter=dag_filter, live=False, since=start)
-        observations = observe(checks, conn, db, ctx)
+        observations, check_errors = observe(checks, conn, db, ctx)
     return ScanReport(
         info=db.info,
         findings=findings,
@@ -105,5 +107,6 @@ def scan(
         since=start,
         runs_examined=len(ids),
         observations=observations,
+        check_errors=check_errors,
         server=server,
     )

@@ -64,7 +64,7 @@ def test_scan_never_calls_the_repair_step_and_the_default_fence_is_unfenced(airf
     check.found = [_obs("a")]
     with connect(db.engine) as conn:
         ctx = CheckContext(db_now=NOW, now=NOW, live=False)
-        assert observe([check], conn, db, ctx) == {"test_repairing": [_obs("a")]}
+        assert observe([check], conn, db, ctx) == ({"test_repairing": [_obs("a")]}, {})
     assert check.repairs == []
     runner = CheckRunner(db, [check], MemoryLedger(), Recorder(), Metrics(), cluster="c")
     runner.run("test_repairing", NOW)

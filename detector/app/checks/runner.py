@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Protocol
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from detector import logs
 from detector.actions.alerts.notice import Notice
@@ -137,6 +138,28 @@ def _first_line(exc: BaseException) -> str:
 
 def observe(
     checks: Sequence[Check], conn: Connection, db: AirflowDb, ctx: CheckContext
-) -> dict[str, list[Observation]]:
-    """Every applicable check once, on the caller's connection (``scan``): what each finds, by kind."""
-    return {c.kind: c.collect(conn, db, ctx) for c in checks}
+) -> tuple[dict[str, list[Observation]], dict[str, str]]:
+    """Every applicable check once (``scan``): what each finds, by kind, and why any failed.
+
+    A failed check costs its own answer only, not the scan's: at 100M task instances the double_bump
+    check's sequential scan outlasts the 60 s deadline of a round trip (docs/benchmarks.md). The checks
+    after it run on a fresh connection (a round trip past its deadline leaves the connection closed);
+    a database that cannot be reached at all still ends the scan (that connect raises)."""
+    found: dict[str, list[Observation]] = {}
+    failed: dict[str, str] = {}
+    fresh: Connection | None = None
+    try:
+        for check in checks:
+            try:
+                found[check.kind] = check.collect(fresh or conn, db, ctx)
+            except SQLAlchemyError as exc:
+                cause = exc.orig if isinstance(exc, DBAPIError) else None  # the driver's words, not the SQL
+                failed[check.kind] = _first_line(cause or exc)
+                log.warning("check_failed", kind=check.kind, error=failed[check.kind])
+                if fresh is not None:
+                    fresh.close()
+                fresh = db.engine.connect()
+    finally:
+        if fresh is not None:
+            fresh.close()
+    return found, failed
