@@ -1338,6 +1338,30 @@ def snippet_names_vs_settings(path: Path) -> dict[str, Any]:
 # Scenarios, 3.2 (partitioned) --------------------------------------------------------------------------
 
 
+def loop_in_race(
+    sp: Any,
+    runner: Any,
+    name: str,
+    after_read: Any,
+    errors: list[BaseException],
+    both_read: threading.Barrier,
+    a_committed: threading.Event,
+    wake: tuple[threading.Event, ...] = (),
+) -> None:
+    """One scheduler loop of a racing creator, in its thread: an error is kept for the main thread and
+    releases every step waiting on the other creator; scheduler-a's end, committed or not, lets B go on."""
+    try:
+        sp.scheduler_loop(runner, after_apdr_read=after_read)
+    except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
+        errors.append(err)
+        both_read.abort()
+        for event in wake:
+            event.set()
+    finally:
+        if name == "scheduler-a":
+            a_committed.set()
+
+
 def partitioned_race(
     sp: Any, schedulers: tuple[Any, Any], scenario: str, partition_key: str, guard: Any = None
 ) -> dict[str, Any]:
@@ -1407,16 +1431,8 @@ def partitioned_race(
         return wait
 
     def work(runner: Any, name: str) -> None:
-        try:
-            sp.scheduler_loop(runner, after_apdr_read=after_read(name))
-        except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
-            errors.append(err)
-            both_read.abort()
-            for event in (a_created, b_created, a_in_hook, b_locked):
-                event.set()
-        finally:
-            if name == "scheduler-a":
-                a_committed.set()
+        wake = (a_created, b_created, a_in_hook, b_locked)
+        loop_in_race(sp, runner, name, after_read(name), errors, both_read, a_committed, wake)
 
     SerializedDAG.create_dagrun = create_dagrun  # type: ignore[method-assign]
     try:
@@ -1610,14 +1626,7 @@ def partitioned_fresh_and_raced(sp: Any, schedulers: tuple[Any, Any], key_prefix
         return wait
 
     def work(runner: Any, name: str) -> None:
-        try:
-            sp.scheduler_loop(runner, after_apdr_read=after_read(name))
-        except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
-            errors.append(err)
-            both_read.abort()
-        finally:
-            if name == "scheduler-a":
-                a_committed.set()
+        loop_in_race(sp, runner, name, after_read(name), errors, both_read, a_committed)
 
     names = ("scheduler-a", "scheduler-b")
     threads = [threading.Thread(target=work, args=(r, n), name=n) for r, n in zip(schedulers, names, strict=True)]
