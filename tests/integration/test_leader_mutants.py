@@ -417,24 +417,29 @@ def test_a_holder_silent_for_more_than_three_leases_is_unresponsive(url: str, mo
 FAILING = "dupguard_failing_idle_read"  # a schema whose pg_stat_activity raises when read
 
 
+def _schema_first(url: str, schema: str, ddl: str) -> Iterator[str]:
+    """``url`` whose connections look names up first in ``schema`` (made by ``ddl``; dropped after)."""
+    _on_server(url, f"CREATE SCHEMA {schema}; {ddl}")
+    try:
+        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}%2Cpg_catalog%2Cpublic"
+    finally:
+        _on_server(url, f"DROP SCHEMA {schema} CASCADE")
+
+
 @pytest.fixture(scope="module")
 def failing_idle_read_url(url: str) -> Iterator[str]:
     """The module's database through a URL whose connections look ``pg_stat_activity`` up first in a
     schema where reading it raises (``options=-csearch_path``, those connections only): there the
     holder's idle read fails in the server, right after the lock statement (which reads only
     ``pg_locks`` and ``pg_database``), as a connection failing between the two would make it fail."""
-    _on_server(
+    yield from _schema_first(
         url,
-        f"CREATE SCHEMA {FAILING}; "
+        FAILING,
         f"CREATE FUNCTION {FAILING}.fail() RETURNS boolean LANGUAGE plpgsql "
         "AS $$ BEGIN RAISE EXCEPTION 'the idle read failed'; END $$; "
         f"CREATE VIEW {FAILING}.pg_stat_activity AS "
         f"SELECT pid, state_change FROM pg_catalog.pg_stat_activity WHERE {FAILING}.fail()",
     )
-    try:
-        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{FAILING}%2Cpg_catalog%2Cpublic"
-    finally:
-        _on_server(url, f"DROP SCHEMA {FAILING} CASCADE")
 
 
 @MODES
@@ -469,9 +474,9 @@ def fixed_idle_url(url: str) -> Iterator[str]:
     """The module's database through a URL whose connections read the holder's idle time from a fixed
     clock and a ``state_change`` kept in a table of ``FIXED`` (both looked up first in that schema there,
     ``options=-csearch_path``): an idle time to the microsecond, which the live server never gives."""
-    _on_server(
+    yield from _schema_first(
         url,
-        f"CREATE SCHEMA {FIXED}; "
+        FIXED,
         f"CREATE FUNCTION {FIXED}.clock_timestamp() RETURNS timestamptz LANGUAGE sql "
         f"AS $$ SELECT timestamptz '{FIXED_NOW}' $$; "
         f"CREATE TABLE {FIXED}.state (change timestamptz NOT NULL); "
@@ -479,10 +484,6 @@ def fixed_idle_url(url: str) -> Iterator[str]:
         f"CREATE VIEW {FIXED}.pg_stat_activity AS "
         f"SELECT a.pid, s.change AS state_change FROM pg_catalog.pg_stat_activity a, {FIXED}.state s",
     )
-    try:
-        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{FIXED}%2Cpg_catalog%2Cpublic"
-    finally:
-        _on_server(url, f"DROP SCHEMA {FIXED} CASCADE")
 
 
 @MODES
