@@ -62,6 +62,7 @@ def test_a_check_past_the_deadline_leaves_the_groups_and_the_other_checks_standi
     assert {"stranded_events", "trigger_flapping"} <= set(doc["checks"])
     assert "dupguard: check double_bump failed, so its findings are missing from this report" in err
     assert "--disable-check double_bump" in err
+    assert len([line for line in err.splitlines() if "double_bump" in line]) == 1  # one line says it
 
 
 def test_a_failed_check_with_nothing_found_exits_3(pg_templates: Templates, capsys: pytest.CaptureFixture[str]) -> None:

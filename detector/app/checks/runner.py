@@ -154,8 +154,7 @@ def observe(
                 found[check.kind] = check.collect(fresh or conn, db, ctx)
             except SQLAlchemyError as exc:
                 cause = exc.orig if isinstance(exc, DBAPIError) else None  # the driver's words, not the SQL
-                failed[check.kind] = _first_line(cause or exc)
-                log.warning("check_failed", kind=check.kind, error=failed[check.kind])
+                failed[check.kind] = _first_line(cause or exc)  # said once, by the caller (scan's stderr line)
                 if fresh is not None:
                     fresh.close()
                 fresh = db.engine.connect()
