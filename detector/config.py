@@ -2,7 +2,7 @@
 
 Every secret may also come from a file named by ``DUPGUARD_<NAME>_FILE`` (mounted Kubernetes
 Secrets). Validation collects every problem before failing, so an operator fixes them in one go.
-``SETTINGS`` is the single source of truth: the README's settings table is checked against it.
+``SETTINGS`` is the single source of truth: the settings table of docs/reference/settings.md is checked against it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The README's settings table, generated from ``detector.config.SETTINGS`` (the test compares them)."""
+"""The settings table of docs/reference/settings.md, generated from ``detector.config.SETTINGS``
+(the test compares them)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """`scan --format json` prints one JSON document and `--format csv` its header, whatever happens.
 
-Tools parse stdout (issue 11 §7): an Airflow 2 database, a database that is unreachable or not
-Airflow's, a missing setting and a usage error each still give them a document (and the exit code
-of README's table), with the one-line message on stderr.
+Tools parse stdout: an Airflow 2 database, a database that is unreachable or not Airflow's, a missing
+setting and a usage error each still give them a document (and the exit code documented in
+docs/reference/cli.md), with the one-line message on stderr.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def test_lock_key_outside_bigint_is_rejected() -> None:
 
 @pytest.fixture
 def readonly_role(pg_templates: Templates) -> Iterator[tuple[str, str]]:
-    """A clone whose ledger an admin created, and a role with the README's read-only grants."""
+    """A clone whose ledger an admin created, and a role with the deploy guide's read-only grants."""
     url = pg_templates.clone("3.1.2")
     role = f"ro_{uuid.uuid4().hex[:8]}"
     dbname = make_url(url).database

@@ -276,7 +276,7 @@ def test_scan_never_repairs_and_run_once_does(
 def test_requeue_without_the_insert_grant_says_so_once_and_repairs_once_granted(
     pg_templates: Templates, role: str
 ) -> None:
-    """SELECT on everything (the README's read-only grant and more), no INSERT on asset_dag_run_queue:
+    """SELECT on everything (the deploy guide's read-only grant and more), no INSERT on asset_dag_run_queue:
     ``stranded_repair_not_permitted`` once, no claim, nothing written, no crash; once granted, repaired."""
     url = pg_templates.clone(VERSION, SCENARIO)
     dbname = str(make_url(url).database)

@@ -1,5 +1,5 @@
 """A new leader term resumes where this process stopped judging (issue 23 §1), on a real PostgreSQL
-with the real Airflow 3.1.2 schema and the README's read-only role (the in-memory ledger).
+with the real Airflow 3.1.2 schema and the deploy guide's read-only role (the in-memory ledger).
 
 A term ends the way the issue tells it: dupguard's role cannot connect any more (its connection limit
 is 0, as when the slots are exhausted, and its sessions are ended) while the "scheduler" (the test's
@@ -87,7 +87,7 @@ def rig(pg_templates: Templates) -> Iterator[Rig]:
     dbname = make_url(url).database
     role = f"dg_term_{uuid.uuid4().hex[:8]}"
     execute_admin(f'CREATE ROLE "{role}" LOGIN')
-    grant = documented_grants(ROOT / "README.md")["3.0 and 3.1"]
+    grant = documented_grants(ROOT / "docs" / "deploy.md")["3.0 and 3.1"]
     execute_admin(grant.replace("TO dupguard;", f'TO "{role}";'), dbname=str(dbname))
     writer = AirflowWriter(url)
     role_url = make_url(url).set(username=role, password=None).render_as_string(hide_password=False)

@@ -1,4 +1,4 @@
-"""Configuration: precedence, secrets from files, every problem at once, redaction, README in step."""
+"""Configuration: precedence, secrets from files, every problem at once, redaction, the settings page in step."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from detector.app.settings_doc import BEGIN, END, block
 from detector.config import SETTINGS, Config, load
 from detector.errors import ConfigError
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SETTINGS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "settings.md"
 URL = "postgresql://airflow:pw-in-url@db:5432/airflow"
 
 
@@ -116,10 +116,10 @@ def test_redacted_hides_secrets() -> None:
     assert "hunter2" not in repr(cfg)
 
 
-def test_readme_settings_table_matches_code() -> None:
-    """README's settings table is exactly what SETTINGS generates (`python -m detector.app.settings_doc`)."""
-    text = README.read_text()
-    assert BEGIN in text and END in text, "README lacks the settings table markers"
+def test_settings_page_table_matches_code() -> None:
+    """docs/reference/settings.md's table is exactly what SETTINGS generates (`python -m detector.app.settings_doc`)."""
+    text = SETTINGS_PAGE.read_text()
+    assert BEGIN in text and END in text, "docs/reference/settings.md lacks the settings table markers"
     current = text[text.index(BEGIN) : text.index(END) + len(END)]
     assert current == block()
     assert len(SETTINGS) == len(Config.__dataclass_fields__)

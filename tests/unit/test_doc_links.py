@@ -19,7 +19,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+DOCS = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md")])
 _MD = MarkdownIt("commonmark").enable("table")
 _NOT_IN_SLUG = re.compile(r"[^\w\- ]")  # GitHub keeps letters, digits, _, - and spaces (then - for space)
 _HTML_ANCHOR = re.compile(r"""<a\s+(?:name|id)=["']([^"']+)["']""")
@@ -77,7 +77,8 @@ def broken_links(path: Path, root: Path = ROOT) -> list[str]:
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_intra_repo_links_resolve(path: Path) -> None:
-    """README.md and docs/*.md: every relative link names an existing file, every #anchor a heading."""
+    """README.md, CONTRIBUTING.md and every page under docs/: every relative link names an existing file,
+    every #anchor a heading."""
     assert broken_links(path) == []
 
 

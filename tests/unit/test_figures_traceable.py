@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 FIGURE = re.compile(r"\d(?:[\d,.]*\d)?\s?(?:ms|s|µs|MB|GB|kB|%|\u00d7)(?!\w)")
 MEASURED = re.compile(
