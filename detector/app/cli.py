@@ -182,13 +182,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_CONFIG  # pragma: no cover - parser.error exits
 
 
+SIGPIPE_STATUS = 141  # what a shell reports for a writer killed by SIGPIPE (128 + 13), as `yes | head` gives
+
+
 def main_entry() -> None:
-    code = main()
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`dupguard scan | head`): nothing is left to tell it, and a traceback
+        # would only bury its output. Later writes go nowhere, as Python's signal docs advise.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = SIGPIPE_STATUS
     # Everything that must happen before the end has happened (lock released, alerts drained or logged
     # as undelivered, output printed). What is left is the interpreter's teardown, a garbage
     # collection of every module's objects: 2-7 s on a loaded 2-core machine, which pushed SIGTERM
-    # past the pod's grace period (issue 23 §7). So the process ends here, with its streams flushed.
-    sys.stdout.flush()
+    # past the pod's grace period. So the process ends here, with its streams flushed.
     sys.stderr.flush()
     os._exit(code)
 
