@@ -79,7 +79,7 @@ class SlackBotChannel:
     """
 
     name = "slack"
-    transport = "bot"  # alerts_configured's slack_transport
+    transport = "bot"  # alerts_configured's slack_transport (only Slack has two)
 
     def __init__(self, bot: SlackBot, ledger: Ledger, ui_url: str | None = None, links: Links = NO_LINKS) -> None:
         self.bot, self.ledger, self.ui_url, self.links = bot, ledger, ui_url, links

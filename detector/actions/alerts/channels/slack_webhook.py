@@ -13,9 +13,9 @@ from slack_sdk.errors import SlackClientError
 from slack_sdk.webhook import WebhookClient
 
 from detector import logs
-from detector.actions.alerts.channels import slack_bot
 from detector.actions.alerts.channels.base import Needs
 from detector.actions.alerts.channels.log import LOGGER
+from detector.actions.alerts.channels.slack_bot import configured as bot_configured
 from detector.actions.alerts.notice import Notice
 from detector.actions.alerts.oncall import NO_LINKS, Links
 from detector.actions.alerts.slack_clients import failure, make_webhook_client
@@ -76,7 +76,7 @@ class SlackWebhookChannel:
 def build(config: Config, needs: Needs) -> list[SlackWebhookChannel]:
     if not config.slack_webhook_url:
         return []
-    if slack_bot.configured(config):
+    if bot_configured(config):
         logs.get(LOGGER).warning(
             "alert_transport_ignored", transport="slack_webhook", reason="a bot token is configured"
         )
