@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine
 
 from detector import logs
-from detector.actions.alerts.dispatch import build_alerter
+from detector.actions.alerts import channels
+from detector.actions.alerts.channels.log import LOGGER as ALERTS_LOGGER
+from detector.actions.alerts.dispatch import Dispatcher, Undelivered
 from detector.actions.remediation.guarded import Backend, GuardedRemediator, RunStates
 from detector.app import checks
 from detector.app.checks.runner import CheckRunner
@@ -21,7 +23,7 @@ from detector.config import Config
 from detector.core.detect import DagFilter
 from detector.core.fence import FenceSource
 from detector.core.plan import Mode
-from detector.core.ports import Remediator
+from detector.core.ports import Ledger, Remediator
 from detector.errors import DatabaseError, DupguardError
 from detector.metadb.engine import AirflowDb, make_engine, open_airflow_db, parse_url
 from detector.metadb.schema import AirflowTables, Family
@@ -125,6 +127,43 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
         alerter=alerter,
         metrics=metrics,
         checks=runner if enabled else None,
+    )
+
+
+# --- alerts: the channels come from their registry ---
+
+
+def build_alerter(
+    config: Config,
+    ledger: Ledger,
+    metrics: Metrics,
+    *,
+    retries: int = 2,
+    digest_delay: float = 10.0,
+    storm_window: float = 60.0,
+) -> Dispatcher:
+    """The daemon's Alerter for ``config``: the log sink always, and every configured channel of the
+    registry (``detector/actions/alerts/channels/__init__.py``), each client built with the alert timeout."""
+    timeout = config.alert_timeout.total_seconds()
+    undelivered = Undelivered()  # shared with the Alertmanager channels: their re-sends fail on their own thread
+    needs = channels.Needs(ledger, metrics, timeout=timeout, retries=retries, undelivered=undelivered.add)
+    enabled = channels.build(config, needs)
+    logs.get(ALERTS_LOGGER).info(
+        "alerts_configured",
+        channels=["log", *(c.name for c in enabled)],
+        slack_transport=next((t for c in enabled if (t := getattr(c, "transport", None))), None),
+        storm_threshold=config.alert_storm_threshold,
+        timeout_seconds=timeout,
+    )
+    return Dispatcher(
+        enabled,
+        ledger,
+        metrics,
+        ui_url=config.airflow_ui_url,
+        storm_threshold=config.alert_storm_threshold,
+        storm_window=storm_window,
+        digest_delay=digest_delay,
+        undelivered=undelivered,
     )
 
 

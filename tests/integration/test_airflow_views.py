@@ -25,7 +25,7 @@ from urllib.parse import quote
 import pytest
 from sqlalchemy import text
 
-from detector.actions.alerts.format import status_of
+from detector.actions.alerts.group_text import status_of
 from detector.actions.remediation.api import ApiBackend
 from detector.actions.remediation.guarded import GuardedRemediator, RunStates
 from detector.actions.remediation.readback import NO_START_DATE

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from detector.actions.alerts.dispatch import build_alerter
 from detector.app.ledger import MemoryLedger
+from detector.app.wiring import build_alerter
 from detector.config import Config
 from detector.core.ports import AlertEvent
 from detector.metrics import Metrics

@@ -21,11 +21,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from detector.actions.alerts.dispatch import Dispatcher, build_alerter
-from detector.actions.alerts.format import run_url
+from detector.actions.alerts.dispatch import Dispatcher
 from detector.actions.alerts.oncall import DUPLICATE_ALERT, SPLIT_ALERT
 from detector.actions.alerts.split import split_notice
+from detector.actions.alerts.text import run_url
 from detector.app.scan import scan
+from detector.app.wiring import build_alerter
 from detector.config import Config
 from detector.core.ports import AlertEvent, Result
 from detector.core.split import SplitPartition, SplitRow

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from detector.actions.alerts.dispatch import Dispatcher, build_alerter
-from detector.actions.alerts.format import webhook_payload
-from detector.actions.alerts.webhook import JsonWebhook
+from detector.actions.alerts.channels.webhook import webhook_payload
+from detector.actions.alerts.dispatch import Dispatcher
+from detector.actions.alerts.json_webhook import JsonWebhook
+from detector.app.wiring import build_alerter
 from detector.config import Config
 from detector.core.model import Confidence, Finding, Kind, Run
 from detector.core.plan import Action, Mode, Outcome

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from detector.actions.alerts.format import plain_text
+from detector.actions.alerts.group_text import plain_text
 from detector.core.ports import AlertKind
 from tests.daemon_harness import Running, start_daemon, wait_for
 from tests.pg import Templates

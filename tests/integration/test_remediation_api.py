@@ -20,7 +20,9 @@ import pytest
 from sqlalchemy import Engine
 from structlog.testing import capture_logs
 
-from detector.actions.alerts.format import detected_message, outcome_message, plain_text, webhook_payload
+from detector.actions.alerts.channels.webhook import webhook_payload
+from detector.actions.alerts.group_text import plain_text
+from detector.actions.alerts.slack_messages import detected_message, outcome_message
 from detector.actions.remediation.api import ApiBackend
 from detector.actions.remediation.guarded import GuardedRemediator
 from detector.app.run import run_daemon

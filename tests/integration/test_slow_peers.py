@@ -14,10 +14,10 @@ from datetime import timedelta
 import pytest
 from structlog.testing import capture_logs
 
-from detector.actions.alerts.dispatch import build_alerter
 from detector.airflowapi.client import Transient, make_client
 from detector.airflowapi.session import Session
 from detector.airflowapi.tokens import Budget, TokenSource
+from detector.app.wiring import build_alerter
 from detector.config import Config
 from detector.metrics import Metrics
 from tests.airflow_server import CountingProxy

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from detector.actions.alerts.format import webhook_payload
+from detector.actions.alerts.channels.webhook import webhook_payload
 from detector.core.detect import find_duplicates
 from detector.core.model import ASSET_TRIGGERED, Run
 from detector.core.ports import AlertEvent, AlertKind

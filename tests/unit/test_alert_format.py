@@ -6,26 +6,19 @@ import json
 from dataclasses import replace
 from datetime import timedelta
 
-from detector.actions.alerts.format import (
-    BLOCK_LIMIT,
-    HEADER_LIMIT,
-    SCHEMA,
-    SECTION_LIMIT,
-    _cut_mrkdwn,
+from detector.actions.alerts.channels.log import log_fields
+from detector.actions.alerts.channels.webhook import digest_payload, severity, webhook_payload
+from detector.actions.alerts.dispatch import outcome_signature
+from detector.actions.alerts.group_text import plain_text, status_of
+from detector.actions.alerts.slack_messages import (
     detected_message,
     digest_message,
     digest_outcome_message,
-    digest_payload,
     limits_problems,
-    log_fields,
     outcome_message,
-    outcome_signature,
-    plain_text,
-    run_url,
-    severity,
-    status_of,
-    webhook_payload,
 )
+from detector.actions.alerts.text import BLOCK_LIMIT, HEADER_LIMIT, SCHEMA, SECTION_LIMIT, run_url
+from detector.actions.alerts.text import cut_mrkdwn as _cut_mrkdwn
 from detector.core.model import Confidence, Finding, Kind, Run
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Result, StartedTask

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from structlog.testing import capture_logs
 
-from detector.actions.alerts.log import log_event
+from detector.actions.alerts.channels.log import log_event
 from detector.core.ports import AlertKind, Result, StartedTask
 from tests.unit.test_alert_format import _event, _finding, _outcome
 

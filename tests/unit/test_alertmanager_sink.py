@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from detector.actions.alerts.alertmanager import (
+from detector.actions.alerts.channels.alertmanager import (
     AlertmanagerChannel,
     Tracker,
     auth_headers,

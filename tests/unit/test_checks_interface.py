@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.engine import Connection
 from structlog.testing import capture_logs
 
-from detector.actions.alerts.alertmanager import notice_alert
+from detector.actions.alerts.channels.alertmanager import notice_alert
 from detector.actions.alerts.notice import Notice, alertname_of, observation_notice
 from detector.app import checks, demo
 from detector.app.checks.base import CheckBase
@@ -200,7 +200,7 @@ def test_a_disabled_check_is_not_built(db: AirflowDb, monkeypatch: pytest.Monkey
 
 
 def _dispatcher() -> Any:
-    from detector.actions.alerts.dispatch import build_alerter
+    from detector.app.wiring import build_alerter
 
     return build_alerter(Config.of(database_url="sqlite://"), MemoryLedger(), Metrics())
 
@@ -233,7 +233,7 @@ def test_every_check_has_its_runbook_section_and_a_row_in_the_docs(kind: str) ->
 
 def test_a_notice_after_the_alerter_closed_is_logged_undelivered_per_channel() -> None:
     """As a group's alert: never dropped silently (it was: nothing logged but the detected line)."""
-    from detector.actions.alerts.dispatch import build_alerter
+    from detector.app.wiring import build_alerter
 
     config = Config.of(database_url="sqlite://", webhook_url="http://127.0.0.1:9/hook")
     alerter = build_alerter(config, MemoryLedger(), Metrics())

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from detector.actions.alerts.format import result_label, status_of
+from detector.actions.alerts.group_text import result_label, status_of
 from detector.actions.remediation.guarded import judge, passive_result
 from detector.actions.remediation.readback import NO_START_DATE
 from detector.app.cli import main

@@ -21,15 +21,17 @@ from typing import Any
 
 import pytest
 
-from detector.actions.alerts.dispatch import build_alerter
-from detector.actions.alerts.format import Message, detected_message, digest_message, digest_outcome_message
-from detector.actions.alerts.format import outcome_message as reply
+from detector.actions.alerts.channels.slack_bot import SlackBot
 from detector.actions.alerts.notice import observation_notice
 from detector.actions.alerts.oncall import Links
-from detector.actions.alerts.slack import SlackBot, make_web_client
+from detector.actions.alerts.slack_clients import make_web_client
+from detector.actions.alerts.slack_messages import detected_message, digest_message, digest_outcome_message
+from detector.actions.alerts.slack_messages import outcome_message as reply
 from detector.actions.alerts.split import split_notice
+from detector.actions.alerts.text import Message
 from detector.actions.remediation.guarded import passive_result
 from detector.app.ledger import MemoryLedger
+from detector.app.wiring import build_alerter
 from detector.config import Config
 from detector.core.checks import Observation
 from detector.core.model import Confidence, Finding, Kind, TaskProgress

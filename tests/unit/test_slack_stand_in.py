@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from detector.actions.alerts.format import Message
-from detector.actions.alerts.slack import SlackBot, SlackWebhook, make_web_client, make_webhook_client
+from detector.actions.alerts.channels.slack_bot import SlackBot
+from detector.actions.alerts.channels.slack_webhook import SlackWebhook
+from detector.actions.alerts.slack_clients import make_web_client, make_webhook_client
+from detector.actions.alerts.text import Message
 from detector.errors import AlertDeliveryError
 from tests.slack_server import SlackServer
 

@@ -7,9 +7,8 @@ from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 
-from detector.actions.alerts.dispatch import WebhookChannel
-from detector.actions.alerts.format import DIGEST_MAX_BYTES, DIGEST_MAX_GROUPS
-from detector.actions.alerts.webhook import JsonWebhook
+from detector.actions.alerts.channels.webhook import DIGEST_MAX_BYTES, DIGEST_MAX_GROUPS, WebhookChannel
+from detector.actions.alerts.json_webhook import JsonWebhook
 from detector.core.model import Confidence, Finding, Kind
 from detector.core.ports import AlertEvent, AlertKind
 from tests.factories import T0, run

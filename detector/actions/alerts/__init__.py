@@ -1,1 +1,2 @@
-"""Alert delivery: structured log, Slack, webhook, and the dispatcher that keeps them off the detection path."""
+"""Alert delivery: the channels (``channels/``: log, Slack, webhook, Alertmanager), what they share,
+and the dispatcher that keeps them off the detection path."""

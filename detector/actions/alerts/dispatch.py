@@ -1,4 +1,7 @@
-"""The ``Alerter``: logs every group at once, then delivers to Slack and the webhook off the detection path.
+"""The ``Alerter``: logs every group at once, then delivers to the channels off the detection path.
+
+What stays here is routing, lanes and digests: the channels (``channels/``, one module each, built by
+``detector/app/wiring.py`` from their registry) are known only as ``channels.base.Channel``.
 
 Threads::
 
@@ -35,51 +38,24 @@ hold no URL or token, and only those messages are logged.
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
-from typing import Any, Protocol
-
-from slack_sdk import WebClient
-from slack_sdk.webhook import WebhookClient
+from typing import Any
 
 from detector import logs
-from detector.actions.alerts.alertmanager import AlertmanagerChannel
-from detector.actions.alerts.alertmanager import build_channels as alertmanager_channels
-from detector.actions.alerts.format import (
-    detected_message,
-    digest_message,
-    digest_outcome_message,
-    digest_payloads,
-    joined_signature,
-    outcome_message,
-    outcome_signature,
-    plain_text,
-    webhook_payload,
-)
-from detector.actions.alerts.log import LOGGER, log_event
+from detector.actions.alerts.channels.base import Channel, Closing
+from detector.actions.alerts.channels.log import LOGGER, log_event
+from detector.actions.alerts.group_text import plain_text
 from detector.actions.alerts.notice import Notice
-from detector.actions.alerts.oncall import NO_LINKS, Links
-from detector.actions.alerts.parts import PartialDelivery, send_each
-from detector.actions.alerts.slack import (
-    Posted,
-    SlackBot,
-    SlackWebhook,
-    make_web_client,
-    make_webhook_client,
-)
-from detector.actions.alerts.webhook import JsonWebhook
-from detector.config import Config
+from detector.actions.alerts.parts import PartialDelivery
 from detector.core.ports import AlertEvent, AlertKind, Ledger
 from detector.metrics import Metrics
 
-SLACK_TS = "slack_ts"
-SLACK_CHANNEL_ID = "slack_channel_id"
-SLACK_DIGEST = "slack_digest"
 DIGESTED_KEPT = 100_000  # digested groups whose later outcomes are digested too
 TROUBLE_WINDOW = 900.0  # seconds an undelivered alert stays named in /readyz
 
@@ -115,139 +91,18 @@ def _describe(item: Item) -> tuple[str, list[str], list[AlertEvent]]:
     return kind, [e.finding.key for e in item.events], list(item.events)
 
 
-# --- channels -------------------------------------------------------------------------------------
+# --- claims -------------------------------------------------------------------------------------
 
 
-class Channel(Protocol):
-    """One destination. Each method delivers or raises (``AlertDeliveryError`` when the cause is known);
-    the digest methods return how many messages or payloads they sent, and raise ``PartialDelivery``
-    when some of them failed."""
-
-    name: str
-
-    def detected(self, event: AlertEvent) -> None: ...
-
-    def outcome(self, event: AlertEvent) -> None: ...
-
-    def digest(self, events: Sequence[AlertEvent]) -> int: ...
-
-    def digest_outcomes(self, events: Sequence[AlertEvent]) -> int: ...
-
-    def notice(self, notice: Notice) -> None: ...
+def outcome_signature(event: AlertEvent) -> str:
+    """Stable id of one outcome (which run ended how), so a replayed outcome is not announced twice."""
+    parts = sorted(f"{r.action.run.run_id}={r.result.value}" for r in event.results)
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-class SlackBotChannel:
-    """First message in the channel; outcomes threaded under it, and the first message updated to show them.
-
-    The message ts and channel id live in the ledger (``slack_ts``, ``slack_channel_id``), so a
-    restarted or other replica still threads its follow-ups under the right message.
-    """
-
-    name = "slack"
-
-    def __init__(self, bot: SlackBot, ledger: Ledger, ui_url: str | None = None, links: Links = NO_LINKS) -> None:
-        self.bot, self.ledger, self.ui_url, self.links = bot, ledger, ui_url, links
-
-    def _remember(self, key: str, posted: Posted, digest: bool = False) -> None:
-        try:
-            self.ledger.remember(key, SLACK_TS, posted.ts)
-            self.ledger.remember(key, SLACK_CHANNEL_ID, posted.channel_id)
-            if digest:
-                self.ledger.remember(key, SLACK_DIGEST, posted.ts)
-        except Exception:  # noqa: BLE001 - the message is out; only its follow-ups lose their thread
-            logs.get(LOGGER).exception("alert_thread_not_remembered", channel=self.name, group_key=key)
-
-    def _thread(self, key: str) -> Posted | None:
-        ts = self.ledger.recall(key, SLACK_TS)
-        if ts is None:
-            return None
-        return Posted(self.ledger.recall(key, SLACK_CHANNEL_ID) or self.bot.channel, ts)
-
-    def detected(self, event: AlertEvent) -> None:
-        self._remember(event.finding.key, self.bot.post(detected_message(event, self.ui_url, links=self.links)))
-
-    def outcome(self, event: AlertEvent) -> None:
-        key = event.finding.key
-        first = self._thread(key)
-        if first is None:  # announced by no one we know of (e.g. a memory ledger after a restart)
-            self.bot.post(outcome_message(event, self.ui_url, threaded=False, links=self.links))
-            return
-        reply = outcome_message(event, self.ui_url, links=self.links)
-        self.bot.post(reply, thread_ts=first.ts, channel=first.channel_id)
-        if self.ledger.recall(key, SLACK_DIGEST) is None:
-            self.bot.update(first, detected_message(event, self.ui_url, event.results, links=self.links))
-
-    def digest(self, events: Sequence[AlertEvent]) -> int:
-        posted = self.bot.post(digest_message(events, self.ui_url, links=self.links))
-        for e in events:
-            self._remember(e.finding.key, posted, digest=True)
-        return 1
-
-    def digest_outcomes(self, events: Sequence[AlertEvent]) -> int:
-        threads: dict[Posted | None, list[AlertEvent]] = {}
-        for e in events:
-            threads.setdefault(self._thread(e.finding.key), []).append(e)
-        return send_each((group, partial(self._reply, first, group)) for first, group in threads.items())
-
-    def _reply(self, first: Posted | None, group: Sequence[AlertEvent]) -> None:
-        if first is None:
-            self.bot.post(digest_outcome_message(group, links=self.links))
-        else:
-            self.bot.post(digest_outcome_message(group, links=self.links), thread_ts=first.ts, channel=first.channel_id)
-
-    def notice(self, notice: Notice) -> None:
-        self.bot.post(notice.message(self.ui_url, self.links))
-
-
-class SlackWebhookChannel:
-    """An incoming webhook: one message per group, follow-ups as new messages naming the group."""
-
-    name = "slack"
-
-    def __init__(self, hook: SlackWebhook, ui_url: str | None = None, links: Links = NO_LINKS) -> None:
-        self.hook, self.ui_url, self.links = hook, ui_url, links
-
-    def detected(self, event: AlertEvent) -> None:
-        self.hook.send(detected_message(event, self.ui_url, links=self.links))
-
-    def outcome(self, event: AlertEvent) -> None:
-        self.hook.send(outcome_message(event, self.ui_url, threaded=False, links=self.links))
-
-    def digest(self, events: Sequence[AlertEvent]) -> int:
-        self.hook.send(digest_message(events, self.ui_url, links=self.links))
-        return 1
-
-    def digest_outcomes(self, events: Sequence[AlertEvent]) -> int:
-        self.hook.send(digest_outcome_message(events, links=self.links))
-        return 1
-
-    def notice(self, notice: Notice) -> None:
-        self.hook.send(notice.message(self.ui_url, self.links))
-
-
-class WebhookChannel:
-    """The generic JSON webhook: one ``dupguard.alert/v1`` payload per group, outcome or digest."""
-
-    name = "webhook"
-
-    def __init__(self, hook: JsonWebhook, ui_url: str | None = None) -> None:
-        self.hook, self.ui_url = hook, ui_url
-
-    def detected(self, event: AlertEvent) -> None:
-        self.hook.send(webhook_payload(event, self.ui_url))
-
-    def outcome(self, event: AlertEvent) -> None:
-        self.hook.send(webhook_payload(event, self.ui_url))
-
-    def digest(self, events: Sequence[AlertEvent]) -> int:
-        """Bounded parts (``digest_payloads``); outcomes the same way (``type`` digest_outcome), each
-        group with its ``key`` for receivers that correlate by group."""
-        return send_each((chunk, partial(self.hook.send, p)) for chunk, p in digest_payloads(events, self.ui_url))
-
-    digest_outcomes = digest
-
-    def notice(self, notice: Notice) -> None:
-        self.hook.send(notice.payload)
+def joined_signature(event: AlertEvent) -> str:
+    """Stable id of the runs that joined an announced group, so that news is announced once."""
+    return hashlib.sha256("\n".join(sorted(event.new_runs)).encode()).hexdigest()[:16]
 
 
 # --- the dispatcher -------------------------------------------------------------------------------
@@ -379,7 +234,7 @@ class Dispatcher:
             if t is not None:
                 t.join(max(0.0, deadline - time.monotonic()))
         for lane in self._lanes:  # Alertmanager's re-sends: its open alerts then end at their last endsAt
-            if isinstance(lane.channel, AlertmanagerChannel):
+            if isinstance(lane.channel, Closing):
                 lane.channel.close(max(0.0, deadline - time.monotonic()))
         if not any(t is not None and t.is_alive() for t in [self._router, *(lane.thread for lane in self._lanes)]):
             return
@@ -589,80 +444,3 @@ class Dispatcher:
             error=error,
             content=item.text if isinstance(item, Notice) else "\n\n".join(plain_text(e, self.ui_url) for e in events),
         )
-
-
-def build_alerter(
-    config: Config,
-    ledger: Ledger,
-    metrics: Metrics,
-    *,
-    web_client: WebClient | None = None,
-    webhook_client: WebhookClient | None = None,
-    json_webhook: JsonWebhook | None = None,
-    retries: int = 2,
-    digest_delay: float = 10.0,
-    storm_window: float = 60.0,
-) -> Dispatcher:
-    """The daemon's Alerter for ``config``: the log sink always, Slack (bot, else webhook) and the webhook if set.
-
-    Clients may be injected (tests); otherwise they are built from the config with its timeout.
-    """
-    log = logs.get(LOGGER)
-    timeout = config.alert_timeout.total_seconds()
-    ui = config.airflow_ui_url
-
-    def counter(name: str) -> Callable[[], None]:
-        return metrics.alerts.labels(channel=name, outcome="retried").inc
-
-    channels: list[Channel] = []
-    undelivered = Undelivered()  # shared with the Alertmanager channels: their re-sends fail on their own thread
-    slack_transport: str | None = None
-    if config.slack_bot_token and config.slack_channel:
-        slack_transport = "bot"
-        client = web_client or make_web_client(
-            config.slack_bot_token,
-            api_url=config.slack_api_url,
-            timeout=timeout,
-            on_retry=counter("slack"),
-            retries=retries,
-        )
-        channels.append(SlackBotChannel(SlackBot(client, config.slack_channel), ledger, ui, Links.of(config)))
-        if config.slack_webhook_url:
-            log.warning("alert_transport_ignored", transport="slack_webhook", reason="a bot token is configured")
-    elif config.slack_webhook_url:
-        slack_transport = "webhook"
-        hook = webhook_client or make_webhook_client(
-            config.slack_webhook_url, timeout=timeout, on_retry=counter("slack"), retries=retries
-        )
-        channels.append(SlackWebhookChannel(SlackWebhook(hook), ui, Links.of(config)))
-    if config.webhook_url:
-        json_hook = json_webhook or JsonWebhook(
-            config.webhook_url, timeout=timeout, retries=retries, on_retry=counter("webhook")
-        )
-        channels.append(WebhookChannel(json_hook, ui))
-    channels.extend(
-        alertmanager_channels(
-            config,
-            timeout=timeout,
-            retries=retries,
-            counter=lambda name, outcome: metrics.alerts.labels(channel=name, outcome=outcome).inc,
-            undelivered=undelivered.add,
-        )
-    )
-    log.info(
-        "alerts_configured",
-        channels=["log", *(c.name for c in channels)],
-        slack_transport=slack_transport,
-        storm_threshold=config.alert_storm_threshold,
-        timeout_seconds=timeout,
-    )
-    return Dispatcher(
-        channels,
-        ledger,
-        metrics,
-        ui_url=ui,
-        storm_threshold=config.alert_storm_threshold,
-        storm_window=storm_window,
-        digest_delay=digest_delay,
-        undelivered=undelivered,
-    )

@@ -135,7 +135,7 @@ def _left_alone(f: Finding, ui_url: str | None, results: Sequence[RemediationRes
 
 
 def guidance(f: Finding, mode: str, status: str, results: Sequence[RemediationResult], ui_url: str | None) -> Guidance:
-    """The severity and the one "what to do now" line of a group in ``status`` (``format.status_of``)."""
+    """The severity and the one "what to do now" line of a group in ``status`` (``group_text.status_of``)."""
     if status == "failed":
         return Guidance(
             "CRITICAL",

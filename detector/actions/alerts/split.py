@@ -12,9 +12,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from detector.actions.alerts.format import SCHEMA, SUMMARY_LIMIT, TEXT_LIMIT, Message
 from detector.actions.alerts.oncall import NO_LINKS, SPLIT_ALERT, Guidance, Links, guidance_section, icon, links_context
-from detector.actions.alerts.text import clip, context, escape, grid_url, header, section, slack_date
+from detector.actions.alerts.text import (
+    SCHEMA,
+    SUMMARY_LIMIT,
+    TEXT_LIMIT,
+    Message,
+    clip,
+    context,
+    escape,
+    grid_url,
+    header,
+    section,
+    slack_date,
+)
 from detector.core.split import ADVICE, KIND, SplitPartition, row_line, split_dict
 
 

@@ -1,20 +1,39 @@
-"""Text pieces every alert message is made of: cutting, Slack mrkdwn escaping, Airflow UI links, Slack dates.
+"""Text pieces every alert message is made of: cutting, Slack mrkdwn escaping, Airflow UI links, Slack
+dates, the Slack ``Message`` and the limits and envelope name every channel's messages keep.
 
-Pure, and imported by the message modules (``format``, ``oncall``, ``split``), never the other way.
+Pure, and imported by the message modules (``group_text``, ``slack_messages``, ``oncall``, ``notice``,
+``split``, the channels), never the other way.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+# Slack's limits (https://api.slack.com/reference/block-kit/blocks)
 HEADER_LIMIT = 150
 SECTION_LIMIT = 3000  # also a context element's text
+BLOCK_LIMIT = 50
+TEXT_LIMIT = 3000  # the notification fallback; Slack accepts 40 000 but truncates much earlier on phones
+SUMMARY_LIMIT = 1024  # PagerDuty's summary limit, a sane bound for any receiver
+SCHEMA = "dupguard.alert/v1"  # the webhook payloads' envelope (docs/alerts.md)
 
 # Slack shows the reader's own time zone; the fallback (old clients, notifications) is the ISO time.
 # https://docs.slack.dev/messaging/formatting-message-text#date-formatting
 _DATE_FORMAT = "{date_short_pretty} {time_secs}"
+
+
+@dataclass(frozen=True)
+class Message:
+    """A Slack message: ``text`` is the fallback (notifications, screen readers), ``blocks`` the layout."""
+
+    text: str
+    blocks: tuple[dict[str, Any], ...]
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {"text": self.text, "blocks": list(self.blocks)}
 
 
 def clip(text: str, limit: int) -> str:

@@ -21,6 +21,7 @@ announced once, so its alert is final from the start.
 
 One ``AlertmanagerChannel`` per URL (an HA pair gets every alert on every member: Alertmanager does
 not share alerts between peers); the dispatcher retries, claims and counts each as its own channel.
+The transport is ``json_webhook.JsonWebhook``, shared with the generic webhook channel.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ from functools import partial
 from typing import Any, Protocol
 
 from detector import logs
-from detector.actions.alerts.format import SUMMARY_LIMIT, clip, plain_text, run_url, status_of
-from detector.actions.alerts.log import LOGGER
+from detector.actions.alerts.channels.base import Needs
+from detector.actions.alerts.channels.log import LOGGER
+from detector.actions.alerts.group_text import event_guidance, plain_text, status_of
+from detector.actions.alerts.json_webhook import JsonWebhook
 from detector.actions.alerts.notice import Notice
-from detector.actions.alerts.oncall import DUPLICATE_ALERT, RUNBOOK_FILE, Guidance, guidance
+from detector.actions.alerts.oncall import DUPLICATE_ALERT, RUNBOOK_FILE, Guidance
 from detector.actions.alerts.parts import send_each
-from detector.actions.alerts.webhook import JsonWebhook
+from detector.actions.alerts.text import SUMMARY_LIMIT, clip, run_url
 from detector.config import Config
 from detector.core.ports import AlertEvent, AlertKind
 from detector.errors import AlertDeliveryError
@@ -58,7 +61,7 @@ class Poster(Protocol):
 
 
 def _guidance(event: AlertEvent) -> Guidance:
-    return guidance(event.finding, event.mode, status_of(event.results).name, event.results, None)
+    return event_guidance(event, None, event.results)
 
 
 def severity_of(event: AlertEvent) -> str:
@@ -341,26 +344,19 @@ def _failed_resend(
     return failed
 
 
-def build_channels(
-    config: Config,
-    *,
-    timeout: float,
-    retries: int,
-    counter: Callable[[str, str], Callable[[], None]],
-    undelivered: Callable[[str, str], None] = lambda name, error: None,
-) -> list[AlertmanagerChannel]:
-    """One channel per ``DUPGUARD_ALERTMANAGER_URLS`` entry; ``counter(channel, outcome)`` counts its
-    retries and its failed re-sends in ``dupguard_alerts_total``; ``undelivered(channel, error)`` records
-    a failed re-send where ``/readyz`` names the other undelivered alerts (the dispatcher's ``trouble``)."""
+def build(config: Config, needs: Needs) -> list[AlertmanagerChannel]:
+    """One channel per ``DUPGUARD_ALERTMANAGER_URLS`` entry; its retries and its failed re-sends are
+    counted in ``dupguard_alerts_total``, and a failed re-send is recorded where ``/readyz`` names the
+    other undelivered alerts (``needs.undelivered``: the dispatcher's ``trouble``)."""
     headers, context = auth_headers(config), tls_context(config)
     return [
         AlertmanagerChannel(
             name,
             JsonWebhook(
                 f"{url}/api/v2/alerts",
-                timeout=timeout,
-                retries=retries,
-                on_retry=counter(name, "retried"),
+                timeout=needs.timeout,
+                retries=needs.retries,
+                on_retry=needs.counter(name, "retried"),
                 name=name,
                 headers=headers,
                 context=context,
@@ -369,7 +365,7 @@ def build_channels(
             resolve_after=config.alertmanager_resolve_after,
             ui_url=config.airflow_ui_url,
             runbook=config.runbook_url or RUNBOOK_FILE,
-            on_failure=_failed_resend(counter(name, "failed"), undelivered, name),
+            on_failure=_failed_resend(needs.counter(name, "failed"), needs.undelivered, name),
         )
         for name, url in zip(channel_names(config.alertmanager_urls), config.alertmanager_urls, strict=True)
     ]

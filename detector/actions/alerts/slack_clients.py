@@ -1,6 +1,8 @@
-"""Slack transports: the bot (``chat.postMessage`` / ``chat.update`` with a token) and the incoming webhook.
+"""The slack-sdk clients of both Slack channels (``channels/slack_bot.py``: ``chat.postMessage`` /
+``chat.update`` with a token; ``channels/slack_webhook.py``: the incoming webhook), their retries and
+their errors.
 
-Both are thin wrappers around slack-sdk clients built here and passed in, so tests point them at a
+Both channels' transports are thin wrappers around the clients built here and passed in, so tests point them at a
 local Slack-compatible server (``DUPGUARD_SLACK_API_URL``). Retries are slack-sdk's own retry
 handlers (https://tools.slack.dev/python-slack-sdk/web#retryhandler): 429 waits for ``Retry-After``,
 any 5xx and connection errors or timeouts back off exponentially with jitter. A timeout is retried
@@ -18,13 +20,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from http.client import RemoteDisconnected
 from typing import Any
 from urllib.error import URLError
 
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
     RateLimitErrorRetryHandler,
@@ -37,7 +38,6 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.webhook import WebhookClient
 
 from detector import deadline
-from detector.actions.alerts.format import Message
 from detector.errors import AlertDeliveryError
 
 OnRetry = Callable[[], None]
@@ -150,7 +150,7 @@ def make_webhook_client(url: str, *, timeout: float, on_retry: OnRetry, retries:
     )
 
 
-def _failure(what: str, exc: BaseException) -> AlertDeliveryError:
+def failure(what: str, exc: BaseException) -> AlertDeliveryError:
     """An error naming what failed and why, without the URL or token (never ``str(exc)`` of a client error)."""
     if isinstance(exc, SlackApiError):
         status = getattr(exc.response, "status_code", "?")
@@ -163,57 +163,3 @@ def _failure(what: str, exc: BaseException) -> AlertDeliveryError:
     if isinstance(exc, URLError):
         return AlertDeliveryError(f"{what}: cannot connect ({type(exc.reason).__name__})")
     return AlertDeliveryError(f"{what}: {type(exc).__name__}")
-
-
-@dataclass(frozen=True)
-class Posted:
-    channel_id: str  # chat.update needs the id Slack answers with, not the configured name
-    ts: str
-
-
-class SlackBot:
-    """Posts, threads and updates messages in one channel with a bot token."""
-
-    transport = "bot"
-
-    def __init__(self, client: WebClient, channel: str) -> None:
-        self.client = client
-        self.channel = channel
-
-    def post(self, message: Message, thread_ts: str | None = None, channel: str | None = None) -> Posted:
-        """Post ``message`` (as a reply when ``thread_ts`` is given) to ``channel`` or the configured one."""
-        kwargs = message.as_kwargs() | {
-            "channel": channel or self.channel,
-            "unfurl_links": False,
-            "unfurl_media": False,
-        }
-        if thread_ts:
-            kwargs["thread_ts"] = thread_ts
-        try:
-            resp = self.client.chat_postMessage(**kwargs)
-        except (SlackClientError, OSError) as exc:
-            raise _failure("chat.postMessage", exc) from None
-        return Posted(channel_id=str(resp.get("channel") or self.channel), ts=str(resp["ts"]))
-
-    def update(self, posted: Posted, message: Message) -> None:
-        try:
-            self.client.chat_update(channel=posted.channel_id, ts=posted.ts, **message.as_kwargs())
-        except (SlackClientError, OSError) as exc:
-            raise _failure("chat.update", exc) from None
-
-
-class SlackWebhook:
-    """Sends messages to a Slack incoming webhook (no threads, no updates: follow-ups are new messages)."""
-
-    transport = "webhook"
-
-    def __init__(self, client: WebhookClient) -> None:
-        self.client = client
-
-    def send(self, message: Message) -> None:
-        try:
-            resp = self.client.send(text=message.text, blocks=list(message.blocks), unfurl_links=False)
-        except (SlackClientError, OSError) as exc:
-            raise _failure("slack webhook", exc) from None
-        if resp.status_code != 200:
-            raise AlertDeliveryError(f"slack webhook: HTTP {resp.status_code}, {str(resp.body)[:100]!r}")
