@@ -29,7 +29,7 @@ from detector.app.preparer import Preparer
 from detector.app.respond import Responder
 from detector.app.status import StatusBoard, evaluate
 from detector.config import Config
-from detector.core.fence import UNFENCED, Fence
+from detector.core.fence import Fence
 from detector.core.ports import Alerter, Ledger, Remediator, RunSource
 from detector.errors import DupguardError
 from detector.metrics import Metrics
@@ -47,6 +47,8 @@ SHORT_PAUSE = 0.05
 
 
 class Leadership(Protocol):
+    """The leader lock (``detector.app.leader``: ``AdvisoryLock``, or ``AlwaysLeader`` for one replica)."""
+
     @property
     def problem(self) -> LockProblem | None: ...  # why this replica can neither lead nor trust another leader
 
@@ -54,8 +56,13 @@ class Leadership(Protocol):
     def is_leader(self, now: datetime) -> bool: ...
     def release(self) -> None: ...
 
-    # Optional (simple fakes leave them out: a leader then writes unfenced, never waits):
-    # fence() -> Fence | None: permission to write now (detector.app.leader.Fence); waiting() -> float | None.
+    def fence(self) -> Fence | None:
+        """Permission to write now (``detector.core.fence``; ``UNFENCED`` for the only replica); None: not now."""
+        ...
+
+    def waiting(self) -> float | None:
+        """Seconds this new leader still waits before its first write (None: not waiting)."""
+        ...
 
 
 def utcnow() -> datetime:
@@ -132,7 +139,7 @@ class Daemon:
             alerter=parts.alerter,
             metrics=parts.metrics,
             rejudge=parts.source.rejudge,
-            may_act=lambda: self.fence() is not None,
+            may_act=lambda: parts.leadership.fence() is not None,
             clock=clock,
             retry=not once,
             dispatch_options=dispatch_options,
@@ -144,22 +151,9 @@ class Daemon:
         parts.metrics.set_build(parts.source.family)
         # Read at scrape time: a stale heartbeat shows as 0 even while the heartbeat job is blocked.
         parts.metrics.leader.set_function(lambda: 1.0 if parts.leadership.is_leader(self.clock()) else 0.0)
-        parts.metrics.leader_wait.set_function(lambda: self.waiting() or 0.0)
+        parts.metrics.leader_wait.set_function(lambda: parts.leadership.waiting() or 0.0)
         # Read at scrape time too: setting a Gauge (its lock, its checks) on every 10 ms poll cost more than the read.
         parts.metrics.last_successful_poll.set_function(lambda: self._last_good_poll_unix)
-
-    def fence(self) -> Fence | None:
-        """Permission to write now (the remediation asks before every write): the lock's fence."""
-        fence = getattr(self.parts.leadership, "fence", None)
-        if fence is not None:
-            found: Fence | None = fence()
-            return found
-        return UNFENCED if self.parts.leadership.is_leader(self.clock()) else None
-
-    def waiting(self) -> float | None:
-        """Seconds this new leader still waits before its first write (None: not waiting)."""
-        waiting = getattr(self.parts.leadership, "waiting", None)
-        return waiting() if waiting is not None else None
 
     # --- health -------------------------------------------------------------------------------
 
@@ -171,8 +165,7 @@ class Daemon:
         """Ready = up (``detector.app.status``): leading and polling, or standing by behind a live leader.
         Alerts a channel could not deliver are named too (they do not make a replica unready)."""
         status = self.status.current
-        trouble = getattr(self.parts.alerter, "trouble", None)  # optional for simple Alerter fakes
-        note = trouble() if trouble is not None else None
+        note = self.parts.alerter.trouble()
         return status.up, f"{status.state.value}: {status.reason}" + (f"; alerts undelivered: {note}" if note else "")
 
     def refresh_status(self) -> None:
@@ -182,8 +175,8 @@ class Daemon:
                 api_error=self._db_error if self.parts.source.name == "api" else None,
                 leader=self.parts.leadership.is_leader(self.clock()),
                 poll_error=self._poll_error,
-                lock=getattr(self.parts.leadership, "problem", None),  # optional for simple Leadership fakes
-                waiting=self.waiting(),
+                lock=self.parts.leadership.problem,
+                waiting=self.parts.leadership.waiting(),
                 remediation=self._preparer.problem,
             )
         )
@@ -218,7 +211,7 @@ class Daemon:
 
     def _run_once(self) -> int:
         if not self.parts.leadership.is_leader(self.clock()):
-            problem = getattr(self.parts.leadership, "problem", None)
+            problem = self.parts.leadership.problem
             if problem is not None:  # e.g. lock_on_standby: say why, not "another replica"
                 log.warning("not_leader", problem=problem.code, detail=f"{problem.reason}; nothing done")
             else:
@@ -302,7 +295,7 @@ class Daemon:
                 self._source_reached(self.parts.source.ping())
             self._last_check = started
             if not was and not leader:  # standing by: what a live leader elsewhere judges (issue 23 §1)
-                live = self._db_error is None and getattr(self.parts.leadership, "problem", None) is None
+                live = self._db_error is None and self.parts.leadership.problem is None
                 self.parts.source.stood_by(live)
             self.status.note = self.parts.source.coverage_gap
             self.refresh_status()
@@ -339,11 +332,6 @@ class Daemon:
         )
 
     # --- one pass -----------------------------------------------------------------------------
-
-    @property
-    def detector(self) -> object | None:
-        """The database source's incremental detector (tests wait on its tracker); None otherwise."""
-        return getattr(self.parts.source, "detector", None)
 
     def poll_pass(self) -> bool:
         """One poll and the handling of its findings. False (and nothing lost) if it failed."""

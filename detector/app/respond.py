@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.exc import StatementError
+
 from detector import logs
 from detector.actions.remediation.dispatch import Job, RemediationDispatcher
 from detector.actions.remediation.guarded import passive_result
@@ -141,7 +143,7 @@ class Responder:
             for action in actions:
                 left_alone = passive_result(action)
                 if left_alone is not None and f"{action.outcome.value}:{action.run.run_id}" in won:
-                    self._record(left_alone)
+                    self._remediator.record(left_alone)
             if todo:
                 ledger.record_decision((finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo])
                 self._track(finding, actions, todo)
@@ -175,7 +177,8 @@ class Responder:
         self._unrecorded[finding.key] = None
         if len(self._unrecorded) > 10_000:
             self._unrecorded.pop(next(iter(self._unrecorded)))
-        cause = getattr(exc, "orig", None) or exc  # a driver error names the cause (e.g. disk full)
+        # SQLAlchemy wraps the driver's error, which names the cause (e.g. disk full)
+        cause = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
         reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
         log.warning("ledger_claim_failed", group_key=finding.key, dag_id=finding.dag_id, error=reason)
         self._report_detected(finding, actions, now, unrecorded=reason)
@@ -189,13 +192,8 @@ class Responder:
     def _decided(self, job: Job, result: RemediationResult) -> None:
         """A final result no remediation attempt produced: counted and logged like an executed one
         (the alert rules and docs/remediation.md count on every outcome), then reported."""
-        self._record(result)
+        self._remediator.record(result)
         self._on_result(job, result, True)
-
-    def _record(self, result: RemediationResult) -> None:
-        record = getattr(self._remediator, "record", None)  # optional: simple fakes count nothing
-        if record is not None:
-            record(result)
 
     def _track(self, finding: Finding, actions: list[Action], todo: list[Action]) -> None:
         runs = {a.run.run_id for a in todo}
@@ -281,12 +279,12 @@ class Responder:
         verdict = self._rejudge(job.action.dag_id, job.action.run.run_id, self._clock())
         if isinstance(verdict, str):
             dropped = RemediationResult(job.action, Result.SKIPPED if verdict != "gone" else Result.GONE, verdict)
-            self._record(dropped)  # final: the dispatcher reports it without an attempt
+            self._remediator.record(dropped)  # final: the dispatcher reports it without an attempt
             return dropped
         finding, action = verdict
         passive = passive_result(action)
         if passive is not None:
-            self._record(passive)
+            self._remediator.record(passive)
             return passive
         return finding, action
 
