@@ -43,7 +43,7 @@ from detector.metrics import Metrics
 log = logs.get("dupguard.daemon")  # the daemon's lines, as before the split (log queries name the logger)
 
 # ``RunSource.rejudge``: the groups of run (dag_id, run_id) judged afresh; None if it is gone
-Rejudge = Callable[[str, str, datetime], "list[Finding] | None"]
+Rejudge = Callable[[str, str, datetime], list[Finding] | None]
 
 
 @dataclass
