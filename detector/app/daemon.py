@@ -1,5 +1,6 @@
 """``dupguard run``: the loop beside every scheduler. Polls for new runs, and on the leader hands each
-finding to the ledger, the remediation workers and the alerter.
+poll's findings to ``detector.app.respond`` (the ledger's claims, the alerts, the remediation workers).
+This module keeps the loop, leadership and health.
 
 Threads: the detection loop (this module, a plain loop: at a 10 ms cadence a job scheduler's
 per-run overhead would cost more than the poll itself); the remediation workers
@@ -22,27 +23,14 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
-from detector.actions.remediation.dispatch import Job, RemediationDispatcher
-from detector.actions.remediation.guarded import passive_result
 from detector.app.checks.runner import CheckRunner
 from detector.app.leader import LockProblem
 from detector.app.preparer import Preparer
+from detector.app.respond import Responder
 from detector.app.status import StatusBoard, evaluate
 from detector.config import Config
-from detector.core.fence import UNFENCED, Fence
-from detector.core.model import Finding
-from detector.core.plan import UNDECIDED, Action, Mode, plan
-from detector.core.ports import (
-    Alerter,
-    AlertEvent,
-    AlertKind,
-    Ledger,
-    Pending,
-    RemediationResult,
-    Remediator,
-    Result,
-    RunSource,
-)
+from detector.core.fence import Fence
+from detector.core.ports import Alerter, Ledger, Remediator, RunSource
 from detector.errors import DupguardError
 from detector.metrics import Metrics
 
@@ -59,6 +47,8 @@ SHORT_PAUSE = 0.05
 
 
 class Leadership(Protocol):
+    """The leader lock (``detector.app.leader``: ``AdvisoryLock``, or ``AlwaysLeader`` for one replica)."""
+
     @property
     def problem(self) -> LockProblem | None: ...  # why this replica can neither lead nor trust another leader
 
@@ -66,8 +56,13 @@ class Leadership(Protocol):
     def is_leader(self, now: datetime) -> bool: ...
     def release(self) -> None: ...
 
-    # Optional (simple fakes leave them out: a leader then writes unfenced, never waits):
-    # fence() -> Fence | None: permission to write now (detector.app.leader.Fence); waiting() -> float | None.
+    def fence(self) -> Fence | None:
+        """Permission to write now (``detector.core.fence``; ``UNFENCED`` for the only replica); None: not now."""
+        ...
+
+    def waiting(self) -> float | None:
+        """Seconds this new leader still waits before its first write (None: not waiting)."""
+        ...
 
 
 def utcnow() -> datetime:
@@ -114,19 +109,6 @@ class _Tally:
             return out
 
 
-@dataclass
-class _GroupOutcome:
-    """The remediation results of one group so far; its OUTCOME alert goes out once every action has
-    a first result, and again whenever a retried action reaches its final one."""
-
-    finding: Finding
-    actions: list[Action]
-    latest: dict[str, RemediationResult] = field(default_factory=dict)  # by run_id
-    open: set[str] = field(default_factory=set)  # run_ids without a final result
-    unseen: set[str] = field(default_factory=set)  # run_ids without any result yet
-    announced: bool = False
-
-
 class Daemon:
     def __init__(
         self,
@@ -150,20 +132,17 @@ class Daemon:
         self._consecutive_failures = 0
         self._last_batch_full = False
         self._tally = _Tally()
-        self._mode = Mode(config.remediation)
-        self._outcomes: dict[str, _GroupOutcome] = {}
-        self._outcomes_lock = threading.Lock()
-        # groups alerted while the ledger could not record them: not alerted again once it can
-        self._unrecorded: dict[str, None] = {}
-        # Workers: bounded by the engine's pool (2 + 2 overflow), as each remediation re-reads the run.
-        self._dispatcher = RemediationDispatcher(
-            parts.remediator,
-            recheck=self._recheck,
-            on_result=self._on_result,
-            may_act=lambda: self.fence() is not None,
+        self._responder = Responder(
+            config,
+            ledger=parts.ledger,
+            remediator=parts.remediator,
+            alerter=parts.alerter,
             metrics=parts.metrics,
+            rejudge=parts.source.rejudge,
+            may_act=lambda: parts.leadership.fence() is not None,
+            clock=clock,
             retry=not once,
-            **(dispatch_options or {}),
+            dispatch_options=dispatch_options,
         )
         self._db_error: str | None = None
         self._poll_error: str | None = None
@@ -172,22 +151,9 @@ class Daemon:
         parts.metrics.set_build(parts.source.family)
         # Read at scrape time: a stale heartbeat shows as 0 even while the heartbeat job is blocked.
         parts.metrics.leader.set_function(lambda: 1.0 if parts.leadership.is_leader(self.clock()) else 0.0)
-        parts.metrics.leader_wait.set_function(lambda: self.waiting() or 0.0)
+        parts.metrics.leader_wait.set_function(lambda: parts.leadership.waiting() or 0.0)
         # Read at scrape time too: setting a Gauge (its lock, its checks) on every 10 ms poll cost more than the read.
         parts.metrics.last_successful_poll.set_function(lambda: self._last_good_poll_unix)
-
-    def fence(self) -> Fence | None:
-        """Permission to write now (the remediation asks before every write): the lock's fence."""
-        fence = getattr(self.parts.leadership, "fence", None)
-        if fence is not None:
-            found: Fence | None = fence()
-            return found
-        return UNFENCED if self.parts.leadership.is_leader(self.clock()) else None
-
-    def waiting(self) -> float | None:
-        """Seconds this new leader still waits before its first write (None: not waiting)."""
-        waiting = getattr(self.parts.leadership, "waiting", None)
-        return waiting() if waiting is not None else None
 
     # --- health -------------------------------------------------------------------------------
 
@@ -199,8 +165,7 @@ class Daemon:
         """Ready = up (``detector.app.status``): leading and polling, or standing by behind a live leader.
         Alerts a channel could not deliver are named too (they do not make a replica unready)."""
         status = self.status.current
-        trouble = getattr(self.parts.alerter, "trouble", None)  # optional for simple Alerter fakes
-        note = trouble() if trouble is not None else None
+        note = self.parts.alerter.trouble()
         return status.up, f"{status.state.value}: {status.reason}" + (f"; alerts undelivered: {note}" if note else "")
 
     def refresh_status(self) -> None:
@@ -210,8 +175,8 @@ class Daemon:
                 api_error=self._db_error if self.parts.source.name == "api" else None,
                 leader=self.parts.leadership.is_leader(self.clock()),
                 poll_error=self._poll_error,
-                lock=getattr(self.parts.leadership, "problem", None),  # optional for simple Leadership fakes
-                waiting=self.waiting(),
+                lock=self.parts.leadership.problem,
+                waiting=self.parts.leadership.waiting(),
                 remediation=self._preparer.problem,
             )
         )
@@ -246,7 +211,7 @@ class Daemon:
 
     def _run_once(self) -> int:
         if not self.parts.leadership.is_leader(self.clock()):
-            problem = getattr(self.parts.leadership, "problem", None)
+            problem = self.parts.leadership.problem
             if problem is not None:  # e.g. lock_on_standby: say why, not "another replica"
                 log.warning("not_leader", problem=problem.code, detail=f"{problem.reason}; nothing done")
             else:
@@ -255,7 +220,7 @@ class Daemon:
         try:
             while self.poll_pass():
                 if not self._last_batch_full:
-                    if not self._dispatcher.drain(ONCE_DRAIN_SECONDS):
+                    if not self._responder.drain(ONCE_DRAIN_SECONDS):
                         log.warning("remediations_unfinished", waited_seconds=ONCE_DRAIN_SECONDS)
                     return 0 if self.run_checks() else EXIT_DB
             return EXIT_DB
@@ -293,7 +258,7 @@ class Daemon:
         ends = time.monotonic() + timeout
         self.stop.set()
         self._preparer.close()
-        self._dispatcher.close(timeout=min(timeout, 2.0))
+        self._responder.close(timeout=min(timeout, 2.0))
         self.parts.alerter.close(max(0.0, ends - time.monotonic()))
         self.parts.remediator.close()
         # A leader check already running (scheduler thread) finishes first, and none starts after the
@@ -330,7 +295,7 @@ class Daemon:
                 self._source_reached(self.parts.source.ping())
             self._last_check = started
             if not was and not leader:  # standing by: what a live leader elsewhere judges (issue 23 §1)
-                live = self._db_error is None and getattr(self.parts.leadership, "problem", None) is None
+                live = self._db_error is None and self.parts.leadership.problem is None
                 self.parts.source.stood_by(live)
             self.status.note = self.parts.source.coverage_gap
             self.refresh_status()
@@ -368,11 +333,6 @@ class Daemon:
 
     # --- one pass -----------------------------------------------------------------------------
 
-    @property
-    def detector(self) -> object | None:
-        """The database source's incremental detector (tests wait on its tracker); None otherwise."""
-        return getattr(self.parts.source, "detector", None)
-
     def poll_pass(self) -> bool:
         """One poll and the handling of its findings. False (and nothing lost) if it failed."""
         now = self.clock()
@@ -381,11 +341,10 @@ class Daemon:
         try:
             if not source.watching:
                 source.start(now)
-                if self.parts.ledger.durable:
-                    self._pick_up_pending()
+                self._responder.pick_up_pending()
             result = source.poll(now)
             if result.findings:
-                self.handle(result.findings, now, result.ledger)
+                self._responder.handle(result.findings, now, result.ledger)
             source.commit()  # after the claims: a restart never skips a run that was not handled
         except (DupguardError, SQLAlchemyError) as exc:
             return self._failed(exc)
@@ -428,227 +387,3 @@ class Daemon:
             self._tally.findings += findings
             self._tally.poll_seconds_sum += elapsed
             self._tally.poll_seconds_max = max(self._tally.poll_seconds_max, elapsed)
-
-    # --- acting on a finding --------------------------------------------------------------------
-
-    def handle(self, findings: list[Finding], now: datetime, ledger: Ledger | None = None) -> None:
-        """Decide, record, alert, then queue the remediations; never waits for one to finish.
-
-        Claims first (exactly one replica acts on a run), then the roles this judgement gave the
-        group's runs (a decision is final: later judgements read them back, ``detector.sources.database.prior``), then
-        the DETECTED alert, then the work for the remediation workers. One asset event duplicates
-        every consumer DAG at once: the workers take the groups in parallel (docs/e2e.md).
-        """
-        ledger = ledger or self.parts.ledger  # the source's own connection when it offers one
-        queued: list[Job] = []
-        failed: Exception | None = None  # the ledger's failure: the poll fails (and is retried) after the alerts
-        for finding in findings:
-            actions = plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started)
-            # Undecided actions claim nothing: a later verdict on the same group may still act.
-            decided = [a for a in actions if a.outcome not in UNDECIDED]
-            # Every run of the group, the kept one too: a run that joins and takes the keep (it consumed
-            # every event) is the news, not the old kept run that became a duplicate.
-            seen = [f"detected:{r.run_id}" for r in finding.runs]
-            # An undecided outcome is counted once per run and outcome, however often the group is judged.
-            left = [f"{a.outcome.value}:{a.run.run_id}" for a in actions if a.outcome in UNDECIDED]
-            try:
-                won = ledger.claim_all(
-                    finding.key, ["detected", *seen, *(f"action:{a.run.run_id}" for a in decided), *left]
-                )
-            except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
-                failed = failed or exc
-                self._alert_unrecorded(finding, actions, now, exc)
-                continue
-            todo = [a for a in decided if f"action:{a.run.run_id}" in won]
-            for action in actions:
-                left_alone = passive_result(action)
-                if left_alone is not None and f"{action.outcome.value}:{action.run.run_id}" in won:
-                    self._record(left_alone)
-            if todo:
-                ledger.record_decision((finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo])
-                self._track(finding, actions, todo)
-            if "detected" in won:
-                if self._unrecorded.pop(finding.key, False) is False:  # else announced while unrecorded
-                    self._report_detected(finding, actions, now)
-            elif len(finding.runs) > 2:  # a pair never grows; >2: runs joined an announced group
-                joined = tuple(r.run_id for r in finding.runs if f"detected:{r.run_id}" in won)
-                if joined:
-                    self._report_detected(finding, actions, now, joined)
-            for action in todo:
-                result = passive_result(action)
-                if result is not None:
-                    self._decided(Job(finding, action), result)
-                else:
-                    queued.append(self._submit(Job(finding, action)))
-        if ledger.durable:
-            for job in queued:  # a new leader picks these up if this process dies first
-                if job.action.writes:
-                    ledger.add_pending(Pending(job.finding.key, job.action.dag_id, job.action.run.run_id))
-        if failed is not None:
-            raise failed
-
-    def _alert_unrecorded(self, finding: Finding, actions: list[Action], now: datetime, exc: Exception) -> None:
-        """The ledger cannot record the group's claims (issue 23 §3). Its remediation waits: nothing
-        is acted on without a claim, and the failed poll is retried until the ledger takes it. Its
-        alert does not: it goes out once per process, saying it may repeat (another replica, or this
-        one after a restart, cannot know it was sent)."""
-        if finding.key in self._unrecorded:
-            return
-        self._unrecorded[finding.key] = None
-        if len(self._unrecorded) > 10_000:
-            self._unrecorded.pop(next(iter(self._unrecorded)))
-        cause = getattr(exc, "orig", None) or exc  # a driver error names the cause (e.g. disk full)
-        reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
-        log.warning("ledger_claim_failed", group_key=finding.key, dag_id=finding.dag_id, error=reason)
-        self._report_detected(finding, actions, now, unrecorded=reason)
-
-    def _submit(self, job: Job) -> Job:
-        if not self._dispatcher.submit(job):
-            log.error("remediation_queue_full", dag_id=job.action.dag_id, run_id=job.action.run.run_id)
-            self._decided(job, RemediationResult(job.action, Result.FAILED, "remediation queue full: not attempted"))
-        return job
-
-    def _decided(self, job: Job, result: RemediationResult) -> None:
-        """A final result no remediation attempt produced: counted and logged like an executed one
-        (the alert rules and docs/remediation.md count on every outcome), then reported."""
-        self._record(result)
-        self._on_result(job, result, True)
-
-    def _record(self, result: RemediationResult) -> None:
-        record = getattr(self.parts.remediator, "record", None)  # optional: simple fakes count nothing
-        if record is not None:
-            record(result)
-
-    def _track(self, finding: Finding, actions: list[Action], todo: list[Action]) -> None:
-        runs = {a.run.run_id for a in todo}
-        with self._outcomes_lock:
-            group = self._outcomes.get(finding.key)
-            if group is None:
-                self._outcomes[finding.key] = _GroupOutcome(finding, list(actions), open=set(runs), unseen=set(runs))
-            else:  # e.g. a third run joined the group while the first remediation is retried
-                group.finding, group.actions = finding, list(actions)
-                group.open |= runs
-                group.unseen |= runs
-
-    def _report_detected(
-        self,
-        finding: Finding,
-        actions: list[Action],
-        now: datetime,
-        joined: tuple[str, ...] = (),
-        unrecorded: str | None = None,
-    ) -> None:
-        """The DETECTED alert: a group's first, or (``joined``) again for the runs that joined it since."""
-        m = self.parts.metrics
-        if not joined:
-            m.groups_detected.labels(kind=finding.kind.value, confidence=finding.confidence.value).inc()
-            m.groups_by_dag.labels(dag_id=finding.dag_id).inc()
-        for run in finding.duplicates:
-            if run.queued_at is not None and (not joined or run.run_id in joined):
-                m.detection_latency.observe(max(0.0, (now - run.queued_at).total_seconds()))
-        self.parts.alerter.notify(
-            AlertEvent(
-                kind=AlertKind.DETECTED,
-                finding=finding,
-                detected_at=now,
-                cluster=self.config.cluster_name,
-                mode=self._mode.value,
-                actions=tuple(actions),
-                assets=finding.assets,
-                new_runs=joined,
-                unrecorded=unrecorded,
-            )
-        )
-
-    def _on_result(self, job: Job, result: RemediationResult, final: bool) -> None:
-        """A worker's (or the planner's) result: alert when the group's picture changes; forget the
-        pending remediation once it is final."""
-        run_id = job.action.run.run_id
-        event: AlertEvent | None = None
-        with self._outcomes_lock:
-            group = self._outcomes.get(job.finding.key)
-            if group is None:
-                group = _GroupOutcome(job.finding, [job.action], open={run_id}, unseen={run_id})
-                self._outcomes[job.finding.key] = group
-            group.latest[run_id] = result
-            group.unseen.discard(run_id)
-            if final:
-                group.open.discard(run_id)
-            if not group.unseen and (not group.announced or final):
-                group.announced = True
-                event = AlertEvent(
-                    kind=AlertKind.OUTCOME,
-                    finding=group.finding,
-                    detected_at=self.clock(),
-                    cluster=self.config.cluster_name,
-                    mode=self._mode.value,
-                    actions=tuple(group.actions),
-                    results=tuple(group.latest.values()),
-                    assets=group.finding.assets,
-                )
-            if not group.open:
-                del self._outcomes[job.finding.key]
-        if final and job.action.writes and self.parts.ledger.durable:
-            try:
-                self.parts.ledger.drop_pending(job.action.dag_id, run_id)
-            except Exception as exc:  # noqa: BLE001 - a stale pending entry is only re-judged later
-                log.warning("pending_remediation_not_cleared", run_id=run_id, error=str(exc))
-        if event is not None:
-            self.parts.alerter.notify(event)
-
-    def _recheck(self, job: Job) -> tuple[Finding, Action] | RemediationResult:
-        """Before a retry: judge the duplicate's group again from the database, earlier decisions
-        included. Only a run that is still a duplicate of a confirmed group, not kept by any decision
-        and (unless opted in) not started, is acted on; anything else ends the job."""
-        verdict = self._rejudge(job.action.dag_id, job.action.run.run_id, self.clock())
-        if isinstance(verdict, str):
-            dropped = RemediationResult(job.action, Result.SKIPPED if verdict != "gone" else Result.GONE, verdict)
-            self._record(dropped)  # final: the dispatcher reports it without an attempt
-            return dropped
-        finding, action = verdict
-        passive = passive_result(action)
-        if passive is not None:
-            self._record(passive)
-            return passive
-        return finding, action
-
-    def _rejudge(self, dag_id: str, run_id: str, now: datetime) -> tuple[Finding, Action] | str:
-        findings = self.parts.source.rejudge(dag_id, run_id, now)
-        if findings is None:
-            return "gone"
-        for finding in findings:
-            for action in plan([finding], self._mode, now=now, remediate_started=self.config.remediate_started):
-                if (action.dag_id, action.run.run_id) == (dag_id, run_id):
-                    return finding, action
-        return "re-judged: no longer a duplicate in a group"
-
-    def _pick_up_pending(self) -> None:
-        """A new leader term: remediations an earlier leader decided but did not finish (durable ledger)."""
-        try:
-            pending = self.parts.ledger.pending()
-        except Exception as exc:  # noqa: BLE001 - retried at the next term; the groups stay in the ledger
-            log.warning("pending_remediations_unreadable", error=str(exc))
-            return
-        for item in pending:
-            with self._outcomes_lock:
-                mine = any(g.finding.dag_id == item.dag_id and item.run_id in g.open for g in self._outcomes.values())
-            if mine:
-                continue  # still in this process's own queue (this replica led before)
-            try:
-                verdict = self._rejudge(item.dag_id, item.run_id, self.clock())
-            except Exception as exc:  # noqa: BLE001 - e.g. the database blinked: next term
-                log.warning("pending_remediation_not_judged", run_id=item.run_id, error=str(exc))
-                continue
-            if isinstance(verdict, str):
-                log.info("pending_remediation_dropped", dag_id=item.dag_id, run_id=item.run_id, reason=verdict)
-                self.parts.ledger.drop_pending(item.dag_id, item.run_id)
-                continue
-            finding, action = verdict
-            log.info("pending_remediation_picked_up", dag_id=item.dag_id, run_id=item.run_id)
-            job = Job(finding, action, picked_up=False)
-            self._track(finding, [action], [action])
-            result = passive_result(action)
-            if result is not None:
-                self._decided(job, result)
-            else:
-                self._submit(job)

@@ -23,7 +23,7 @@ from detector.config import Config
 from detector.core.detect import DagFilter
 from detector.core.fence import FenceSource
 from detector.core.plan import Mode
-from detector.core.ports import Ledger, Remediator
+from detector.core.ports import Ledger
 from detector.errors import DatabaseError, DupguardError
 from detector.metadb.engine import AirflowDb, make_engine, open_airflow_db, parse_url
 from detector.metadb.schema import AirflowTables, Family
@@ -105,7 +105,7 @@ def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
     ledger = open_ledger(config.ledger, engine)
     remediator = build_remediator(config, engine, db.tables, metrics, fence=leadership.fence)
     alerter = build_alerter(config, ledger, metrics)
-    metrics.init_remediations(config.remediation, getattr(remediator, "backend_name", "none"))
+    metrics.init_remediations(config.remediation, remediator.backend_name)
     metrics.init_alerts(alerter.channel_names)
     enabled = checks.build(config, db, metrics)
     metrics.init_checks([c.kind for c in enabled])
@@ -180,7 +180,7 @@ def build_remediator(
     states: RunStates | None = None,
     fence: FenceSource | None = None,
     **backend_options: Any,
-) -> Remediator:
+) -> GuardedRemediator:
     """The executor for ``config.remediation`` / ``config.remediation_backend``.
 
     ``states`` (with ``family``) instead of ``engine``/``tables``: the re-reads go through the REST
@@ -258,7 +258,7 @@ def build_api_parts(config: Config, reader: Reader, version: str, metrics: Metri
     family = family_of_version(version)
     remediator = build_remediator(config, None, None, metrics, family=family, states=ApiRunStates(api_reader(config)))
     alerter = build_alerter(config, ledger, metrics)
-    metrics.init_remediations(config.remediation, getattr(remediator, "backend_name", "none"))
+    metrics.init_remediations(config.remediation, remediator.backend_name)
     metrics.init_alerts(alerter.channel_names)
     return Parts(
         source=ApiSource(config, reader, ledger, metrics, version=version),

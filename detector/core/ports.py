@@ -137,6 +137,11 @@ class Remediator(Protocol):
         Returns why it cannot act at once (None: ready). Never raises."""
         ...
 
+    def record(self, result: RemediationResult) -> None:
+        """Count and log a result no ``execute`` produced (the planner's, a full queue's, a
+        re-judgement's), as an executed one is. Never raises."""
+        ...
+
     def close(self) -> None:
         """Release connections (HTTP sessions); called once at shutdown."""
         ...
@@ -171,6 +176,10 @@ class Alerter(Protocol):
 
     def close(self, timeout: float) -> None:
         """Deliver what is queued within ``timeout`` seconds, then stop; log what was not delivered."""
+        ...
+
+    def trouble(self) -> str | None:
+        """Alerts lately undelivered, and why, for ``/readyz``'s body (None: none)."""
         ...
 
 

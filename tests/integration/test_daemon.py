@@ -77,7 +77,7 @@ def test_late_commit_with_lower_id_is_not_missed(db_url: str, writer: AirflowWri
     cur.execute("INSERT INTO dagrun_asset_event (dag_run_id, event_id) VALUES (%s, %s)", (late_id, event))
     later = writer.ordinary("other_dag")  # commits a higher id while the duplicate is still open
     assert later.id > late_id
-    wait_for(lambda: d.daemon.detector is not None and d.daemon.detector.tracker.high >= later.id, what="high id")
+    wait_for(lambda: d.detector is not None and d.detector.tracker.high >= later.id, what="high id")
     assert d.alerter.detected() == []
     slow.conn.commit()
     slow.close()
@@ -315,7 +315,7 @@ def test_airflow_made_race_appearing_while_running(
     url = pg_templates.clone(version)
     d = start_daemon(url)
     daemons.append(d)
-    wait_for(lambda: d.daemon.detector is not None, what="watching")
+    wait_for(lambda: d.detector is not None, what="watching")
     execute_admin(fixture_sql(FIXTURES / "scenarios" / version / f"{scenario}.sql"), dbname=url.rsplit("/", 1)[1])
     truth = ground_truth(version, scenario)["expected_groups"]
     wait_for(lambda: len(d.alerter.detected()) == len(truth), what="every group")
@@ -334,7 +334,7 @@ def test_groups_of_one_race_are_remediated_concurrently(pg_templates: Templates,
     slow = RecordingRemediator(delay=0.3)
     d = start_daemon(url, remediator=slow)
     daemons.append(d)
-    wait_for(lambda: d.daemon.detector is not None, what="watching")
+    wait_for(lambda: d.detector is not None, what="watching")
     execute_admin(fixture_sql(FIXTURES / "scenarios/3.1.2/race_asset_fanout.sql"), dbname=url.rsplit("/", 1)[1])
     truth = ground_truth("3.1.2", "race_asset_fanout")["expected_groups"]
     wait_for(lambda: len(d.alerter.detected()) == len(truth), what="every group")
@@ -354,7 +354,7 @@ def test_overlap_race_plans_to_stop_only_the_run_that_consumed_less(version: str
     recorder = RecordingRemediator()
     d = start_daemon(url, remediator=recorder, remediation="fail")
     try:
-        wait_for(lambda: d.daemon.detector is not None, what="watching")
+        wait_for(lambda: d.detector is not None, what="watching")
         sql = fixture_sql(FIXTURES / "scenarios" / version / "race_overlap.sql")
         execute_admin(sql, dbname=url.rsplit("/", 1)[1])
         wait_for(lambda: len(recorder.actions) >= 1, what="the remediation")
@@ -384,7 +384,7 @@ def test_a_run_joining_an_overlap_group_through_another_run_keeps_its_key(
     b = writer.run("consumer", now - timedelta(milliseconds=100), [e2, e3], job=2)
     wait_for(lambda: len(d.alerter.detected()) == 1, what="the overlap group")
     c = writer.run("consumer", now + timedelta(milliseconds=50), [e3], job=2)
-    wait_for(lambda: d.daemon.detector is not None and d.daemon.detector.tracker.high >= c.id, what="C judged")
+    wait_for(lambda: d.detector is not None and d.detector.tracker.high >= c.id, what="C judged")
     time.sleep(0.3)
     # without the sibling's siblings, C's group {B, C} was a new one (a new key, no new_runs)
     first, grown = d.alerter.detected()

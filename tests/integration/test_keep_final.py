@@ -53,6 +53,9 @@ class _TaskStartsFirst:
     def prepare(self) -> None:
         self.inner.prepare()
 
+    def record(self, result: RemediationResult) -> None:
+        self.inner.record(result)
+
     def close(self) -> None:
         self.inner.close()
 

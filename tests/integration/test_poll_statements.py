@@ -34,7 +34,7 @@ from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from detector.sources.database.poll import IncrementalDetector
 from detector.sources.database.source import DatabaseSource
-from tests.daemon_harness import RecordingAlerter, RecordingRemediator
+from tests.daemon_harness import RecordingAlerter, RecordingRemediator, incremental_detector
 from tests.pg import Templates
 from tests.pgbouncer import pgbouncer
 from tests.writer import AirflowWriter
@@ -161,7 +161,7 @@ def test_prepared_only_on_a_direct_connection(rig: Rig) -> None:
 
 def test_a_new_run_still_takes_the_full_fetch(rig: Rig, pg_templates: Templates) -> None:
     """The probe only gates the fetch: a new run above the watermark is fetched (and judged) at once."""
-    detector = rig.daemon.detector
+    detector = incremental_detector(rig.daemon)
     assert isinstance(detector, IncrementalDetector)
     before = detector.tracker.high
     writer = AirflowWriter(rig.db_url)

@@ -18,6 +18,7 @@ from detector.app import checks
 from detector.app.checks.runner import CheckRunner
 from detector.app.cli import main
 from detector.app.daemon import Daemon, Parts
+from detector.app.leader import AlwaysLeader
 from detector.app.ledger import MemoryLedger
 from detector.app.wiring import build_alerter
 from detector.config import Config
@@ -116,7 +117,7 @@ def _daemon(url: str, splits_alerter: Any, ledger: MemoryLedger, metrics: Metric
     db = open_airflow_db(make_engine(parse_url(url)))
     parts = Parts(
         source=DatabaseSource(config, db, ledger, metrics),
-        leadership=_Leader(),
+        leadership=AlwaysLeader(),
         ledger=ledger,
         remediator=RecordingRemediator(),
         alerter=RecordingAlerter(),
@@ -124,17 +125,6 @@ def _daemon(url: str, splits_alerter: Any, ledger: MemoryLedger, metrics: Metric
         checks=CheckRunner(db, checks.build(config, db, metrics), ledger, splits_alerter, metrics, cluster="prod-eu"),
     )
     return Daemon(config, parts)
-
-
-class _Leader:
-    def ensure(self, now: datetime) -> bool:
-        return True
-
-    def is_leader(self, now: datetime) -> bool:
-        return True
-
-    def release(self) -> None:
-        return None
 
 
 def test_run_alerts_a_split_once_and_never_remediates(pg_templates: Templates) -> None:

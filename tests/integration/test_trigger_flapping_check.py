@@ -21,6 +21,7 @@ from detector.app.checks.runner import CheckRunner
 from detector.app.checks.trigger_flapping import KIND, TriggerFlappingCheck
 from detector.app.cli import main
 from detector.app.daemon import Daemon, Parts
+from detector.app.leader import AlwaysLeader
 from detector.app.ledger import MemoryLedger
 from detector.app.wiring import build_alerter
 from detector.config import Config
@@ -163,17 +164,6 @@ class _Notices:
         self.notices.append(notice)
 
 
-class _Leader:
-    def ensure(self, now: datetime) -> bool:
-        return True
-
-    def is_leader(self, now: datetime) -> bool:
-        return True
-
-    def release(self) -> None:
-        return None
-
-
 @dataclass
 class DaemonRun:
     """What a daemon run through the triggerers' loops did: the checks' notices, the group alerts,
@@ -200,7 +190,7 @@ def run_daemon_through(url: str, owners: Iterable[int], **settings: Any) -> Daem
     done = DaemonRun(notices.notices, RecordingAlerter(), RecordingRemediator(), metrics)
     parts = Parts(
         source=DatabaseSource(config, db, ledger, metrics),
-        leadership=_Leader(),
+        leadership=AlwaysLeader(),
         ledger=ledger,
         remediator=done.remediator,
         alerter=done.alerter,

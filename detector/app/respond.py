@@ -1,0 +1,333 @@
+"""The leader's response to the duplicate groups a poll found: claim, record, alert, remediate, report.
+
+``Responder.handle`` takes each group through its claims in the ledger (exactly one replica acts on a
+run), the roles the judgement gave its runs, the DETECTED alert and the work for the remediation
+workers (``detector.actions.remediation.dispatch``: queued, never waited for). The workers' results
+come back to ``_on_result``, which sends a group's OUTCOME alert and clears its pending entries; a
+retry is re-judged from the source first (``_recheck``). On a new leader term ``pick_up_pending``
+takes over what an earlier leader decided but did not finish (durable ledger).
+
+The daemon (``detector.app.daemon``) keeps the loop, leadership and health, and hands this module
+only what it uses: the ledger, remediator, alerter and metrics, the source's ``rejudge``, the
+leader's permission to write (``may_act``) and the clock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.exc import StatementError
+
+from detector import logs
+from detector.actions.remediation.dispatch import Job, RemediationDispatcher
+from detector.actions.remediation.guarded import passive_result
+from detector.config import Config
+from detector.core.model import Finding
+from detector.core.plan import UNDECIDED, Action, Mode, plan
+from detector.core.ports import (
+    Alerter,
+    AlertEvent,
+    AlertKind,
+    Ledger,
+    Pending,
+    RemediationResult,
+    Remediator,
+    Result,
+)
+from detector.metrics import Metrics
+
+log = logs.get("dupguard.daemon")  # the daemon's lines, as before the split (log queries name the logger)
+
+# ``RunSource.rejudge``: the groups of run (dag_id, run_id) judged afresh; None if it is gone
+Rejudge = Callable[[str, str, datetime], list[Finding] | None]
+
+
+@dataclass
+class _GroupOutcome:
+    """The remediation results of one group so far; its OUTCOME alert goes out once every action has
+    a first result, and again whenever a retried action reaches its final one."""
+
+    finding: Finding
+    actions: list[Action]
+    latest: dict[str, RemediationResult] = field(default_factory=dict)  # by run_id
+    open: set[str] = field(default_factory=set)  # run_ids without a final result
+    unseen: set[str] = field(default_factory=set)  # run_ids without any result yet
+    announced: bool = False
+
+
+class Responder:
+    """Acts on a leader's findings; built once per daemon, used from the poll loop (``handle``,
+    ``pick_up_pending``) and the remediation workers (results, re-judgements)."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        ledger: Ledger,
+        remediator: Remediator,
+        alerter: Alerter,
+        metrics: Metrics,
+        rejudge: Rejudge,
+        may_act: Callable[[], bool],
+        clock: Callable[[], datetime],
+        retry: bool = True,
+        dispatch_options: dict[str, Any] | None = None,
+    ) -> None:
+        """``rejudge``: the source's (``RunSource.rejudge``). ``may_act``: whether this replica may
+        write now (the leader's fence). ``retry``: False for ``run --once`` (nothing is retried later)."""
+        self._ledger = ledger
+        self._remediator = remediator
+        self._alerter = alerter
+        self._metrics = metrics
+        self._source_rejudge = rejudge
+        self._clock = clock
+        self._mode = Mode(config.remediation)
+        self._remediate_started = config.remediate_started
+        self._cluster = config.cluster_name
+        self._outcomes: dict[str, _GroupOutcome] = {}
+        self._outcomes_lock = threading.Lock()
+        # groups alerted while the ledger could not record them: not alerted again once it can
+        self._unrecorded: dict[str, None] = {}
+        # Workers: bounded by the engine's pool (2 + 2 overflow), as each remediation re-reads the run.
+        self._dispatcher = RemediationDispatcher(
+            remediator,
+            recheck=self._recheck,
+            on_result=self._on_result,
+            may_act=may_act,
+            metrics=metrics,
+            retry=retry,
+            **(dispatch_options or {}),
+        )
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the queued remediations (``run --once``); False if some are left."""
+        return self._dispatcher.drain(timeout)
+
+    def close(self, timeout: float) -> None:
+        """Stop the remediation workers (shutdown), waiting at most ``timeout`` seconds."""
+        self._dispatcher.close(timeout=timeout)
+
+    def handle(self, findings: list[Finding], now: datetime, ledger: Ledger | None = None) -> None:
+        """Decide, record, alert, then queue the remediations; never waits for one to finish.
+
+        Claims first (exactly one replica acts on a run), then the roles this judgement gave the
+        group's runs (a decision is final: later judgements read them back, ``detector.sources.database.prior``), then
+        the DETECTED alert, then the work for the remediation workers. One asset event duplicates
+        every consumer DAG at once: the workers take the groups in parallel (docs/e2e.md).
+        """
+        ledger = ledger or self._ledger  # the source's own connection when it offers one
+        queued: list[Job] = []
+        failed: Exception | None = None  # the ledger's failure: the poll fails (and is retried) after the alerts
+        for finding in findings:
+            actions = plan([finding], self._mode, now=now, remediate_started=self._remediate_started)
+            # Undecided actions claim nothing: a later verdict on the same group may still act.
+            decided = [a for a in actions if a.outcome not in UNDECIDED]
+            # Every run of the group, the kept one too: a run that joins and takes the keep (it consumed
+            # every event) is the news, not the old kept run that became a duplicate.
+            seen = [f"detected:{r.run_id}" for r in finding.runs]
+            # An undecided outcome is counted once per run and outcome, however often the group is judged.
+            left = [f"{a.outcome.value}:{a.run.run_id}" for a in actions if a.outcome in UNDECIDED]
+            try:
+                won = ledger.claim_all(
+                    finding.key, ["detected", *seen, *(f"action:{a.run.run_id}" for a in decided), *left]
+                )
+            except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
+                failed = failed or exc
+                self._alert_unrecorded(finding, actions, now, exc)
+                continue
+            todo = [a for a in decided if f"action:{a.run.run_id}" in won]
+            for action in actions:
+                left_alone = passive_result(action)
+                if left_alone is not None and f"{action.outcome.value}:{action.run.run_id}" in won:
+                    self._remediator.record(left_alone)
+            if todo:
+                ledger.record_decision((finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo])
+                self._track(finding, actions, todo)
+            if "detected" in won:
+                if self._unrecorded.pop(finding.key, False) is False:  # else announced while unrecorded
+                    self._report_detected(finding, actions, now)
+            elif len(finding.runs) > 2:  # a pair never grows; >2: runs joined an announced group
+                joined = tuple(r.run_id for r in finding.runs if f"detected:{r.run_id}" in won)
+                if joined:
+                    self._report_detected(finding, actions, now, joined)
+            for action in todo:
+                result = passive_result(action)
+                if result is not None:
+                    self._decided(Job(finding, action), result)
+                else:
+                    queued.append(self._submit(Job(finding, action)))
+        if ledger.durable:
+            for job in queued:  # a new leader picks these up if this process dies first
+                if job.action.writes:
+                    ledger.add_pending(Pending(job.finding.key, job.action.dag_id, job.action.run.run_id))
+        if failed is not None:
+            raise failed
+
+    def _alert_unrecorded(self, finding: Finding, actions: list[Action], now: datetime, exc: Exception) -> None:
+        """The ledger cannot record the group's claims (issue 23 §3). Its remediation waits: nothing
+        is acted on without a claim, and the failed poll is retried until the ledger takes it. Its
+        alert does not: it goes out once per process, saying it may repeat (another replica, or this
+        one after a restart, cannot know it was sent)."""
+        if finding.key in self._unrecorded:
+            return
+        self._unrecorded[finding.key] = None
+        if len(self._unrecorded) > 10_000:
+            self._unrecorded.pop(next(iter(self._unrecorded)))
+        # SQLAlchemy wraps the driver's error, which names the cause (e.g. disk full)
+        cause = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
+        reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
+        log.warning("ledger_claim_failed", group_key=finding.key, dag_id=finding.dag_id, error=reason)
+        self._report_detected(finding, actions, now, unrecorded=reason)
+
+    def _submit(self, job: Job) -> Job:
+        if not self._dispatcher.submit(job):
+            log.error("remediation_queue_full", dag_id=job.action.dag_id, run_id=job.action.run.run_id)
+            self._decided(job, RemediationResult(job.action, Result.FAILED, "remediation queue full: not attempted"))
+        return job
+
+    def _decided(self, job: Job, result: RemediationResult) -> None:
+        """A final result no remediation attempt produced: counted and logged like an executed one
+        (the alert rules and docs/remediation.md count on every outcome), then reported."""
+        self._remediator.record(result)
+        self._on_result(job, result, True)
+
+    def _track(self, finding: Finding, actions: list[Action], todo: list[Action]) -> None:
+        runs = {a.run.run_id for a in todo}
+        with self._outcomes_lock:
+            group = self._outcomes.get(finding.key)
+            if group is None:
+                self._outcomes[finding.key] = _GroupOutcome(finding, list(actions), open=set(runs), unseen=set(runs))
+            else:  # e.g. a third run joined the group while the first remediation is retried
+                group.finding, group.actions = finding, list(actions)
+                group.open |= runs
+                group.unseen |= runs
+
+    def _report_detected(
+        self,
+        finding: Finding,
+        actions: list[Action],
+        now: datetime,
+        joined: tuple[str, ...] = (),
+        unrecorded: str | None = None,
+    ) -> None:
+        """The DETECTED alert: a group's first, or (``joined``) again for the runs that joined it since."""
+        m = self._metrics
+        if not joined:
+            m.groups_detected.labels(kind=finding.kind.value, confidence=finding.confidence.value).inc()
+            m.groups_by_dag.labels(dag_id=finding.dag_id).inc()
+        for run in finding.duplicates:
+            if run.queued_at is not None and (not joined or run.run_id in joined):
+                m.detection_latency.observe(max(0.0, (now - run.queued_at).total_seconds()))
+        self._alerter.notify(
+            AlertEvent(
+                kind=AlertKind.DETECTED,
+                finding=finding,
+                detected_at=now,
+                cluster=self._cluster,
+                mode=self._mode.value,
+                actions=tuple(actions),
+                assets=finding.assets,
+                new_runs=joined,
+                unrecorded=unrecorded,
+            )
+        )
+
+    def _on_result(self, job: Job, result: RemediationResult, final: bool) -> None:
+        """A worker's (or the planner's) result: alert when the group's picture changes; forget the
+        pending remediation once it is final."""
+        run_id = job.action.run.run_id
+        event: AlertEvent | None = None
+        with self._outcomes_lock:
+            group = self._outcomes.get(job.finding.key)
+            if group is None:
+                group = _GroupOutcome(job.finding, [job.action], open={run_id}, unseen={run_id})
+                self._outcomes[job.finding.key] = group
+            group.latest[run_id] = result
+            group.unseen.discard(run_id)
+            if final:
+                group.open.discard(run_id)
+            if not group.unseen and (not group.announced or final):
+                group.announced = True
+                event = AlertEvent(
+                    kind=AlertKind.OUTCOME,
+                    finding=group.finding,
+                    detected_at=self._clock(),
+                    cluster=self._cluster,
+                    mode=self._mode.value,
+                    actions=tuple(group.actions),
+                    results=tuple(group.latest.values()),
+                    assets=group.finding.assets,
+                )
+            if not group.open:
+                del self._outcomes[job.finding.key]
+        if final and job.action.writes and self._ledger.durable:
+            try:
+                self._ledger.drop_pending(job.action.dag_id, run_id)
+            except Exception as exc:  # noqa: BLE001 - a stale pending entry is only re-judged later
+                log.warning("pending_remediation_not_cleared", run_id=run_id, error=str(exc))
+        if event is not None:
+            self._alerter.notify(event)
+
+    def _recheck(self, job: Job) -> tuple[Finding, Action] | RemediationResult:
+        """Before a retry: judge the duplicate's group again from the database, earlier decisions
+        included. Only a run that is still a duplicate of a confirmed group, not kept by any decision
+        and (unless opted in) not started, is acted on; anything else ends the job."""
+        verdict = self._rejudge(job.action.dag_id, job.action.run.run_id, self._clock())
+        if isinstance(verdict, str):
+            dropped = RemediationResult(job.action, Result.SKIPPED if verdict != "gone" else Result.GONE, verdict)
+            self._remediator.record(dropped)  # final: the dispatcher reports it without an attempt
+            return dropped
+        finding, action = verdict
+        passive = passive_result(action)
+        if passive is not None:
+            self._remediator.record(passive)
+            return passive
+        return finding, action
+
+    def _rejudge(self, dag_id: str, run_id: str, now: datetime) -> tuple[Finding, Action] | str:
+        findings = self._source_rejudge(dag_id, run_id, now)
+        if findings is None:
+            return "gone"
+        for finding in findings:
+            for action in plan([finding], self._mode, now=now, remediate_started=self._remediate_started):
+                if (action.dag_id, action.run.run_id) == (dag_id, run_id):
+                    return finding, action
+        return "re-judged: no longer a duplicate in a group"
+
+    def pick_up_pending(self) -> None:
+        """A new leader term: remediations an earlier leader decided but did not finish (a durable
+        ledger only: another one keeps none)."""
+        if not self._ledger.durable:
+            return
+        try:
+            pending = self._ledger.pending()
+        except Exception as exc:  # noqa: BLE001 - retried at the next term; the groups stay in the ledger
+            log.warning("pending_remediations_unreadable", error=str(exc))
+            return
+        for item in pending:
+            with self._outcomes_lock:
+                mine = any(g.finding.dag_id == item.dag_id and item.run_id in g.open for g in self._outcomes.values())
+            if mine:
+                continue  # still in this process's own queue (this replica led before)
+            try:
+                verdict = self._rejudge(item.dag_id, item.run_id, self._clock())
+            except Exception as exc:  # noqa: BLE001 - e.g. the database blinked: next term
+                log.warning("pending_remediation_not_judged", run_id=item.run_id, error=str(exc))
+                continue
+            if isinstance(verdict, str):
+                log.info("pending_remediation_dropped", dag_id=item.dag_id, run_id=item.run_id, reason=verdict)
+                self._ledger.drop_pending(item.dag_id, item.run_id)
+                continue
+            finding, action = verdict
+            log.info("pending_remediation_picked_up", dag_id=item.dag_id, run_id=item.run_id)
+            job = Job(finding, action, picked_up=False)
+            self._track(finding, [action], [action])
+            result = passive_result(action)
+            if result is not None:
+                self._decided(job, result)
+            else:
+                self._submit(job)
