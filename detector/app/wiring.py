@@ -151,7 +151,7 @@ def build_alerter(
     logs.get(ALERTS_LOGGER).info(
         "alerts_configured",
         channels=["log", *(c.name for c in enabled)],
-        slack_transport=next((t for c in enabled if (t := getattr(c, "transport", None))), None),
+        slack_transport=next((c.transport for c in enabled if c.transport), None),
         storm_threshold=config.alert_storm_threshold,
         timeout_seconds=timeout,
     )

@@ -229,6 +229,8 @@ class AlertmanagerChannel:
     next one carries the alert again.
     """
 
+    transport = None  # one transport only
+
     def __init__(
         self,
         name: str,

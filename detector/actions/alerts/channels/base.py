@@ -23,6 +23,11 @@ class Channel(Protocol):
 
     name: str
 
+    @property
+    def transport(self) -> str | None:
+        """Which of a destination's transports this is, where it has several (Slack: bot or webhook)."""
+        ...
+
     def detected(self, event: AlertEvent) -> None: ...
 
     def outcome(self, event: AlertEvent) -> None: ...

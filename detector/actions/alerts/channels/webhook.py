@@ -143,6 +143,7 @@ class WebhookChannel:
     """The generic JSON webhook: one ``dupguard.alert/v1`` payload per group, outcome or digest."""
 
     name = "webhook"
+    transport = None  # one transport only
 
     def __init__(self, hook: JsonWebhook, ui_url: str | None = None) -> None:
         self.hook, self.ui_url = hook, ui_url
