@@ -6,7 +6,7 @@
 #   scripts/release.sh --no-image # without the image (a machine without buildah and root)
 #
 # dist/python/  the wheel and sdist of airflow-dupguard and of the guard airflow-dupguard-guard,
-#               built with `python -m build` and checked with `twine check --strict` (as PyPI does)
+#               built with `uv build` (or `python -m build`) and checked with `twine check --strict` (as PyPI does)
 # dist/chart/   dupguard-<version>.tgz, linted strict and packaged with helm-python-sdk
 # dist/image/   airflow-dupguard-<tag>.oci.tar (deploy/docker/build_local.sh), after its smoke run
 # dist/SHA256SUMS
@@ -40,8 +40,15 @@ done
 rm -rf dist
 mkdir -p dist/python
 # --sdist --wheel builds both from the tree (the guard's wheel takes detector/guard/policy.py from it).
-"$PY" -m build --sdist --wheel --outdir dist/python .
-"$PY" -m build --sdist --wheel --outdir dist/python deploy/airflow-guard
+# uv build (scripts/bootstrap.sh installs uv) reuses its cached build backend: 23 s here against
+# about 5 minutes for python -m build's four fresh build environments on a busy machine.
+for project in . deploy/airflow-guard; do
+  if command -v uv >/dev/null 2>&1; then
+    uv build --sdist --wheel --out-dir dist/python "$project"
+  else
+    "$PY" -m build --sdist --wheel --outdir dist/python "$project"
+  fi
+done
 "$PY" -m twine check --strict dist/python/*
 "$PY" scripts/package_chart.py dist/chart
 
