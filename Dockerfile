@@ -3,7 +3,8 @@
 # Two stages: the builder creates a virtual environment at /opt/dupguard, dependencies first (their
 # own layer, rebuilt only when pyproject.toml changes) and then the dupguard wheel; the final stage
 # is a plain slim Python with that venv copied in: no compilers, no pip cache, no source tree.
-# The install steps live in deploy/docker/install.sh, which tests/deploy/test_image.py also runs.
+# The install steps live in deploy/docker/install.sh, which tests/deploy/test_deploy_image.py also runs;
+# tests/deploy/test_release.py builds this file with buildah and runs the image (docs/release.md).
 #
 #   deploy/docker/build.sh registry.example.com/airflow-dupguard   # tags and OCI labels from git
 #   docker run --rm --read-only airflow-dupguard:1.0.0 --help
