@@ -45,6 +45,7 @@ mkdir -p dist/python
 for project in . deploy/airflow-guard; do
   if command -v uv >/dev/null 2>&1; then
     uv build --sdist --wheel --out-dir dist/python "$project"
+    rm -f dist/python/.gitignore  # uv marks its output folder ignored: not a release file
   else
     "$PY" -m build --sdist --wheel --outdir dist/python "$project"
   fi

@@ -134,7 +134,9 @@ def test_the_image_runs_as_its_user_on_a_read_only_root(dist: Path) -> None:
     version = run_image(dist, "--version")
     assert (version.returncode, version.stdout.strip()) == (0, f"dupguard {VERSION}"), version.stderr
 
-    config = run_image(dist, "check-config", env=("DUPGUARD_DATABASE_URL=postgresql://dupguard@airflow-db/airflow",))
+    config = run_image(
+        dist, "check-config", env=("DUPGUARD_DATABASE_URL=postgresql://dupguard@airflow-db:5432/airflow",)
+    )
     assert config.returncode == 0, config.stdout + config.stderr
     assert "database_url: 'postgresql+psycopg2://dupguard@airflow-db:5432/airflow'" in config.stdout
     assert "poll_interval: 30ms  # default" in config.stdout
