@@ -41,7 +41,8 @@ rm -rf dist
 mkdir -p dist/python
 # --sdist --wheel builds both from the tree (the guard's wheel takes detector/guard/policy.py from it).
 # uv build (scripts/bootstrap.sh installs uv) reuses its cached build backend: 23 s here against
-# about 5 minutes for python -m build's four fresh build environments on a busy machine.
+# about 5 minutes for python -m build's four fresh build environments on a busy machine
+# (benchmarks/results/release_build_times-20261207.json).
 for project in . deploy/airflow-guard; do
   if command -v uv >/dev/null 2>&1; then
     uv build --sdist --wheel --out-dir dist/python "$project"
