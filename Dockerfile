@@ -3,10 +3,11 @@
 # Two stages: the builder creates a virtual environment at /opt/dupguard, dependencies first (their
 # own layer, rebuilt only when pyproject.toml changes) and then the dupguard wheel; the final stage
 # is a plain slim Python with that venv copied in: no compilers, no pip cache, no source tree.
-# The install steps live in deploy/docker/install.sh, which tests/deploy/test_image.py also runs.
+# The install steps live in deploy/docker/install.sh, which tests/deploy/test_deploy_image.py also runs;
+# tests/deploy/test_release.py builds this file with buildah and runs the image (docs/release.md).
 #
 #   deploy/docker/build.sh registry.example.com/airflow-dupguard   # tags and OCI labels from git
-#   docker run --rm --read-only airflow-dupguard:0.1.0 --help
+#   docker run --rm --read-only airflow-dupguard:1.0.0 --help
 #
 # Tag scheme (docs/deploy.md, section 1): <version> for a release (immutable), <version>-<short sha>
 # for any other commit; never `latest` in manifests.
@@ -29,7 +30,7 @@ RUN sh deploy/docker/install.sh app
 FROM ${PYTHON_IMAGE}
 # OCI annotations: deploy/docker/build.sh passes the package version, the git commit and the
 # repository URL; the defaults mark an image built without them.
-ARG VERSION=0.1.0
+ARG VERSION=1.0.0
 ARG REVISION=unknown
 ARG SOURCE=unknown
 LABEL org.opencontainers.image.title="airflow-dupguard" \

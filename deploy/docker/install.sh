@@ -5,7 +5,7 @@
 #   install.sh deps   create the venv and install the hash-locked dependencies (requirements.txt)
 #   install.sh app    build the dupguard wheel from the current directory and install it, no deps
 #
-# The Dockerfile's RUN lines call this script and nothing else; tests/deploy/test_image.py replays
+# The Dockerfile's RUN lines call this script and nothing else; tests/deploy/test_deploy_image.py replays
 # the Dockerfile's builder stage with the same script in a fresh venv, so the two cannot drift.
 # Run it from the build context root. DUPGUARD_VENV (default /opt/dupguard) is the target venv,
 # PYTHON the interpreter that creates it.

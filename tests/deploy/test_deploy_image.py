@@ -382,3 +382,35 @@ def test_build_script_tags_by_the_documented_scheme() -> None:
     assert (
         subprocess.run([require_executable("shellcheck"), "--shell=sh", str(BUILD_SCRIPT)], check=False).returncode == 0
     )
+
+
+def test_build_script_prints_its_command_without_git_or_docker(tmp_path: Path) -> None:
+    """An unpacked sdist on a machine with neither git nor docker: --print still answers, with the
+    <version>-nogit tag (nothing proves such a tree is the release) and an unknown revision."""
+    import tomllib
+
+    tree = tmp_path / "tree"
+    (tree / "deploy" / "docker").mkdir(parents=True)
+    shutil.copy2(REPO / "pyproject.toml", tree / "pyproject.toml")
+    shutil.copy2(BUILD_SCRIPT, tree / "deploy" / "docker" / "build.sh")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "dirname"):
+        found = shutil.which(tool)
+        assert found is not None
+        (bin_dir / tool).symlink_to(found)
+    (bin_dir / "python3").symlink_to(Path(sys.executable).resolve())  # the interpreter, not a pyenv shim
+    result = subprocess.run(
+        ["sh", str(tree / "deploy" / "docker" / "build.sh"), "--print", "registry.example.com/airflow-dupguard"],
+        env={"PATH": str(bin_dir)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    argv = result.stdout.split()
+    assert argv[:2] == ["docker", "build"]
+    assert argv[argv.index("--tag") + 1] == f"registry.example.com/airflow-dupguard:{version}-nogit"
+    assert "REVISION=unknown" in argv
+    assert f"VERSION={version}" in argv
