@@ -24,10 +24,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from detector import logs
 from detector.actions.remediation.dispatch import Job, RemediationDispatcher
 from detector.actions.remediation.guarded import passive_result
-from detector.app.checks.runner import CheckRunner
 from detector.app.leader import LockProblem
 from detector.app.preparer import Preparer
 from detector.app.status import StatusBoard, evaluate
+from detector.checks.runner import CheckRunner
 from detector.config import Config
 from detector.core.fence import UNFENCED, Fence
 from detector.core.model import Finding

@@ -6,15 +6,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from detector.app.checks.base import Check
-from detector.app.checks.runner import observe
-from detector.core.checks import CheckContext, Observation
+from detector.checks.base import Check
+from detector.checks.observation import CheckContext, Observation
+from detector.checks.runner import observe
+from detector.checks.split_partition.rule import KIND as SPLIT
+from detector.checks.split_partition.rule import SplitPartition
 from detector.core.decisions import decisions_from_notes
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
 from detector.core.model import Finding
 from detector.core.reprocess import needs_origins, refine_partitioned
-from detector.core.split import KIND as SPLIT
-from detector.core.split import SplitPartition
 from detector.core.trigger_event import find_trigger_event_duplicates
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, ServerRole, connect, server_role

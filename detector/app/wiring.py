@@ -12,11 +12,11 @@ from sqlalchemy import Engine
 from detector import logs
 from detector.actions.alerts.dispatch import build_alerter
 from detector.actions.remediation.guarded import Backend, GuardedRemediator, RunStates
-from detector.app import checks
-from detector.app.checks.runner import CheckRunner
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AdvisoryLock, AlwaysLeader
 from detector.app.ledger import FileLedger, MemoryLedger, open_ledger
+from detector.checks import enabled as checks
+from detector.checks.runner import CheckRunner
 from detector.config import Config
 from detector.core.detect import DagFilter
 from detector.core.fence import FenceSource

@@ -27,15 +27,15 @@ from detector.actions.alerts.format import outcome_message as reply
 from detector.actions.alerts.notice import observation_notice
 from detector.actions.alerts.oncall import Links
 from detector.actions.alerts.slack import SlackBot, make_web_client
-from detector.actions.alerts.split import split_notice
 from detector.actions.remediation.guarded import passive_result
 from detector.app.ledger import MemoryLedger
+from detector.checks.observation import Observation
+from detector.checks.split_partition.alert import split_notice
+from detector.checks.split_partition.rule import SplitPartition, SplitRow
 from detector.config import Config
-from detector.core.checks import Observation
 from detector.core.model import Confidence, Finding, Kind, TaskProgress
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Result, StartedTask
-from detector.core.split import SplitPartition, SplitRow
 from detector.metrics import Metrics
 from tests.factories import T0, run
 from tests.slack_server import SlackServer

@@ -15,7 +15,7 @@ from typing import Any
 from detector.actions.alerts.format import SCHEMA, SUMMARY_LIMIT, TEXT_LIMIT, Message
 from detector.actions.alerts.oncall import NO_LINKS, SPLIT_ALERT, Guidance, Links, guidance_section, icon, links_context
 from detector.actions.alerts.text import clip, context, escape, grid_url, header, section, slack_date
-from detector.core.split import ADVICE, KIND, SplitPartition, row_line, split_dict
+from detector.checks.split_partition.rule import ADVICE, KIND, SplitPartition, row_line, split_dict
 
 
 @dataclass(frozen=True)

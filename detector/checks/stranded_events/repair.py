@@ -8,7 +8,7 @@ Per stranded set (one ``Observation`` of ``stranded_events``), on the leader onl
   once and retries each run quietly (no claim taken); without a valid fence (standing by, waiting
   after a takeover) it waits for a later run. Otherwise it claims ``<key>|repair`` in the ledger (the
   durable ledger keeps it across restarts and replicas: never a second repair of one set), then
-  ``detector.actions.repair.requeue`` writes, fenced, after a re-read under the same transaction.
+  ``detector.checks.stranded_events.requeue`` writes, fenced, after a re-read under the same transaction.
 * Follow-up: each later run looks for the DAG's asset run with ``run_after`` = T that consumed exactly
   the set: ``stranded_repaired`` with its run id, or ``stranded_repair_unverified`` (error) once
   ``stranded_repair_deadline`` (15 min) has passed on the database clock. Kept in memory: a restart
@@ -28,12 +28,13 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
 from detector.actions.alerts.notice import observation_notice
-from detector.actions.repair.requeue import RequeueWriter, plan_now
-from detector.app.checks.base import RepairContext
-from detector.core.checks import Observation, Severity
+from detector.checks.base import RepairContext
+from detector.checks.observation import Observation, Severity
+from detector.checks.stranded_events import statements
+from detector.checks.stranded_events.requeue import RequeueWriter, plan_now
+from detector.checks.stranded_events.rule import StrandedSet
+from detector.checks.stranded_events.rule_repair import REPAIR_KIND, Refusal, Requeue, verify
 from detector.core.fence import LeadershipLost
-from detector.core.stranded import StrandedSet
-from detector.core.stranded_repair import REPAIR_KIND, Refusal, Requeue, verify
 from detector.errors import DupguardError
 from detector.metadb import queries
 from detector.metadb.engine import connect
@@ -123,7 +124,7 @@ class StrandedRepairer:
             return
         with connect(rc.db.engine) as conn:
             for key, w in list(self.waiting.items()):
-                run = verify(w.plan, queries.asset_runs_at(conn, rc.db.tables, w.plan.dag_id, w.plan.created_at))
+                run = verify(w.plan, statements.asset_runs_at(conn, rc.db.tables, w.plan.dag_id, w.plan.created_at))
                 if run is not None:
                     self._report(w.obs, "repaired", f"run {run.run_id} consumed events {list(run.event_ids)}", rc,
                                  run_id=run.run_id)  # fmt: skip
