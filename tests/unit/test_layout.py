@@ -3,8 +3,9 @@ and the app wiring on top. Imports only point down; there are no import circles 
 
 A periodic check's package (``detector/checks/<kind>/``, docs/checks.md) holds those layers in small, told
 apart by module name: ``rule*`` is pure (the core's level), ``statements*`` reads through the database layer
-only, ``settings`` (and the light package ``__init__``, the registry) sees only ``detector.settings``, and
-everything else (the check class, an alert text, a repair step) may use every layer below the app."""
+only, ``settings`` and ``metrics`` (with the light package ``__init__`` and the registry) see only
+``detector.settings``, and everything else (the check class, an alert text, a repair step) may use every
+layer below the app."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ FOUNDATIONS = {
 # The roles inside detector/checks (pseudo-layers: no module has these names).
 PURE = "detector.checks (pure)"  # each kind's rule*, and the Observation every kind makes
 READS = "detector.checks (statements)"  # each kind's statements*
-LIGHT = "detector.checks (settings)"  # each kind's settings and __init__, the registry: read by detector.config
+LIGHT = "detector.checks (settings)"  # each kind's settings, metrics, __init__; the registry: config reads them
 BELOW_APP = {
     "detector.core",
     "detector.metadb",
@@ -68,12 +69,12 @@ ALLOWED: dict[str, set[str]] = {
         "detector.metrics",
     },
     "detector.config": {"detector.metadb", "detector.settings", LIGHT},
-    "detector.metrics": {"detector.core"},
+    "detector.metrics": {"detector.core", LIGHT},
     # the check classes and their machinery (base, runner, enabled): everything below the app
     "detector.checks": BELOW_APP,
 }
 CHECKS = ROOT / "checks"
-ROLES = (("rule", PURE), ("statements", READS), ("settings", LIGHT))
+ROLES = (("rule", PURE), ("statements", READS), ("settings", LIGHT), ("metrics", LIGHT))
 
 
 def _modules() -> dict[str, Path]:

@@ -19,6 +19,7 @@ from detector.checks.base import CheckBase
 from detector.checks.observation import CheckContext, Observation
 from detector.checks.split_partition import statements
 from detector.checks.split_partition.alert import split_notice
+from detector.checks.split_partition.metrics import SplitMetrics
 from detector.checks.split_partition.rule import KIND, SplitPartition, find_split_partitions, observe
 from detector.metadb.engine import AirflowDb
 
@@ -44,8 +45,9 @@ class SplitPartitionCheck(CheckBase):
         return split_notice(cast(SplitPartition, obs.subject), cluster, detected_at)
 
     def observed(self, found: list[Observation], new: list[Observation]) -> None:
-        self.metrics.split_partitions_open.set(len(found))
-        self.metrics.split_partitions_detected.inc(len(new))
+        own = self.metrics.of_kind(KIND, SplitMetrics)
+        own.open.set(len(found))
+        own.detected.inc(len(new))
 
 
 CHECK = SplitPartitionCheck  # what detector.checks.enabled registers for this kind

@@ -31,8 +31,9 @@ from detector.actions.alerts.notice import observation_notice
 from detector.checks.base import RepairContext
 from detector.checks.observation import Observation, Severity
 from detector.checks.stranded_events import statements
+from detector.checks.stranded_events.metrics import StrandedMetrics
 from detector.checks.stranded_events.requeue import RequeueWriter, plan_now
-from detector.checks.stranded_events.rule import StrandedSet
+from detector.checks.stranded_events.rule import KIND, StrandedSet
 from detector.checks.stranded_events.rule_repair import REPAIR_KIND, Refusal, Requeue, verify
 from detector.core.fence import LeadershipLost
 from detector.errors import DupguardError
@@ -64,7 +65,8 @@ class Waiting:
 
 class StrandedRepairer:
     def __init__(self, mode: str, deadline: timedelta, metrics: Metrics) -> None:
-        self.mode, self.deadline, self.metrics = mode, deadline, metrics
+        self.mode, self.deadline = mode, deadline
+        self.own = metrics.of_kind(KIND, StrandedMetrics)
         self.waiting: dict[str, Waiting] = {}
         self.denied = False  # INSERT on asset_dag_run_queue missing (logged once)
 
@@ -108,7 +110,7 @@ class StrandedRepairer:
         with connect(rc.db.engine) as conn:
             (held,) = queries.table_privileges(conn, [("asset_dag_run_queue", "INSERT")])
         if not held and not self.denied:
-            self.metrics.stranded_repairs.labels(outcome="not_permitted").inc()
+            self.own.repairs.labels(outcome="not_permitted").inc()
             log.warning(
                 "stranded_repair_not_permitted",
                 detail="DUPGUARD_REPAIR_STRANDED=requeue needs GRANT INSERT ON asset_dag_run_queue; nothing written, "
@@ -140,7 +142,7 @@ class StrandedRepairer:
     ) -> None:
         s = obs.subject
         assert isinstance(s, StrandedSet)
-        self.metrics.stranded_repairs.labels(outcome=outcome).inc()
+        self.own.repairs.labels(outcome=outcome).inc()
         facts = {"outcome": outcome, "detail": detail, "mode": self.mode, "stranded_key": obs.key,
                  "dag_id": s.dag_id, "event_ids": list(s.event_ids), "run_id": run_id}  # fmt: skip
         getattr(log, SEVERITY[outcome])(f"stranded_repair_{outcome}", **facts)  # error / warning / info
