@@ -23,9 +23,9 @@ from structlog.testing import capture_logs
 
 from detector.actions.alerts.dispatch import Dispatcher, build_alerter
 from detector.actions.alerts.format import run_url
-from detector.actions.alerts.oncall import DUPLICATE_ALERT, SPLIT_ALERT
+from detector.actions.alerts.oncall import DUPLICATE_ALERT
 from detector.app.scan import scan
-from detector.checks.split_partition.alert import split_notice
+from detector.checks.split_partition.alert import SPLIT_ALERT, split_notice
 from detector.checks.split_partition.rule import SplitPartition, SplitRow
 from detector.config import Config
 from detector.core.ports import AlertEvent, Result

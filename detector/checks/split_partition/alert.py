@@ -13,9 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from detector.actions.alerts.format import SCHEMA, SUMMARY_LIMIT, TEXT_LIMIT, Message
-from detector.actions.alerts.oncall import NO_LINKS, SPLIT_ALERT, Guidance, Links, guidance_section, icon, links_context
+from detector.actions.alerts.oncall import NO_LINKS, Guidance, Links, guidance_section, icon, links_context
 from detector.actions.alerts.text import clip, context, escape, grid_url, header, section, slack_date
 from detector.checks.split_partition.rule import ADVICE, KIND, SplitPartition, row_line, split_dict
+
+SPLIT_ALERT = "DupguardSplitPartition"  # its docs/runbooks.md anchor and Alertmanager alertname
 
 
 @dataclass(frozen=True)
