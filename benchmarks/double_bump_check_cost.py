@@ -40,8 +40,8 @@ from benchmarks.history import admin_url, connect, machine  # noqa: E402
 from detector.checks.double_bump import statements  # noqa: E402
 from detector.checks.double_bump.check import DoubleBumpCheck  # noqa: E402
 from detector.checks.double_bump.statements import bump_tables  # noqa: E402
-from detector.checks.observation import CheckContext  # noqa: E402
 from detector.config import Config  # noqa: E402
+from detector.core.checks import CheckContext  # noqa: E402
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
 from detector.metrics import Metrics  # noqa: E402
 from tests.pg import fixture_sql  # noqa: E402

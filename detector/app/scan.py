@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from detector.checks.base import Check
-from detector.checks.observation import CheckContext, Observation
 from detector.checks.runner import observe
 from detector.checks.split_partition.rule import KIND as SPLIT
 from detector.checks.split_partition.rule import SplitPartition
+from detector.core.checks import CheckContext, Observation
 from detector.core.decisions import decisions_from_notes
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
 from detector.core.model import Finding

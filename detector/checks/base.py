@@ -18,8 +18,8 @@ from typing import ClassVar, Protocol
 from sqlalchemy.engine import Connection
 
 from detector.actions.alerts.notice import Notice, observation_notice
-from detector.checks.observation import CheckContext, Observation
 from detector.config import Config
+from detector.core.checks import CheckContext, Observation
 from detector.core.fence import FenceSource
 from detector.core.ports import Ledger
 from detector.metadb.engine import AirflowDb

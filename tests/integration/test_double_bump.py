@@ -19,9 +19,9 @@ from detector.app.ledger import MemoryLedger
 from detector.checks import enabled as checks
 from detector.checks.double_bump.check import DoubleBumpCheck
 from detector.checks.double_bump.rule import TiRow
-from detector.checks.observation import CheckContext, Observation
 from detector.checks.runner import CheckRunner
 from detector.config import Config
+from detector.core.checks import CheckContext, Observation
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from tests.integration.test_split_partitions import _daemon  # the daemon with every check, a recording alerter

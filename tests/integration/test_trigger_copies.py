@@ -20,10 +20,10 @@ from detector.actions.alerts.notice import observation_notice
 from detector.app.cli import main
 from detector.app.ledger import MemoryLedger
 from detector.checks import enabled as checks
-from detector.checks.observation import CheckContext, Observation
 from detector.checks.runner import CheckRunner
 from detector.checks.trigger_flapping.check import KIND, TriggerFlappingCheck
 from detector.config import Config
+from detector.core.checks import CheckContext, Observation
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from tests.integration.test_trigger_flapping_check import _airflow_loop, run_daemon_through

@@ -21,10 +21,10 @@ from detector.app.cli import main
 from detector.app.daemon import Daemon, Parts
 from detector.app.ledger import MemoryLedger
 from detector.checks import enabled as checks
-from detector.checks.observation import CheckContext
 from detector.checks.runner import CheckRunner
 from detector.checks.trigger_flapping.check import KIND, TriggerFlappingCheck
 from detector.config import Config
+from detector.core.checks import CheckContext
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from detector.sources.database.source import DatabaseSource

@@ -13,9 +13,9 @@ import pytest
 from detector.app import demo
 from detector.app.ledger import MemoryLedger
 from detector.checks.base import CheckBase, RepairContext
-from detector.checks.observation import CheckContext, Observation
 from detector.checks.runner import CheckRunner, observe
 from detector.config import Config
+from detector.core.checks import CheckContext, Observation
 from detector.core.fence import UNFENCED, Fence
 from detector.metadb.engine import AirflowDb, connect, make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics

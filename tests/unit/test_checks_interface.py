@@ -20,9 +20,9 @@ from detector.app import demo
 from detector.app.ledger import MemoryLedger
 from detector.checks import enabled as checks
 from detector.checks.base import CheckBase
-from detector.checks.observation import CheckContext, Observation
 from detector.checks.runner import CheckRunner
 from detector.config import Config, load
+from detector.core.checks import CheckContext, Observation
 from detector.errors import ConfigError
 from detector.metadb.engine import AirflowDb, make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics

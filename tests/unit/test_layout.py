@@ -26,7 +26,7 @@ FOUNDATIONS = {
 }
 
 # The roles inside detector/checks (pseudo-layers: no module has these names).
-PURE = "detector.checks (pure)"  # each kind's rule*, and the Observation every kind makes
+PURE = "detector.checks (pure)"  # each kind's rule*: rows in, core.checks.Observation out
 READS = "detector.checks (statements)"  # each kind's statements*
 LIGHT = "detector.checks (settings)"  # each kind's settings, metrics, __init__; the registry: config reads them
 BELOW_APP = {
@@ -62,7 +62,6 @@ ALLOWED: dict[str, set[str]] = {
     },
     "detector.actions": {
         "detector.core",
-        PURE,
         "detector.metadb",
         "detector.airflowapi",
         "detector.config",
@@ -106,8 +105,6 @@ def _check_layer(parts: list[str]) -> str:
     """The layer of ``detector.checks.<parts>``: a role of a kind's package, or the checks' own layer."""
     if parts in ([], ["registry"], ["kind"]) or (len(parts) == 1 and (CHECKS / parts[0]).is_dir()):
         return LIGHT  # the package __init__ files and the registry: config imports them
-    if parts == ["observation"]:
-        return PURE
     if len(parts) == 2:
         for prefix, layer in ROLES:
             if parts[1] == prefix or parts[1].startswith(prefix + "_"):

@@ -29,10 +29,10 @@ from detector.actions.alerts.oncall import Links
 from detector.actions.alerts.slack import SlackBot, make_web_client
 from detector.actions.remediation.guarded import passive_result
 from detector.app.ledger import MemoryLedger
-from detector.checks.observation import Observation
 from detector.checks.split_partition.alert import split_notice
 from detector.checks.split_partition.rule import SplitPartition, SplitRow
 from detector.config import Config
+from detector.core.checks import Observation
 from detector.core.model import Confidence, Finding, Kind, TaskProgress
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Result, StartedTask

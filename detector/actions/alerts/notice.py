@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 from detector.actions.alerts.format import SCHEMA, SUMMARY_LIMIT, TEXT_LIMIT, Message
 from detector.actions.alerts.oncall import NO_LINKS, Guidance, Links, guidance_section, icon, links_context
 from detector.actions.alerts.text import clip, context, escape, header, section, slack_date
-from detector.checks.observation import Observation
+from detector.core.checks import Observation
 
 _LEVEL = {"error": "HIGH", "warning": "WARNING", "info": "INFO"}  # the Slack headline's words (oncall.icon)
 _AM_SEVERITY = {"error": "critical", "warning": "warning", "info": "info"}

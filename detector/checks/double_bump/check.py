@@ -19,8 +19,8 @@ from detector.checks.base import CheckBase
 from detector.checks.double_bump import statements
 from detector.checks.double_bump.rule import KIND, ORPHAN_WINDOW, Evidence, TiRow, find_double_bumps, observe
 from detector.checks.double_bump.statements import bump_tables
-from detector.checks.observation import CheckContext, Observation
 from detector.config import Config
+from detector.core.checks import CheckContext, Observation
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, connect
 from detector.metadb.schema import Family

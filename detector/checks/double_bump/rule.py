@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from detector.checks.observation import Observation
+from detector.core.checks import Observation
 from detector.core.detect import ALL_DAGS, DagFilter
 
 KIND = "double_bump"

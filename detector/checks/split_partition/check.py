@@ -16,11 +16,11 @@ from sqlalchemy.engine import Connection
 
 from detector.actions.alerts.notice import Notice
 from detector.checks.base import CheckBase
-from detector.checks.observation import CheckContext, Observation
 from detector.checks.split_partition import statements
 from detector.checks.split_partition.alert import split_notice
 from detector.checks.split_partition.metrics import SplitMetrics
 from detector.checks.split_partition.rule import KIND, SplitPartition, find_split_partitions, observe
+from detector.core.checks import CheckContext, Observation
 from detector.metadb.engine import AirflowDb
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from detector.checks.observation import Observation
+from detector.core.checks import Observation
 from detector.core.detect import ALL_DAGS, DagFilter
 from detector.core.model import PartitionRow
 

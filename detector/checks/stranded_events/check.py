@@ -20,12 +20,12 @@ from sqlalchemy.engine import Connection
 
 from detector import logs
 from detector.checks.base import CheckBase, RepairContext
-from detector.checks.observation import CheckContext, Observation
 from detector.checks.stranded_events import copies, statements
 from detector.checks.stranded_events.repair import StrandedRepairer
 from detector.checks.stranded_events.rule import KIND, find_stranded, observe
 from detector.checks.stranded_events.rule_late import find_late, observe_late
 from detector.config import Config
+from detector.core.checks import CheckContext, Observation
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb
 from detector.metrics import Metrics

@@ -29,12 +29,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from detector import logs
 from detector.actions.alerts.notice import observation_notice
 from detector.checks.base import RepairContext
-from detector.checks.observation import Observation, Severity
 from detector.checks.stranded_events import statements
 from detector.checks.stranded_events.metrics import StrandedMetrics
 from detector.checks.stranded_events.requeue import RequeueWriter, plan_now
 from detector.checks.stranded_events.rule import KIND, StrandedSet
 from detector.checks.stranded_events.rule_repair import REPAIR_KIND, Refusal, Requeue, verify
+from detector.core.checks import Observation, Severity
 from detector.core.fence import LeadershipLost
 from detector.errors import DupguardError
 from detector.metadb import queries

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from detector.checks.observation import TRIGGER_COPIES_ALERT, Observation
+from detector.core.checks import TRIGGER_COPIES_ALERT, Observation
 from detector.core.detect import ALL_DAGS, DagFilter
 from detector.core.trigger_event import Copies
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from detector.checks.observation import Observation
 from detector.checks.stranded_events.rule import KIND, by_run, events_facts
+from detector.core.checks import Observation
 from detector.core.detect import ALL_DAGS, DagFilter
 
 REASON = "committed_late"

@@ -25,7 +25,6 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from detector.checks.base import CheckBase
-from detector.checks.observation import TRIGGER_COPIES_ALERT, CheckContext, Observation
 from detector.checks.trigger_flapping import statements
 from detector.checks.trigger_flapping.rule import (
     ASSET,
@@ -42,6 +41,7 @@ from detector.checks.trigger_flapping.rule import (
 from detector.checks.trigger_flapping.rule_copies import SuspectedCopies, suspected_copies
 from detector.checks.trigger_flapping.statements import trigger_tables
 from detector.config import Config
+from detector.core.checks import TRIGGER_COPIES_ALERT, CheckContext, Observation
 from detector.core.trigger_event import copies
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, connect
