@@ -32,7 +32,7 @@ class ScanReport:
     since: datetime | None
     runs_examined: int
     note: str | None = None  # why nothing was examined (Airflow 2), shown in every format
-    observations: dict[str, list[Observation]] = field(default_factory=dict)  # by check kind (detector.app.checks)
+    observations: dict[str, list[Observation]] = field(default_factory=dict)  # by check kind (detector.checks)
     check_errors: dict[str, str] = field(default_factory=dict)  # kind -> why that check has no answer
     source: str = "database"  # or "api" (--source api: no dag_run ids, creating jobs or split keys)
     server: ServerRole | None = None  # the PostgreSQL server read: primary or standby (None: SQLite, the API)
