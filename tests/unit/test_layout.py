@@ -194,3 +194,11 @@ def test_a_kind_imports_no_other_kind() -> None:
             if kind is not None and (CHECKS / kind).is_dir() and kind != parts[2]:
                 bad.append(f"{module} -> {dep}")
     assert bad == []
+
+
+def test_every_kind_package_is_registered() -> None:
+    """A kind's package that the registry does not name would never run, and its settings would be unknown."""
+    from detector.checks.registry import KINDS
+
+    packages = sorted(p.name for p in CHECKS.iterdir() if (p / "__init__.py").is_file())
+    assert sorted(KINDS) == packages
