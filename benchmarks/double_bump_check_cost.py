@@ -1,6 +1,6 @@
 """Cost of the double_bump check (issue 25 §3) at ``--sizes`` rows of ``task_instance``.
 
-Two paths (``detector.app.checks.double_bump``): the **live** run of ``dupguard run`` reads the
+Two paths (``detector.checks.double_bump.check``): the **live** run of ``dupguard run`` reads the
 in-flight TIs (``ti_state``), looks up the ones at try >= 2 in ``task_instance_history``
 (``task_instance_history_dtrt_uq``) and, for those missing a try, the scheduler jobs and the archive
 tables; **scan** reads every TI at try >= 2 once (no index on try_number: a sequential scan) with a
@@ -37,12 +37,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine  # noqa: E402
-from detector.app.checks.double_bump import DoubleBumpCheck  # noqa: E402
+from detector.checks.double_bump import statements  # noqa: E402
+from detector.checks.double_bump.check import DoubleBumpCheck  # noqa: E402
+from detector.checks.double_bump.statements import bump_tables  # noqa: E402
 from detector.config import Config  # noqa: E402
 from detector.core.checks import CheckContext  # noqa: E402
-from detector.metadb import queries  # noqa: E402
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
-from detector.metadb.schema import bump_tables  # noqa: E402
 from detector.metrics import Metrics  # noqa: E402
 from tests.pg import fixture_sql  # noqa: E402
 
@@ -199,13 +199,13 @@ def _timed(check: DoubleBumpCheck, url: str, live: bool, repeat: int) -> tuple[l
 def _server_ms(url: str) -> dict[str, float]:
     """PostgreSQL's own execution time of the two statements that read task_instance (EXPLAIN ANALYZE)."""
     bt, out = bump_tables(), {}
-    statements = {
-        "in_flight": queries.in_flight_statement(bt),
-        "scan": queries.tis_missing_history_statement(bt, None),
+    reads = {
+        "in_flight": statements.in_flight_statement(bt),
+        "scan": statements.tis_missing_history_statement(bt, None),
     }
     engine = make_engine(parse_url(url), call_timeout=CALL_TIMEOUT)
     with engine.connect() as conn:
-        for name, stmt in statements.items():
+        for name, stmt in reads.items():
             sql = str(stmt.compile(conn, compile_kwargs={"literal_binds": True}))
             plan = conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + sql).scalar_one()
             out[name] = round(float(plan[0]["Execution Time"]), 2)

@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine, parse_sizes  # noqa: E402
 from detector import queries  # noqa: E402
-from detector.core.split import find_split_partitions  # noqa: E402
+from detector.checks.split_partition import statements  # noqa: E402
+from detector.checks.split_partition.rule import find_split_partitions  # noqa: E402
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
 from tests.pg import fixture_sql  # noqa: E402
 
@@ -125,9 +126,9 @@ def measure(url: str, repeat: int) -> dict[str, Any]:
     t = db.tables
     with db.engine.connect() as conn:
         apdr_bytes = conn.exec_driver_sql("SELECT pg_total_relation_size('asset_partition_dag_run')").scalar_one()
-        ms_rows, rows = timed(lambda: queries.partition_rows_with_pending(conn, t), repeat)
+        ms_rows, rows = timed(lambda: statements.partition_rows_with_pending(conn, t), repeat)
         ids = [r.id for r in rows]
-        ms_events, events = timed(lambda: queries.partition_row_events(conn, t, ids), repeat)
+        ms_events, events = timed(lambda: statements.partition_row_events(conn, t, ids), repeat)
         ms_origins, _ = timed(lambda: queries.partition_rows_for_runs(conn, t, [1000, 1001]), repeat)
     splits = find_split_partitions(rows, events, datetime.now(UTC))
     db.engine.dispose()

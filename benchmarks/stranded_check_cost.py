@@ -1,6 +1,6 @@
 """Cost of the stranded-events check (issue 25 §2) at ``--sizes`` rows of ``asset_event``.
 
-The check is one statement (``queries.stranded_event_candidates``): per schedule reference of an
+The check is one statement (``statements.stranded_event_candidates``): per schedule reference of an
 unpaused asset-scheduled DAG without a queue row and with an asset-triggered run, the run that
 consumed the asset's newest consumed event (``idx_asset_id_timestamp`` walked backwards,
 ``idx_dagrun_asset_events_event_id``), then the asset's events after that run's run_after and
@@ -12,7 +12,7 @@ assets; each DAG's runs consume 10 of its asset's events each (1.5 ``dagrun_asse
 event); 20 DAGs have a queue row and 2 waiting events (normal); 3 DAGs have 2 stranded events each
 (newer than their latest run, which was created after them, no queue row); 20 more DAGs on those
 assets never ran; 3 more DAGs have an event committed late (inside their latest run's window,
-consumed by no run: ``queries.stranded_late_candidates``, timed on its own as ``late_ms``). FKs of the
+consumed by no run: ``statements.stranded_late_candidates``, timed on its own as ``late_ms``). FKs of the
 loaded tables are dropped for the load and not re-added (the planner
 does not use them here). ``VACUUM ANALYZE`` before timing.
 
@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine, parse_sizes  # noqa: E402
-from detector.core.stranded import find_stranded  # noqa: E402
-from detector.core.stranded_late import find_late  # noqa: E402
-from detector.metadb import queries  # noqa: E402
+from detector.checks.stranded_events import statements  # noqa: E402
+from detector.checks.stranded_events.rule import find_stranded  # noqa: E402
+from detector.checks.stranded_events.rule_late import find_late  # noqa: E402
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
 from tests.pg import fixture_sql  # noqa: E402
 
@@ -138,11 +138,11 @@ def measure(url: str, repeat: int) -> dict[str, Any]:
         late_rows: list[Any] = []
         for _ in range(repeat):
             start = time.perf_counter()
-            rows = queries.stranded_event_candidates(conn, db.tables, None)
+            rows = statements.stranded_event_candidates(conn, db.tables, None)
             times.append(time.perf_counter() - start)
             conn.rollback()
             start = time.perf_counter()
-            late_rows = queries.stranded_late_candidates(conn, db.tables, None)
+            late_rows = statements.stranded_late_candidates(conn, db.tables, None)
             late_times.append(time.perf_counter() - start)
             conn.rollback()
     found, late = find_stranded(rows), find_late(late_rows)

@@ -1,4 +1,4 @@
-"""Cost of the id-less copies' reads (the trigger_flapping check, core.trigger_copies) at ``--sizes``
+"""Cost of the id-less copies' reads (the trigger_flapping check, checks.trigger_flapping.rule_copies) at ``--sizes``
 rows of ``asset_event``.
 
 The history of benchmarks/trigger_event_cost.py (200 assets, 20 of them a trigger's; the 3.3.2 schema
@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import stranded_check_cost as base  # noqa: E402
 from benchmarks import trigger_event_cost as te  # noqa: E402
 from benchmarks.history import machine, parse_sizes  # noqa: E402
-from detector.app.checks.trigger_flapping import COPIES_LOOKBACK, TriggerFlappingCheck  # noqa: E402
+from detector.checks.trigger_flapping.check import COPIES_LOOKBACK, TriggerFlappingCheck  # noqa: E402
+from detector.checks.trigger_flapping.rule import ASSET, TriggererJob, TriggerRow  # noqa: E402
 from detector.config import Config  # noqa: E402
 from detector.core.checks import CheckContext  # noqa: E402
-from detector.core.trigger_flapping import ASSET, TriggererJob, TriggerRow  # noqa: E402
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
 from detector.metrics import Metrics  # noqa: E402
 

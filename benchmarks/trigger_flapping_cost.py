@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine  # noqa: E402
-from detector.core.trigger_flapping import UNPROTECTED, exposure, judge_owners  # noqa: E402
-from detector.metadb import queries  # noqa: E402
+from detector.checks.trigger_flapping import statements  # noqa: E402
+from detector.checks.trigger_flapping.rule import UNPROTECTED, exposure, judge_owners  # noqa: E402
+from detector.checks.trigger_flapping.statements import trigger_tables  # noqa: E402
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
-from detector.metadb.schema import trigger_tables  # noqa: E402
 from tests.pg import fixture_sql  # noqa: E402
 
 SCHEMA = ROOT / "tests" / "fixtures" / "schema" / "airflow-3.3.2.sql"
@@ -110,12 +110,12 @@ def measure(url: str, repeat: int) -> dict[str, Any]:
         sizes = {
             t: conn.exec_driver_sql(f"SELECT pg_total_relation_size('{t}')").scalar_one() for t in ("trigger", "job")
         }
-        ms_candidates, triggers = timed(lambda: queries.flapping_candidates(conn, tt), repeat)
+        ms_candidates, triggers = timed(lambda: statements.flapping_candidates(conn, tt), repeat)
         owners = {t.triggerer_id for t in triggers if t.triggerer_id is not None}
-        ms_owners, owner_jobs = timed(lambda: queries.triggerer_jobs_by_id(conn, tt, owners), repeat)
-        ms_all, all_jobs = timed(lambda: queries.triggerer_jobs_since(conn, tt, None), repeat)
+        ms_owners, owner_jobs = timed(lambda: statements.triggerer_jobs_by_id(conn, tt, owners), repeat)
+        ms_all, all_jobs = timed(lambda: statements.triggerer_jobs_since(conn, tt, None), repeat)
         since = datetime.now(UTC) - timedelta(days=30)
-        ms_since, _ = timed(lambda: queries.triggerer_jobs_since(conn, tt, since), repeat)
+        ms_since, _ = timed(lambda: statements.triggerer_jobs_since(conn, tt, since), repeat)
     db.engine.dispose()
     now = datetime.now(UTC)
     _, memory = judge_owners(triggers, owner_jobs, {}, now, timedelta(seconds=30))

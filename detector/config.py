@@ -8,117 +8,37 @@ Secrets). Validation collects every problem before failing, so an operator fixes
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 
 from detector import redact as _redact
+from detector.checks.registry import SETTINGS as CHECK_SETTINGS
 from detector.durations import parse_duration
 from detector.errors import ConfigError
 from detector.metadb.engine import parse_url, redact
+from detector.settings import (
+    ENV_PREFIX,
+    Setting,
+    boolean,
+    choice,
+    file_path,
+    globs,
+    lock_key_value,
+    port,
+    positive_duration,
+    positive_int,
+    url,
+    urls,
+)
+from detector.settings import format_duration as format_duration  # re-exported: callers read it here
+from detector.settings import format_value as format_value
 
-ENV_PREFIX = "DUPGUARD_"
 API_POLL_INTERVAL = timedelta(milliseconds=250)  # --source api: benchmarks/api_source.py, docs/benchmarks.md
-
-
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in {"1", "true", "yes", "on"}:
-        return True
-    if value in {"0", "false", "no", "off"}:
-        return False
-    raise ValueError(f"{text!r} is not a boolean (true/false)")
-
-
-def _globs(text: str) -> tuple[str, ...]:
-    return tuple(g.strip() for g in text.split(",") if g.strip())
-
-
-def _choice(*allowed: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = text.strip().lower()
-        if value not in allowed:
-            raise ValueError(f"{text!r} is not one of {', '.join(allowed)}")
-        return value
-
-    return parse
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ValueError("not a whole number") from None
-
-
-def _port(text: str) -> int:
-    value = _int(text)
-    if not 0 <= value <= 65535:
-        raise ValueError(f"{value} is not a TCP port")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = _int(text)
-    if value < 1:
-        raise ValueError(f"{value} must be at least 1")
-    return value
-
-
-def _lock_key(text: str) -> int:
-    value = int(text)
-    if not -(2**63) <= value < 2**63:
-        raise ValueError(f"{value} is outside PostgreSQL's bigint range (advisory lock keys are bigint)")
-    if value in (1, 2):
-        raise ValueError(f"{value} is one of Airflow's own advisory lock ids (1: migrations, 2: scheduler)")
-    return value
-
-
-def _positive_duration(text: str) -> timedelta:
-    value = parse_duration(text)
-    if value <= timedelta(0):
-        raise ValueError(f"{text!r} must be greater than zero")
-    return value
-
-
-def _url(text: str) -> str:
-    if not text.startswith(("http://", "https://")):
-        raise ValueError("must start with http:// or https://")
-    try:
-        parts = urlsplit(text)
-        _ = parts.port
-    except ValueError:
-        raise ValueError("has an invalid host or port") from None
-    if not parts.hostname:
-        raise ValueError("has no host")
-    return text.rstrip("/")
-
-
-def _urls(text: str) -> tuple[str, ...]:
-    """A comma-separated list of base URLs (an Alertmanager HA pair: every one gets every alert)."""
-    parts = [u.strip() for u in text.split(",") if u.strip()]
-    if any("@" in u.partition("://")[2].partition("/")[0] for u in parts):
-        # a ConfigError: load() shows a ValueError's raw value, which would show the password
-        raise ConfigError(["credentials in a URL (value hidden): use DUPGUARD_ALERTMANAGER_USERNAME/_PASSWORD"])
-    urls = tuple(_url(u) for u in parts)
-    if len(set(urls)) != len(urls):
-        raise ValueError("a URL is listed twice")
-    return urls
-
-
-def _file(text: str) -> str:
-    try:
-        ok = Path(text).is_file()
-    except (OSError, ValueError):  # a name too long, a NUL byte
-        ok = False
-    if not ok:
-        raise ValueError("no such file")
-    return text
 
 
 def _db_url(text: str) -> str:
@@ -126,52 +46,11 @@ def _db_url(text: str) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class Setting:
-    name: str  # field name; env var is DUPGUARD_<NAME upper>
-    default: Any
-    parse: Callable[[str], Any]
-    help: str
-    secret: bool = False
-
-    @property
-    def env(self) -> str:
-        return ENV_PREFIX + self.name.upper()
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def help_text(self) -> str:
-        """The ``--help`` line: meaning, env var (and ``_FILE`` for secrets) and default (never a value set)."""
-        env = self.env + (f" or {self.env}_FILE" if self.secret else "")
-        return f"{self.help} [env {env}; default {format_value(self.default)}]".replace("%", "%%")
-
-
-def format_duration(value: timedelta) -> str:
-    """A duration as ``parse_duration`` reads it back (``10ms``, ``900s``)."""
-    ms = value / timedelta(milliseconds=1)
-    return f"{ms:g}ms" if ms < 1000 else f"{value.total_seconds():g}s"
-
-
-def format_value(value: Any) -> str:
-    if value is None or value == ():
-        return "none"
-    if isinstance(value, timedelta):
-        return format_duration(value)
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, tuple):
-        return ",".join(map(str, value))
-    return str(value)
-
-
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "source",
         "database",
-        _choice("database", "api"),
+        choice("database", "api"),
         "Where runs are read: database (the metadata DB) or api (Airflow's REST API v2 only, for "
         "platforms without DB access; needs DUPGUARD_AIRFLOW_API_URL and credentials, no database URL).",
     ),
@@ -193,16 +72,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "lock_mode",
         "auto",
-        _choice("auto", "session", "transaction"),
+        choice("auto", "session", "transaction"),
         "Leader lock: auto (session lock on a session proven pinned, else transaction lock), session "
         "(refused on a session not proven pinned), transaction (lock held in an open transaction; works "
         "through PgBouncer).",
     ),
-    Setting("lock_key", 7_355_608_201, _lock_key, "PostgreSQL advisory lock key, a bigint (Airflow uses 1 and 2)."),
+    Setting(
+        "lock_key", 7_355_608_201, lock_key_value, "PostgreSQL advisory lock key, a bigint (Airflow uses 1 and 2)."
+    ),
     Setting(
         "db_timeout",
         timedelta(seconds=5),
-        _positive_duration,
+        positive_duration,
         "Client-side deadline of every database round trip (works behind PgBouncer and against a stalled server).",
     ),
     Setting(
@@ -210,13 +91,13 @@ SETTINGS: tuple[Setting, ...] = (
         # 30 ms, not 10: the idle CPU is per pass (2.3 % of a core at 10 ms, 1.2 % at 30 ms) and the share of
         # duplicates stopped before their first task did not change (issue 25, docs/benchmarks.md).
         timedelta(milliseconds=30),
-        _positive_duration,
+        positive_duration,
         "Time between polls for new runs (with --source api the default is 250ms: each poll is a request).",
     ),
     Setting(
         "leader_check_interval",
         timedelta(seconds=1),
-        _positive_duration,
+        positive_duration,
         "How often standbys try the lock and the leader re-checks it.",
     ),
     Setting(
@@ -231,73 +112,23 @@ SETTINGS: tuple[Setting, ...] = (
         parse_duration,
         "Partitioned runs of one key this close together with different events are suspected.",
     ),
-    Setting(
-        "split_grace",
-        timedelta(seconds=60),
-        parse_duration,
-        "A partition key split into two pending asset_partition_dag_run rows is reported once it lasted this long.",
-    ),
-    Setting(
-        "split_poll_interval",
-        timedelta(seconds=60),
-        _positive_duration,
-        "Time between checks for split partition keys (Airflow 3.2+; a scan of asset_partition_dag_run).",
-    ),
-    Setting(
-        "stranded_poll_interval",
-        timedelta(seconds=60),
-        _positive_duration,
-        "Time between checks for asset events that triggered no run (apache/airflow#56050, every Airflow 3).",
-    ),
-    Setting(
-        "repair_stranded",
-        "dry-run",
-        _choice("off", "dry-run", "requeue"),
-        "Stranded asset events (stranded_events): off, dry-run (log the queue row it would write), requeue "
-        "(write it: INSERT on asset_dag_run_queue; Airflow's scheduler then makes the run; docs/runbooks.md).",
-    ),
-    Setting(
-        "stranded_repair_deadline",
-        timedelta(minutes=15),
-        _positive_duration,
-        "How long after a requeue the run that consumes the stranded events may take to appear before "
-        "`repair_unverified` is alerted (a DAG at max_active_runs waits for its running run).",
-    ),
-    Setting(
-        "double_bump_poll_interval",
-        timedelta(seconds=30),
-        _positive_duration,
-        "Time between checks for task attempts bumped twice (apache/airflow#57618, Airflow 3.0/3.1; reads the "
-        "in-flight task instances).",
-    ),
-    Setting(
-        "trigger_flapping_interval",
-        timedelta(seconds=10),
-        _positive_duration,
-        "Time between looks at trigger owners (trigger_flapping; keep it under the threshold below minus 5 s).",
-    ),
-    Setting(
-        "triggerer_health_check_threshold",
-        timedelta(seconds=30),
-        _positive_duration,
-        "Your Airflow's `[triggerer] triggerer_health_check_threshold`: a triggerer heartbeating within it is alive.",
-    ),
+    *CHECK_SETTINGS,  # each periodic check's own (detector/checks/<kind>/settings.py), in registry order
     Setting(
         "disabled_checks",
         (),
-        _globs,
+        globs,
         "Comma-separated kinds of periodic check to switch off (README: What counts), e.g. `split_partition`.",
     ),
     Setting(
-        "gap_grace", timedelta(seconds=60), _positive_duration, "How long an unseen lower dag_run id may still commit."
+        "gap_grace", timedelta(seconds=60), positive_duration, "How long an unseen lower dag_run id may still commit."
     ),
-    Setting("dags", (), _globs, "Comma-separated dag_id globs to watch (empty: all)."),
-    Setting("exclude_dags", (), _globs, "Comma-separated dag_id globs to ignore."),
+    Setting("dags", (), globs, "Comma-separated dag_id globs to watch (empty: all)."),
+    Setting("exclude_dags", (), globs, "Comma-separated dag_id globs to ignore."),
     Setting("cluster_name", "airflow", str, "Name of this Airflow deployment in alerts."),
-    Setting("http_port", 9469, _port, "Port of /livez, /readyz and /metrics (0: disabled)."),
-    Setting("log_level", "info", _choice("debug", "info", "warning", "error"), "Log level."),
-    Setting("log_format", "auto", _choice("auto", "json", "console"), "json, console, or auto (console on a TTY)."),
-    Setting("summary_interval", timedelta(seconds=60), _positive_duration, "Interval of the summary log line."),
+    Setting("http_port", 9469, port, "Port of /livez, /readyz and /metrics (0: disabled)."),
+    Setting("log_level", "info", choice("debug", "info", "warning", "error"), "Log level."),
+    Setting("log_format", "auto", choice("auto", "json", "console"), "json, console, or auto (console on a TTY)."),
+    Setting("summary_interval", timedelta(seconds=60), positive_duration, "Interval of the summary log line."),
     Setting(
         "config_source",
         None,
@@ -321,20 +152,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "ledger",
         "auto",
-        _choice("auto", "on", "off"),
+        choice("auto", "on", "off"),
         "Durable ledger in schema `dupguard`: auto (use it "
         "if `dupguard init-db` made it), on (create it at start), off (memory only).",
     ),
     Setting(
         "remediation",
         "dry-run",
-        _choice("off", "dry-run", "fail", "skip"),
+        choice("off", "dry-run", "fail", "skip"),
         "What to do with confirmed "
         "duplicates: off, dry-run (log what would be done), fail (mark run failed), skip (skip its tasks).",
     ),
-    Setting("remediation_backend", "api", _choice("api", "db"), "api (Airflow REST API) or db (direct writes)."),
-    Setting("remediate_started", False, _bool, "Also stop duplicates whose tasks already started."),
-    Setting("airflow_api_url", None, _url, "Airflow API server base URL, e.g. http://airflow-api-server:8080."),
+    Setting("remediation_backend", "api", choice("api", "db"), "api (Airflow REST API) or db (direct writes)."),
+    Setting("remediate_started", False, boolean, "Also stop duplicates whose tasks already started."),
+    Setting("airflow_api_url", None, url, "Airflow API server base URL, e.g. http://airflow-api-server:8080."),
     Setting("airflow_username", None, str, "Airflow user for POST /auth/token."),
     Setting("airflow_password", None, str, "Password of that user.", secret=True),
     Setting(
@@ -355,31 +186,31 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "airflow_token_command_timeout",
         timedelta(seconds=30),
-        _positive_duration,
+        positive_duration,
         "Timeout of the token command (killed with its children when it overruns).",
     ),
-    Setting("airflow_ca_bundle", None, _file, "CA bundle file for the API's TLS certificate."),
-    Setting("airflow_verify_tls", True, _bool, "Verify the API's TLS certificate."),
-    Setting("airflow_timeout", timedelta(seconds=5), _positive_duration, "Timeout of each Airflow API call."),
-    Setting("airflow_ui_url", None, _url, "Airflow UI base URL for links in alerts."),
+    Setting("airflow_ca_bundle", None, file_path, "CA bundle file for the API's TLS certificate."),
+    Setting("airflow_verify_tls", True, boolean, "Verify the API's TLS certificate."),
+    Setting("airflow_timeout", timedelta(seconds=5), positive_duration, "Timeout of each Airflow API call."),
+    Setting("airflow_ui_url", None, url, "Airflow UI base URL for links in alerts."),
     Setting(
         "runbook_url",
         None,
-        _url,
+        url,
         "URL of dupguard's docs/runbooks.md (alerts link `<url>#<alert name>`); unset: they name the file.",
     ),
-    Setting("grafana_dashboard_url", None, _url, "URL of dupguard's Grafana dashboard, linked from Slack alerts."),
+    Setting("grafana_dashboard_url", None, url, "URL of dupguard's Grafana dashboard, linked from Slack alerts."),
     Setting("slack_bot_token", None, str, "Slack bot token (chat.postMessage, threads, updates).", secret=True),
     Setting("slack_channel", None, str, "Slack channel for the bot token."),
-    Setting("slack_webhook_url", None, _url, "Slack incoming webhook URL (alternative to the bot).", secret=True),
-    Setting("slack_api_url", None, _url, "Slack API base URL override (gateways, tests)."),
+    Setting("slack_webhook_url", None, url, "Slack incoming webhook URL (alternative to the bot).", secret=True),
+    Setting("slack_api_url", None, url, "Slack API base URL override (gateways, tests)."),
     Setting(
-        "webhook_url", None, _url, "Generic JSON webhook for PagerDuty/Opsgenie/Teams-style receivers.", secret=True
+        "webhook_url", None, url, "Generic JSON webhook for PagerDuty/Opsgenie/Teams-style receivers.", secret=True
     ),
     Setting(
         "alertmanager_urls",
         (),
-        _urls,
+        urls,
         "Comma-separated Alertmanager base URLs (API v2); every one gets every alert (an HA pair).",
     ),
     Setting("alertmanager_username", None, str, "Alertmanager basic-auth user."),
@@ -387,24 +218,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "alertmanager_bearer_token", None, str, "Bearer token for Alertmanager (instead of basic auth).", secret=True
     ),
-    Setting("alertmanager_ca_bundle", None, _file, "CA bundle file for Alertmanager's TLS certificate."),
-    Setting("alertmanager_verify_tls", True, _bool, "Verify Alertmanager's TLS certificate."),
+    Setting("alertmanager_ca_bundle", None, file_path, "CA bundle file for Alertmanager's TLS certificate."),
+    Setting("alertmanager_verify_tls", True, boolean, "Verify Alertmanager's TLS certificate."),
     Setting(
         "alertmanager_resend_interval",
         timedelta(minutes=1),
-        _positive_duration,
+        positive_duration,
         "How often an open alert is pushed again (its endsAt is 4 intervals ahead: Alertmanager resolves "
         "it by itself if dupguard stops).",
     ),
     Setting(
         "alertmanager_resolve_after",
         timedelta(minutes=5),
-        _positive_duration,
+        positive_duration,
         "An alert whose outcome is final stays firing this long after its first push (longer than the "
         "route's group_wait, so it is notified), then resolves.",
     ),
-    Setting("alert_storm_threshold", 5, _positive_int, "More groups than this within a minute become one digest."),
-    Setting("alert_timeout", timedelta(seconds=5), _positive_duration, "Timeout of each alert delivery call."),
+    Setting("alert_storm_threshold", 5, positive_int, "More groups than this within a minute become one digest."),
+    Setting("alert_timeout", timedelta(seconds=5), positive_duration, "Timeout of each alert delivery call."),
 )
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -498,9 +329,9 @@ class Config:
                 out[f.name] = redact(parse_url(value))
             elif setting.secret:
                 out[f.name] = _redact.MASK
-            elif setting.parse is _url:
+            elif setting.parse is url:
                 out[f.name] = _redact.web_url(value)
-            elif setting.parse is _urls:
+            elif setting.parse is urls:
                 out[f.name] = [_redact.web_url(u) for u in value]
             elif isinstance(value, timedelta):
                 out[f.name] = value.total_seconds()
@@ -518,8 +349,8 @@ def load(
 ) -> Config:
     """Build the Config; raises ConfigError listing every problem (never a secret value).
 
-    ``check_kinds``: the periodic checks that exist (``detector.app.checks.KINDS``), which
-    ``disabled_checks`` may name; the entrypoints pass it (this module cannot import them).
+    ``check_kinds``: the periodic checks that exist (``detector.checks.registry.KINDS``), which
+    ``disabled_checks`` may name; the entrypoints pass it (tests load without it).
 
     ``sources``, when given, receives where each setting came from (flag, env var, file, default).
     """

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -25,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from detector import __version__, deadline
+from detector.checks.registry import REGISTERED
 from detector.core.model import Confidence, Kind
 from detector.core.ports import Result
 
@@ -36,6 +38,7 @@ ALERT_OUTCOMES = ("sent", "deduplicated", "retried", "failed")
 # Alertmanager sink's alertmanager, alertmanager-1 …: init_alerts adds them)
 DEADLINE_PEERS = ("airflow_api", "airflow_token", "slack", "webhook")
 
+T = TypeVar("T")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -145,17 +148,9 @@ class Metrics:
             ["dag_id"],
             registry=r,
         )
-        self.split_partitions_detected = Counter(
-            "dupguard_split_partitions_detected_total",
-            "Partition keys split into two pending asset_partition_dag_run rows (apache/airflow#71070), once each.",
-            registry=r,
-        )
-        self.split_partitions_open = Gauge(
-            "dupguard_split_partitions",
-            "Split partition keys seen by the last check (past the grace period).",
-            registry=r,
-        )
-        # The periodic checks (detector.app.checks), one series per kind that runs here.
+        # Each periodic check's own metrics (detector/checks/<kind>/metrics.py), by kind; registry order.
+        self.of_kinds: dict[str, object] = {k.name: k.metrics(r) for k in REGISTERED if k.metrics is not None}
+        # The periodic checks (detector/checks), one series per kind that runs here.
         self.check_observations = Gauge(
             "dupguard_check_observations",
             "What the last run of each periodic check found (split partitions, flapping triggers, ...).",
@@ -171,13 +166,6 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        self.stranded_repairs = Counter(
-            "dupguard_stranded_repairs_total",
-            "Repairs of stranded asset events by outcome (planned, requeued, repaired, repair_unverified, "
-            "refused, skipped, failed, not_permitted).",
-            ["outcome"],
-            registry=r,
-        )
         self.check_seconds = Histogram(
             "dupguard_check_duration_seconds",
             "Duration of one run of a periodic check (read, judge, claim).",
@@ -188,6 +176,13 @@ class Metrics:
         for kind in Kind:
             for confidence in Confidence:
                 self.groups_detected.labels(kind=kind.value, confidence=confidence.value)
+
+    def of_kind(self, kind: str, shape: type[T]) -> T:
+        """The metrics of one kind's own (its ``metrics.py``), as the type it registered."""
+        found = self.of_kinds[kind]
+        if not isinstance(found, shape):
+            raise TypeError(f"the metrics of {kind} are a {type(found).__name__}, not a {shape.__name__}")
+        return found
 
     def init_checks(self, kinds: Sequence[str]) -> None:
         """Zero series for every check that runs here, so a rule on them sees 0, not no data."""

@@ -18,8 +18,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from detector import __version__, config, logs
-from detector.app import checks, demo, render
+from detector.app import demo, render
 from detector.app.scan import Progress, ScanReport, scan
+from detector.checks import enabled
 from detector.config import SETTINGS, SETTINGS_BY_NAME
 from detector.core.detect import DagFilter
 from detector.core.plan import Mode, Outcome, plan
@@ -290,7 +291,7 @@ def _scan(args: argparse.Namespace) -> int:
     return EXIT_DB if report.check_errors else EXIT_OK
 
 
-def _scan_checks(args: argparse.Namespace, db: AirflowDb) -> list[checks.Check]:
+def _scan_checks(args: argparse.Namespace, db: AirflowDb) -> list[enabled.Check]:
     """The periodic checks, with the settings `run` reads from the environment (a check's thresholds,
     DUPGUARD_DISABLED_CHECKS) and scan's own flags on top; a bad setting exits 2 as for `run`."""
     flags = {
@@ -298,7 +299,7 @@ def _scan_checks(args: argparse.Namespace, db: AirflowDb) -> list[checks.Check]:
         "split_grace": f"{args.split_grace.total_seconds()}s",
         "disabled_checks": ",".join(args.disable_check) or None,
     }
-    return checks.build(config.load(flags, None, args.config, check_kinds=checks.KINDS), db, Metrics())
+    return enabled.build(config.load(flags, None, args.config, check_kinds=enabled.KINDS), db, Metrics())
 
 
 def _scan_api(args: argparse.Namespace) -> int:
@@ -310,7 +311,7 @@ def _scan_api(args: argparse.Namespace) -> int:
     from detector.sources.api.scan import scan_api
 
     flags: dict[str, str | None] = {"source": "api", "airflow_api_url": args.airflow_api_url}
-    cfg = config.load(flags, None, args.config, check_kinds=checks.KINDS)
+    cfg = config.load(flags, None, args.config, check_kinds=enabled.KINDS)
     reader = Reader(Session.from_config(cfg))
     now = datetime.now(UTC)
     try:
@@ -383,7 +384,7 @@ def _doctor(args: argparse.Namespace) -> int:
     """``dupguard doctor``: exit 0 nothing at risk or protected, 1 at risk without protection."""
     from detector.app import doctor
 
-    cfg = config.load(_flags(args), None, args.config, check_kinds=checks.KINDS)
+    cfg = config.load(_flags(args), None, args.config, check_kinds=enabled.KINDS)
     doc = doctor.doctor(cfg, now=datetime.now(UTC), lookback=args.since)
     print(
         doctor.as_json(doc) if args.format == "json" else doctor.as_table(doc),
@@ -398,7 +399,7 @@ def _check_config(args: argparse.Namespace) -> int:
     import yaml
 
     sources: dict[str, str] = {}
-    cfg = config.load(_flags(args), None, args.config, sources, check_kinds=checks.KINDS)
+    cfg = config.load(_flags(args), None, args.config, sources, check_kinds=enabled.KINDS)
     for name, shown in cfg.redacted().items():
         value = getattr(cfg, name)
         if isinstance(value, timedelta | tuple):  # as a user writes them: 10ms, a,b

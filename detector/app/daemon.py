@@ -23,11 +23,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
-from detector.app.checks.runner import CheckRunner
 from detector.app.leader import LockProblem
 from detector.app.preparer import Preparer
 from detector.app.respond import Responder
 from detector.app.status import StatusBoard, evaluate
+from detector.checks.runner import CheckRunner
 from detector.config import Config
 from detector.core.fence import Fence
 from detector.core.ports import Alerter, Ledger, Remediator, RunSource
@@ -79,7 +79,7 @@ class Parts:
     remediator: Remediator
     alerter: Alerter
     metrics: Metrics
-    checks: CheckRunner | None = None  # the periodic checks (detector.app.checks): split partitions, ...
+    checks: CheckRunner | None = None  # the periodic checks (detector.checks): split partitions, ...
 
 
 @dataclass

@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from detector import __version__, logs
-from detector.app import checks
 from detector.app.ledger import SCHEMA
 from detector.app.scan import scan
+from detector.checks import enabled
 from detector.config import Config
 from detector.core.detect import DagFilter
 from detector.core.exposure import Observed, PathRisk, assess, assess_family, unprotected
@@ -142,7 +142,7 @@ def _from_database(cfg: Config, out: Findings, now: datetime) -> None:
         out.doc["duplicates"] = None
         if info.can_duplicate:
             try:
-                found_by = checks.build(cfg, db, Metrics())  # the checks `run` would run here
+                found_by = enabled.build(cfg, db, Metrics())  # the checks `run` would run here
                 out.seen["checks_on"] = tuple(c.kind for c in found_by)
                 report = scan(db, now=now, since=out.lookback, dag_filter=_filter(cfg), checks=found_by)
                 counts = {k: len(v) for k, v in report.observations.items()}  # the periodic checks', by kind

@@ -58,10 +58,10 @@ from typing import Any
 
 from detector import __version__
 from detector.app.scan import ScanReport
+from detector.checks.split_partition.rule import KIND as SPLIT
+from detector.checks.split_partition.rule import SplitPartition, split_dict
 from detector.core.checks import Observation
 from detector.core.model import NO_PROGRESS, Confidence, Finding
-from detector.core.split import KIND as SPLIT
-from detector.core.split import SplitPartition, split_dict
 from detector.logs import printable  # also escapes the console log's values
 
 

@@ -6,15 +6,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from detector.app.checks.base import Check
-from detector.app.checks.runner import observe
+from detector.checks.base import Check
+from detector.checks.runner import observe
+from detector.checks.split_partition.rule import KIND as SPLIT
+from detector.checks.split_partition.rule import SplitPartition
 from detector.core.checks import CheckContext, Observation
 from detector.core.decisions import decisions_from_notes
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
 from detector.core.model import Finding
 from detector.core.reprocess import needs_origins, refine_partitioned
-from detector.core.split import KIND as SPLIT
-from detector.core.split import SplitPartition
 from detector.core.trigger_event import find_trigger_event_duplicates
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, ServerRole, connect, server_role
@@ -32,7 +32,7 @@ class ScanReport:
     since: datetime | None
     runs_examined: int
     note: str | None = None  # why nothing was examined (Airflow 2), shown in every format
-    observations: dict[str, list[Observation]] = field(default_factory=dict)  # by check kind (detector.app.checks)
+    observations: dict[str, list[Observation]] = field(default_factory=dict)  # by check kind (detector.checks)
     check_errors: dict[str, str] = field(default_factory=dict)  # kind -> why that check has no answer
     source: str = "database"  # or "api" (--source api: no dag_run ids, creating jobs or split keys)
     server: ServerRole | None = None  # the PostgreSQL server read: primary or standby (None: SQLite, the API)

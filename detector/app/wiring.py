@@ -14,11 +14,11 @@ from detector.actions.alerts import channels
 from detector.actions.alerts.channels.log import LOGGER as ALERTS_LOGGER
 from detector.actions.alerts.dispatch import Dispatcher, Undelivered
 from detector.actions.remediation.guarded import Backend, GuardedRemediator, RunStates
-from detector.app import checks
-from detector.app.checks.runner import CheckRunner
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AdvisoryLock, AlwaysLeader
 from detector.app.ledger import FileLedger, MemoryLedger, open_ledger
+from detector.checks import enabled as checks
+from detector.checks.runner import CheckRunner
 from detector.config import Config
 from detector.core.detect import DagFilter
 from detector.core.fence import FenceSource

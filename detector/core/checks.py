@@ -6,7 +6,7 @@ on a slower cadence (a split partition key, a trigger claimed by two triggerers,
 a try bumped twice): a periodic check reads its rows, a pure rule judges them, and what it finds is an ``Observation``.
 Alerts, the scan document, logs and metrics are built from these fields alone, so a new kind needs no
 code in the daemon loop, the alert dispatcher or the renderers (like node_exporter's collectors:
-one module per kind behind one small interface, ``detector.app.checks``).
+one package per kind behind one small interface, ``detector.checks``).
 
 Pure: no clock, no I/O; ``db_now`` and ``now`` are passed in.
 """

@@ -60,7 +60,7 @@ class Observed:
     guard_notes: int | None = None  # runs the in-scheduler guard stopped in the look-back
     remediation_acts: bool = False  # mode fail/skip and every check of its backend passed
     triggerers_alive: int | None = None
-    checks_on: tuple[str, ...] = ()  # the periodic checks `run` would run here (detector.app.checks)
+    checks_on: tuple[str, ...] = ()  # the periodic checks `run` would run here (detector.checks)
 
 
 @dataclass(frozen=True)

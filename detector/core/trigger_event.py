@@ -197,7 +197,7 @@ def find_trigger_event_duplicates(
     # Only an id proves a copy. Equal payloads without one link nothing: an AssetWatcher whose every
     # message has the same body (a file, a Kafka apply_function's constant) would chain every run of its
     # consumer into one group (the end-to-end run: 20 false groups). The stranded check still refuses
-    # to re-queue them (``detector.core.stranded``).
+    # to re-queue them (``detector.checks.stranded_events.rule``).
     found_copies = [c for c in found_copies if c.proven]
     copy_of = {e: i for i, c in enumerate(found_copies) for e in c.event_ids}
     by_dag: dict[str, list[Run]] = defaultdict(list)

@@ -22,7 +22,6 @@ from sqlalchemy import (
     String,
     Table,
     TypeDecorator,
-    Uuid,
 )
 from sqlalchemy.engine import Dialect
 
@@ -209,7 +208,7 @@ def airflow_tables(family: Family) -> AirflowTables:
     )
 
 
-def _schedule_refs(md: MetaData) -> Table:
+def schedule_refs(md: MetaData) -> Table:
     """``dag_schedule_asset_reference``: which DAGs an asset schedules (the stranded check's consumers,
     the trigger_flapping check's fed DAGs), one declaration for both table sets' metadata."""
     return Table(
@@ -231,7 +230,7 @@ def _asset_queue_tables(md: MetaData, family: Family) -> dict[str, Table]:
             Column("target_dag_id", String(250), primary_key=True),
             Column("created_at", UtcDateTime, nullable=False),
         ),
-        "schedule_refs": _schedule_refs(md),
+        "schedule_refs": schedule_refs(md),
         "alias_events": Table(
             "asset_alias_asset_event",
             md,
@@ -248,111 +247,3 @@ def _asset_queue_tables(md: MetaData, family: Family) -> dict[str, Table]:
             *([Column("timetable_partitioned", Boolean)] if family.has_partitions else []),
         ),
     }
-
-
-@dataclass(frozen=True)
-class TriggerTables:
-    """What the trigger_flapping check reads (docs/airflow-internals.md §10): the ``trigger`` rows, the
-    asset link (``asset_trigger`` in 3.0/3.1, ``asset_watcher`` from 3.2), the consumer references,
-    the deadline-callback link (3.1: ``deadline.trigger_id``; 3.2+: ``callback.trigger_id`` and
-    ``deadline.callback_id``) and the triggerer ``job`` rows."""
-
-    trigger: Table
-    asset_link: Table
-    asset: Table
-    consumer_ref: Table
-    job: Table
-    dag_run: Table
-    deadline: Table | None  # None on 3.0: no callback triggers
-    callback: Table | None  # 3.2+
-
-
-def trigger_tables(family: Family) -> TriggerTables:
-    md = MetaData()
-    deadline = callback = None
-    if family in (Family.AIRFLOW_3_2, Family.AIRFLOW_3_3):
-        callback = Table("callback", md, Column("id", Uuid), Column("trigger_id", Integer))
-        deadline = Table("deadline", md, Column("callback_id", Uuid), Column("dagrun_id", Integer))
-    elif family is Family.AIRFLOW_3_1:
-        deadline = Table("deadline", md, Column("trigger_id", Integer), Column("dagrun_id", Integer))
-    link = "asset_trigger" if family in (Family.AIRFLOW_3_0, Family.AIRFLOW_3_1) else "asset_watcher"
-    return TriggerTables(
-        trigger=Table(
-            "trigger",
-            md,
-            Column("id", Integer, primary_key=True),
-            Column("created_date", UtcDateTime, nullable=False),
-            Column("triggerer_id", Integer),
-        ),
-        asset_link=Table(link, md, Column("asset_id", Integer), Column("trigger_id", Integer)),
-        asset=Table("asset", md, Column("id", Integer, primary_key=True), Column("name", String(1500))),
-        consumer_ref=_schedule_refs(md),
-        job=Table(
-            "job",
-            md,
-            Column("id", Integer, primary_key=True),
-            Column("job_type", String(30)),
-            Column("hostname", String(500)),
-            Column("state", String(20)),
-            Column("start_date", UtcDateTime),
-            Column("end_date", UtcDateTime),
-            Column("latest_heartbeat", UtcDateTime),
-        ),
-        dag_run=Table("dag_run", md, Column("id", Integer, primary_key=True), Column("dag_id", String(250))),
-        deadline=deadline,
-        callback=callback,
-    )
-
-
-@dataclass(frozen=True)
-class BumpTables:
-    """What the double_bump check reads (docs/airflow-internals.md §12), Airflow 3 only: task instances
-    by their 3.x ``id``, their tries recorded in ``task_instance_history``, the run's ``queued_at`` and
-    the scheduler ``job`` rows."""
-
-    task_instance: Table
-    history: Table
-    dag_run: Table
-    job: Table
-
-
-def bump_tables() -> BumpTables:
-    md = MetaData()
-    key = [Column(n, String(250)) for n in ("dag_id", "task_id", "run_id")] + [Column("map_index", Integer)]
-    return BumpTables(
-        task_instance=Table(
-            "task_instance",
-            md,
-            Column("id", Uuid, primary_key=True),
-            *key,
-            Column("try_number", Integer),
-            Column("state", String(20)),
-            Column("hostname", String(1000)),
-            Column("queued_by_job_id", Integer),
-            Column("scheduled_dttm", UtcDateTime),
-            Column("dag_version_id", Uuid),
-        ),
-        history=Table(
-            "task_instance_history",
-            md,
-            *[Column(c.name, c.type) for c in key],
-            Column("try_number", Integer),
-        ),
-        dag_run=Table(
-            "dag_run",
-            md,
-            Column("id", Integer, primary_key=True),
-            Column("dag_id", String(250)),
-            Column("run_id", String(250)),
-            Column("queued_at", UtcDateTime),
-        ),
-        job=Table(
-            "job",
-            md,
-            Column("id", Integer, primary_key=True),
-            Column("job_type", String(30)),
-            Column("hostname", String(500)),
-            Column("state", String(20)),
-            Column("latest_heartbeat", UtcDateTime),
-        ),
-    )

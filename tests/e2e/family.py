@@ -40,7 +40,7 @@ WHERE NOT EXISTS (
   AND NOT EXISTS (SELECT 1 FROM asset_dag_run_queue q WHERE q.asset_id = e.asset_id AND q.target_dag_id = r.dag_id)
 ORDER BY 1, 2
 """
-# Independent of detector.core.stranded. Holds for the harness's runs, where no consumer is paused or
+# Independent of detector.checks.stranded_events.rule. Holds for the harness's runs, where no consumer is paused or
 # cleared (a clear rewrites queued_at; a paused DAG is not queued).
 PASSED_OVER = """
 WITH ev AS (

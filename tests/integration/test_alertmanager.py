@@ -22,14 +22,14 @@ import pytest
 from structlog.testing import capture_logs
 
 from detector.actions.alerts.dispatch import Dispatcher
-from detector.actions.alerts.oncall import DUPLICATE_ALERT, SPLIT_ALERT
-from detector.actions.alerts.split import split_notice
+from detector.actions.alerts.oncall import DUPLICATE_ALERT
 from detector.actions.alerts.text import run_url
 from detector.app.scan import scan
 from detector.app.wiring import build_alerter
+from detector.checks.split_partition.alert import SPLIT_ALERT, split_notice
+from detector.checks.split_partition.rule import SplitPartition, SplitRow
 from detector.config import Config
 from detector.core.ports import AlertEvent, Result
-from detector.core.split import SplitPartition, SplitRow
 from detector.metrics import Metrics
 from tests.airflow_server import CountingProxy, make_test_ca
 from tests.alertmanager import Alertmanager, Receiver, alertmanager, free_port, route_config, wait_for

@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy.engine import make_url
 from structlog.testing import capture_logs
 
-from detector.app import checks
-from detector.app.checks.runner import CheckRunner
 from detector.app.ledger import MemoryLedger
+from detector.checks import enabled as checks
+from detector.checks.runner import CheckRunner
 from detector.config import Config
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from detector.app import checks
-from detector.app.checks.double_bump import DoubleBumpCheck
-from detector.app.checks.runner import CheckRunner
 from detector.app.cli import main
 from detector.app.ledger import MemoryLedger
+from detector.checks import enabled as checks
+from detector.checks.double_bump.check import DoubleBumpCheck
+from detector.checks.double_bump.rule import TiRow
+from detector.checks.runner import CheckRunner
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
-from detector.core.double_bump import TiRow
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from tests.integration.test_split_partitions import _daemon  # the daemon with every check, a recording alerter

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from detector.app import checks
-from detector.app.checks.runner import CheckRunner
 from detector.app.cli import main
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AlwaysLeader
 from detector.app.ledger import MemoryLedger
 from detector.app.wiring import build_alerter
+from detector.checks import enabled as checks
+from detector.checks.runner import CheckRunner
 from detector.config import Config
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics

@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
-from detector.app.checks.runner import CheckRunner
-from detector.app.checks.stranded_events import StrandedEventsCheck
 from detector.app.ledger import MemoryLedger
+from detector.checks.runner import CheckRunner
+from detector.checks.stranded_events.check import StrandedEventsCheck
+from detector.checks.stranded_events.rule import StrandedSet
 from detector.config import Config
-from detector.core.stranded import StrandedSet
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from tests.integration.test_split_partitions import SplitRecorder

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from detector.core.stranded import find_stranded
-from detector.metadb import queries
+from detector.checks.stranded_events import statements
+from detector.checks.stranded_events.rule import find_stranded
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from tests.pg import Templates, ground_truth, scenarios
 
@@ -28,7 +28,7 @@ def stranded_in(url: str) -> list[tuple[str, list[int], str]]:
     try:
         db = open_airflow_db(engine)
         with engine.connect() as conn:
-            found = find_stranded(queries.stranded_event_candidates(conn, db.tables, None))
+            found = find_stranded(statements.stranded_event_candidates(conn, db.tables, None))
     finally:
         engine.dispose()
     return [(s.dag_id, list(s.event_ids), s.run_id) for s in found]
@@ -58,7 +58,7 @@ def test_the_cleared_look_alike_would_fool_a_rule_dating_runs_by_queued_at(
     engine = make_engine(parse_url(pg_templates.clone(version, "stranded_cleared")))
     try:
         with engine.connect() as conn:
-            [c] = queries.stranded_event_candidates(conn, open_airflow_db(engine).tables, None)
+            [c] = statements.stranded_event_candidates(conn, open_airflow_db(engine).tables, None)
     finally:
         engine.dispose()
     assert c.run_clear_number == 1 and c.run_queued_at is not None and c.run_queued_at > c.timestamp

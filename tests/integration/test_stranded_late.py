@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from detector.core.stranded import find_stranded
-from detector.core.stranded_late import find_late
-from detector.metadb import queries
+from detector.checks.stranded_events import statements
+from detector.checks.stranded_events.rule import find_stranded
+from detector.checks.stranded_events.rule_late import find_late
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from tests.pg import Templates, ground_truth, scenarios
 
@@ -31,7 +31,7 @@ def late_in(url: str, before: str | None = None) -> list[tuple[str, list[int], s
         with engine.connect() as conn:
             if before:
                 conn.execute(text(before))
-            found = find_late(queries.stranded_late_candidates(conn, db.tables, None))
+            found = find_late(statements.stranded_late_candidates(conn, db.tables, None))
     finally:
         engine.dispose()
     return [(s.dag_id, list(s.event_ids), s.run_id) for s in found]
@@ -57,13 +57,13 @@ def test_every_version_has_the_late_commit_and_its_look_alikes(version: str) -> 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_stranded_rule_alone_misses_the_late_event(version: str, pg_templates: Templates) -> None:
-    """The gap this closes: ``detector.core.stranded`` judges events after the latest run's run_after only,
-    and Airflow's late event is before it (so it is inside the window)."""
+    """The gap this closes: ``detector.checks.stranded_events.rule`` judges events after the latest run's
+    run_after only, and Airflow's late event is before it (so it is inside the window)."""
     url = pg_templates.clone(version, "stranded_late_commit")
     engine = make_engine(parse_url(url))
     try:
         with engine.connect() as conn:
-            assert find_stranded(queries.stranded_event_candidates(conn, open_airflow_db(engine).tables, None)) == []
+            assert find_stranded(statements.stranded_event_candidates(conn, open_airflow_db(engine).tables, None)) == []
     finally:
         engine.dispose()
     [truth] = ground_truth(version, "stranded_late_commit")["expected_committed_late"]

@@ -19,16 +19,16 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from structlog.testing import capture_logs
 
-from detector.actions.repair.requeue import RequeueWriter
-from detector.app.checks.runner import CheckRunner
-from detector.app.checks.stranded_events import StrandedEventsCheck
 from detector.app.cli import main
 from detector.app.ledger import DbLedger, MemoryLedger, init_db
+from detector.checks.runner import CheckRunner
+from detector.checks.stranded_events import statements
+from detector.checks.stranded_events.check import StrandedEventsCheck
+from detector.checks.stranded_events.requeue import RequeueWriter
+from detector.checks.stranded_events.rule import StrandedSet, find_stranded
 from detector.config import Config
 from detector.core.fence import UNFENCED, Fence, FenceSource
 from detector.core.ports import Ledger
-from detector.core.stranded import StrandedSet, find_stranded
-from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, connect, make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from tests.integration.test_split_partitions import SplitRecorder
@@ -81,7 +81,7 @@ def _outcomes(recorder: SplitRecorder) -> list[str]:
 
 def _stranded(db: AirflowDb) -> StrandedSet:
     with connect(db.engine) as conn:
-        [s] = find_stranded(queries.stranded_event_candidates(conn, db.tables, None))
+        [s] = find_stranded(statements.stranded_event_candidates(conn, db.tables, None))
     return s
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from detector.actions.repair.requeue import RequeueWriter
-from detector.core.stranded import find_stranded
-from detector.metadb import queries
+from detector.checks.stranded_events import statements
+from detector.checks.stranded_events.requeue import RequeueWriter
+from detector.checks.stranded_events.rule import find_stranded
 from detector.metadb.engine import connect, make_engine, open_airflow_db, parse_url
 from tests.pg import Templates, ground_truth
 
@@ -51,7 +51,7 @@ def test_airflows_scheduler_consumes_exactly_the_stranded_events_after_the_reque
     before = airflow_loop(version, url, truth["dag_id"], tmp_path)["runs"]  # without the repair: no run
     db = open_airflow_db(make_engine(parse_url(url)))
     with connect(db.engine) as conn:
-        [stranded] = find_stranded(queries.stranded_event_candidates(conn, db.tables, None))
+        [stranded] = find_stranded(statements.stranded_event_candidates(conn, db.tables, None))
     written = RequeueWriter(db.engine, db.tables).write(stranded)
     assert written.outcome == "requeued" and written.plan is not None, written
     after = airflow_loop(version, url, truth["dag_id"], tmp_path)
@@ -65,5 +65,5 @@ def test_airflows_scheduler_consumes_exactly_the_stranded_events_after_the_reque
     assert datetime.fromisoformat(new["run_after"]) == written.plan.created_at
     assert new["run_type"] == "asset_triggered"
     with connect(db.engine) as conn:  # and nothing is stranded any more, no queue row is left
-        assert find_stranded(queries.stranded_event_candidates(conn, db.tables, None)) == []
+        assert find_stranded(statements.stranded_event_candidates(conn, db.tables, None)) == []
         assert conn.execute(db.tables.asset_queue.select()).all() == []  # type: ignore[union-attr]

@@ -1,5 +1,5 @@
 """Copies of one message without an id, on databases Airflow's own code made (issue 25 §1): the
-trigger_flapping check reports them as `suspected` (core.trigger_copies), never as a duplicate group.
+trigger_flapping check reports them as `suspected` (checks.trigger_flapping.rule_copies), never as a duplicate group.
 
 Truth: ``suspected_groups`` of scripts/airflow/scenarios_trigger_event.py, the runs that consumed the
 events of one delivered message whose payload has no id; every other trigger_event fixture is a
@@ -16,12 +16,12 @@ import pytest
 from sqlalchemy import text
 
 from detector.actions.alerts.notice import observation_notice
-from detector.app import checks
-from detector.app.checks.runner import CheckRunner
-from detector.app.checks.trigger_flapping import KIND, TriggerFlappingCheck
 from detector.app.cli import main
 from detector.app.ledger import MemoryLedger
 from detector.app.wiring import build_alerter
+from detector.checks import enabled as checks
+from detector.checks.runner import CheckRunner
+from detector.checks.trigger_flapping.check import KIND, TriggerFlappingCheck
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url

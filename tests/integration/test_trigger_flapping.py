@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from detector.core.trigger_flapping import ASSET, CALLBACK, UNPROTECTED, Owner, exposure, judge_owners
-from detector.metadb import queries
+from detector.checks.trigger_flapping import statements
+from detector.checks.trigger_flapping.rule import ASSET, CALLBACK, UNPROTECTED, Owner, exposure, judge_owners
+from detector.checks.trigger_flapping.statements import trigger_tables
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
-from detector.metadb.schema import trigger_tables
 from tests.pg import Templates
 from tests.unit.test_trigger_flapping import CASES, _truth
 
@@ -28,13 +28,13 @@ def _read(url: str, remembered: set[int]) -> tuple[str, list[Any], list[Any], li
     tt = trigger_tables(db.info.family)
     try:
         with db.engine.connect() as conn:
-            triggers = queries.flapping_candidates(conn, tt)
+            triggers = statements.flapping_candidates(conn, tt)
             owners = {t.triggerer_id for t in triggers if t.triggerer_id is not None} | remembered
             return (
                 db.info.family.value,
                 triggers,
-                queries.triggerer_jobs_by_id(conn, tt, owners),
-                queries.triggerer_jobs_since(conn, tt, None),
+                statements.triggerer_jobs_by_id(conn, tt, owners),
+                statements.triggerer_jobs_since(conn, tt, None),
             )
     finally:
         db.engine.dispose()

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from detector.app import checks
-from detector.app.checks.runner import CheckRunner
-from detector.app.checks.trigger_flapping import KIND, TriggerFlappingCheck
 from detector.app.cli import main
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AlwaysLeader
 from detector.app.ledger import MemoryLedger
 from detector.app.wiring import build_alerter
+from detector.checks import enabled as checks
+from detector.checks.runner import CheckRunner
+from detector.checks.trigger_flapping.check import KIND, TriggerFlappingCheck
 from detector.config import Config
 from detector.core.checks import CheckContext
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url

@@ -22,12 +22,12 @@ from detector.actions.alerts.channels.alertmanager import (
     severity_of,
     split_alert,
 )
-from detector.actions.alerts.split import split_notice
+from detector.checks.split_partition.alert import split_notice
+from detector.checks.split_partition.rule import SplitPartition, SplitRow
 from detector.config import Config, load
 from detector.core.model import Confidence
 from detector.core.plan import Outcome
 from detector.core.ports import AlertEvent, Result
-from detector.core.split import SplitPartition, SplitRow
 from detector.errors import AlertDeliveryError, ConfigError
 from tests.factories import T0
 from tests.integration.test_alerts import detected, outcome

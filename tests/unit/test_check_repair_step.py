@@ -11,9 +11,9 @@ from typing import ClassVar
 import pytest
 
 from detector.app import demo
-from detector.app.checks.base import CheckBase, RepairContext
-from detector.app.checks.runner import CheckRunner, observe
 from detector.app.ledger import MemoryLedger
+from detector.checks.base import CheckBase, RepairContext
+from detector.checks.runner import CheckRunner, observe
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
 from detector.core.fence import UNFENCED, Fence

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from detector.checks.split_partition.rule import find_split_partitions
 from detector.core.detect import DagFilter, find_duplicates
 from detector.core.model import Confidence, Kind, PartitionRow
 from detector.core.reprocess import refine_partitioned
-from detector.core.split import find_split_partitions
 from tests.factories import T0, run
 
 MS = timedelta(milliseconds=1)

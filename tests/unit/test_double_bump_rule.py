@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from detector.checks.double_bump.rule import Evidence, SchedulerJob, TiRow, find_double_bumps, observe
 from detector.core.detect import DagFilter
-from detector.core.double_bump import Evidence, SchedulerJob, TiRow, find_double_bumps, observe
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 RUNNING_B = SchedulerJob(2, "running", T0 + timedelta(seconds=30), "scheduler-b")

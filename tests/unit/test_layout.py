@@ -1,5 +1,11 @@
 """The package's folders show the flow (STYLE.md §15): a pure core, the metadata database, sources, actions,
-and the app wiring on top. Imports only point down; there are no import circles between modules."""
+and the app wiring on top. Imports only point down; there are no import circles between modules.
+
+A periodic check's package (``detector/checks/<kind>/``, docs/checks.md) holds those layers in small, told
+apart by module name: ``rule*`` is pure (the core's level), ``statements*`` reads through the database layer
+only, ``settings`` and ``metrics`` (with the light package ``__init__`` and the registry) see only
+``detector.settings``, and everything else (the check class, an alert text, a repair step) may use every
+layer below the app."""
 
 from __future__ import annotations
 
@@ -19,10 +25,32 @@ FOUNDATIONS = {
     "detector.deadline",
 }
 
+# The roles inside detector/checks (pseudo-layers: no module has these names).
+PURE = "detector.checks (pure)"  # each kind's rule*: rows in, core.checks.Observation out
+READS = "detector.checks (statements)"  # each kind's statements*
+LIGHT = "detector.checks (settings)"  # each kind's settings, metrics, __init__; the registry: config reads them
+BELOW_APP = {
+    "detector.core",
+    "detector.metadb",
+    "detector.airflowapi",
+    "detector.sources",
+    "detector.actions",
+    "detector.config",
+    "detector.settings",
+    "detector.metrics",
+    PURE,
+    READS,
+    LIGHT,
+}
+
 # layer -> what it may import besides itself and the foundations
 ALLOWED: dict[str, set[str]] = {
     "detector.core": set(),
+    "detector.settings": set(),
+    PURE: {"detector.core"},
+    LIGHT: {"detector.settings"},
     "detector.metadb": {"detector.core"},
+    READS: {"detector.core", "detector.metadb", PURE},
     # Airflow's REST API (client, auth, TLS): shared by the api source and the api remediation backend
     "detector.airflowapi": {"detector.core", "detector.config", "detector.metrics"},
     "detector.sources": {
@@ -39,9 +67,13 @@ ALLOWED: dict[str, set[str]] = {
         "detector.config",
         "detector.metrics",
     },
-    "detector.config": {"detector.metadb"},
-    "detector.metrics": {"detector.core"},
+    "detector.config": {"detector.metadb", "detector.settings", LIGHT},
+    "detector.metrics": {"detector.core", LIGHT},
+    # the check classes and their machinery (base, runner, enabled): everything below the app
+    "detector.checks": BELOW_APP,
 }
+CHECKS = ROOT / "checks"
+ROLES = (("rule", PURE), ("statements", READS), ("settings", LIGHT), ("metrics", LIGHT))
 
 
 def _modules() -> dict[str, Path]:
@@ -69,7 +101,21 @@ def _imports(path: Path) -> Iterator[tuple[str, bool]]:
             yield name, id(node) in top
 
 
+def _check_layer(parts: list[str]) -> str:
+    """The layer of ``detector.checks.<parts>``: a role of a kind's package, or the checks' own layer."""
+    if parts in ([], ["registry"], ["kind"]) or (len(parts) == 1 and (CHECKS / parts[0]).is_dir()):
+        return LIGHT  # the package __init__ files and the registry: config imports them
+    if len(parts) == 2:
+        for prefix, layer in ROLES:
+            if parts[1] == prefix or parts[1].startswith(prefix + "_"):
+                return layer
+    return "detector.checks"
+
+
 def _layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[:2] == ["detector", "checks"]:
+        return _check_layer(parts[2:])
     for layer in sorted(ALLOWED, key=len, reverse=True):
         if module == layer or module.startswith(layer + "."):
             return layer
@@ -125,5 +171,34 @@ def test_the_layout_is_what_the_test_believes() -> None:
     """The rules above name real folders (a renamed folder must not make every rule pass vacuously)."""
     modules = _modules()
     for layer in ALLOWED:
-        assert any(m == layer or m.startswith(layer + ".") for m in modules), layer
+        assert any(_layer(m) == layer for m in modules), layer
     assert len([m for m in modules if _layer(m) == "detector.core"]) >= 5
+    kinds = [p.name for p in CHECKS.iterdir() if (p / "__init__.py").is_file()]
+    assert len(kinds) >= 4
+    for kind in kinds:  # every kind has each role, so none of the rules above holds vacuously for it
+        roles = {_layer(m) for m in modules if m.startswith(f"detector.checks.{kind}.")}
+        assert {PURE, READS, LIGHT, "detector.checks"} <= roles, kind
+
+
+def test_a_kind_imports_no_other_kind() -> None:
+    """A kind's package is its own house: it uses the shared machinery and the layers, never another kind
+    (only the registry and ``enabled`` name every kind)."""
+    bad = []
+    for module, deps in _graph().items():
+        parts = module.split(".")
+        if parts[:2] != ["detector", "checks"] or len(parts) < 3 or not (CHECKS / parts[2]).is_dir():
+            continue
+        for dep in deps:
+            other = dep.split(".")
+            kind = other[2] if other[:2] == ["detector", "checks"] and len(other) > 2 else None
+            if kind is not None and (CHECKS / kind).is_dir() and kind != parts[2]:
+                bad.append(f"{module} -> {dep}")
+    assert bad == []
+
+
+def test_every_kind_package_is_registered() -> None:
+    """A kind's package that the registry does not name would never run, and its settings would be unknown."""
+    from detector.checks.registry import KINDS
+
+    packages = sorted(p.name for p in CHECKS.iterdir() if (p / "__init__.py").is_file())
+    assert sorted(KINDS) == packages

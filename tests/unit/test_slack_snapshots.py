@@ -27,17 +27,17 @@ from detector.actions.alerts.oncall import Links
 from detector.actions.alerts.slack_clients import make_web_client
 from detector.actions.alerts.slack_messages import detected_message, digest_message, digest_outcome_message
 from detector.actions.alerts.slack_messages import outcome_message as reply
-from detector.actions.alerts.split import split_notice
 from detector.actions.alerts.text import Message
 from detector.actions.remediation.guarded import passive_result
 from detector.app.ledger import MemoryLedger
 from detector.app.wiring import build_alerter
+from detector.checks.split_partition.alert import split_notice
+from detector.checks.split_partition.rule import SplitPartition, SplitRow
 from detector.config import Config
 from detector.core.checks import Observation
 from detector.core.model import Confidence, Finding, Kind, TaskProgress
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Result, StartedTask
-from detector.core.split import SplitPartition, SplitRow
 from detector.metrics import Metrics
 from tests.factories import T0, run
 from tests.slack_server import SlackServer

@@ -1,4 +1,4 @@
-"""A stranded event that is a trigger's copy of a consumed message (detector.core.stranded.with_copies):
+"""A stranded event that is a trigger's copy of a consumed message (detector.checks.stranded_events.rule.with_copies):
 reported as a copy, never as a lost event, and its set never re-queued (stranded_repair.plan_requeue)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from dataclasses import replace
 from datetime import timedelta
 
 from detector.actions.alerts.notice import observation_notice
-from detector.core.stranded import ConsumedCopy, observe, with_copies
-from detector.core.stranded_repair import Refusal, Requeue, plan_requeue
+from detector.checks.stranded_events.rule import ConsumedCopy, observe, with_copies
+from detector.checks.stranded_events.rule_repair import Refusal, Requeue, plan_requeue
 from detector.core.trigger_event import Copies
 from tests.unit.test_stranded_repair import SET, STATE, T0
 

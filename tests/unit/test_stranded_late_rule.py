@@ -1,4 +1,4 @@
-"""The committed-late rule (detector.core.stranded_late): each look-alike of docs/airflow-internals.md
+"""The committed-late rule (detector.checks.stranded_events.rule_late): each look-alike of docs/airflow-internals.md
 §11.2 varied alone from one late event, so a rule that drops any one condition fails. The Airflow-made
 fixtures are judged in tests/integration/test_stranded_late.py."""
 
@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from detector.checks.stranded_events.rule import KIND
+from detector.checks.stranded_events.rule_late import REASON, LateCandidate, LateSet, find_late, observe_late
 from detector.core.detect import DagFilter
-from detector.core.stranded import KIND
-from detector.core.stranded_late import REASON, LateCandidate, LateSet, find_late, observe_late
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 S = timedelta(seconds=1)

@@ -1,4 +1,4 @@
-"""The stranded-events repair's pure plan (detector.core.stranded_repair): which queue row, or why not."""
+"""The stranded-events repair's pure plan (detector.checks.stranded_events.rule_repair): which queue row, or why not."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from detector.core.stranded import CandidateEvent, StrandedSet
-from detector.core.stranded_repair import (
+from detector.checks.stranded_events.rule import CandidateEvent, StrandedSet
+from detector.checks.stranded_events.rule_repair import (
     Refusal,
     RepairedRun,
     RepairState,

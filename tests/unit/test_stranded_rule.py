@@ -1,4 +1,4 @@
-"""The stranded-events rule (detector.core.stranded): each look-alike of issue 25 §2 on its own.
+"""The stranded-events rule (detector.checks.stranded_events.rule): each look-alike of issue 25 §2 on its own.
 
 The Airflow-made fixtures (tests/integration/test_stranded_events.py) check the rule against what
 Airflow recorded; here each condition is varied alone from one stranded event, so a rule that drops
@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from detector.checks.stranded_events.rule import KIND, CandidateEvent, find_stranded
 from detector.core.detect import DagFilter
-from detector.core.stranded import KIND, CandidateEvent, find_stranded
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 S = timedelta(seconds=1)

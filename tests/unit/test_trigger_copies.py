@@ -1,4 +1,4 @@
-"""Copies of one message without an id (core.trigger_copies): suspected only for a broadcast payload
+"""Copies of one message without an id (checks.trigger_flapping.rule_copies): suspected only for a broadcast payload
 (a Redis pub/sub message, which every copy of the trigger receives), two triggerers alive at each
 event, within the window, and an extra run; every look-alike the issue and the end-to-end run name
 is left alone."""
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from detector.core.trigger_copies import suspected_copies
+from detector.checks.trigger_flapping.rule import TriggererJob, alive_at
+from detector.checks.trigger_flapping.rule_copies import suspected_copies
 from detector.core.trigger_event import TriggerEvent, broadcast, trigger_event
-from detector.core.trigger_flapping import TriggererJob, alive_at
 from tests.factories import T0, run
 
 WINDOW = timedelta(seconds=60)

@@ -1,4 +1,4 @@
-"""The trigger_flapping rule (detector.core.trigger_flapping) on what Airflow's own code wrote.
+"""The trigger_flapping rule (detector.checks.trigger_flapping.rule) on what Airflow's own code wrote.
 
 The fixtures' ``samples`` are the trigger and triggerer-job rows after each triggerer loop
 (scripts/airflow/scenarios_triggers.py); their truth is which owner changes happened while Airflow's
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from detector.core.trigger_flapping import (
+from detector.checks.trigger_flapping.rule import (
     ASSET,
     CALLBACK,
     UNPROTECTED,

@@ -5,7 +5,7 @@ per channel under its ``key`` and never digested. ``Notice`` is the shape every 
 ``message``, the webhook ``payload``, Alertmanager's ``alertname``/``am_severity``/``am_fields``, the
 log line's ``log_fields`` as ``<kind>_detected``); ``ObservationNotice`` builds it for any kind, so a
 new kind of check needs no alert code. The split partition keeps its own richer message
-(``detector.actions.alerts.split``), which has the same shape.
+(``detector.checks.split_partition.alert``), which has the same shape.
 
 Webhook payload: the ``dupguard.alert/v1`` envelope (``schema``, ``type`` = the kind, ``severity``,
 ``summary``, ``dedup_key``, ``cluster``, ``text``) with an ``observation`` object (the scan document's

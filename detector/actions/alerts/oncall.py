@@ -23,9 +23,9 @@ from detector.core.model import Confidence, Finding, Run
 from detector.core.plan import Mode, Outcome
 from detector.core.ports import RemediationResult, Result
 
-# The anchors of docs/runbooks.md, one per alert (the Alertmanager sink and the Prometheus rules use the same)
+# The anchors of docs/runbooks.md, one per alert (the Alertmanager sink and the Prometheus rules use the same);
+# a periodic check's are Dupguard<Kind> (notice.alertname_of), the split partition's in its alert.py
 DUPLICATE_ALERT = "DupguardDuplicateRun"
-SPLIT_ALERT = "DupguardSplitPartition"
 RUNBOOK_FILE = "docs/runbooks.md"
 _REFS_SHOWN = 3
 _URL_LIMIT = 300

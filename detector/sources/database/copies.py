@@ -4,7 +4,7 @@ Cheap on the poll: a new asset run's consumed events are looked up by primary ke
 no task wrote (``source_dag_id`` NULL) are read with their extra; only a trigger's event leads to a
 range of ``idx_asset_id_timestamp`` (its asset, ``window`` around it), and only copies found there
 to the runs that consumed them (``idx_dagrun_asset_events_event_id``). The stranded_events check asks
-the same of its sets' events (``of_stranded``): a copy of a consumed message is not to be re-run.
+the same of its sets' events (detector/checks/stranded_events/copies.py): a copy of a consumed message is not re-run.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection
 
 from detector.core.model import Run
-from detector.core.stranded import StrandedSet, with_copies
 from detector.core.trigger_event import Copies, TriggerEvent, copies
 from detector.metadb import queries
 from detector.metadb.schema import AirflowTables
@@ -35,7 +34,7 @@ def near_runs(
     ids = {e.id for e in mine}
     near = copies(queries.trigger_events_near(conn, t, mine, window), window)
     found = [c for c in near if c.proven and c.event_ids & ids]
-    return found, _consumers(conn, t, found, {r.dag_id for r in runs})
+    return found, consumers(conn, t, found, {r.dag_id for r in runs})
 
 
 def since(
@@ -44,32 +43,11 @@ def since(
     """Every copy set among the trigger events since ``start`` (scan), and the runs that consumed one."""
     events: list[TriggerEvent] = queries.trigger_events_since(conn, t, start, window)
     found = [c for c in copies(events, window) if c.proven]
-    return found, _consumers(conn, t, found, None)
+    return found, consumers(conn, t, found, None)
 
 
-def _consumers(conn: Connection, t: AirflowTables, found: list[Copies], dag_ids: set[str] | None) -> list[Run]:
+def consumers(conn: Connection, t: AirflowTables, found: list[Copies], dag_ids: set[str] | None) -> list[Run]:
     if not found:
         return []
     runs = queries.runs_consuming(conn, t, {e for c in found for e in c.event_ids})
     return [r for r in runs if dag_ids is None or r.dag_id in dag_ids]
-
-
-def of_stranded(conn: Connection, t: AirflowTables, sets: list[StrandedSet], window: timedelta) -> list[StrandedSet]:
-    """``sets`` with their events that copy a message a run of their DAG consumed marked
-    (``stranded.with_copies``); no read beyond the events' own rows when none is a trigger's."""
-    mine = queries.trigger_events(conn, t, {e for s in sets for e in s.event_ids})
-    if not mine:
-        return sets
-    ids = {e.id for e in mine}
-    found = [c for c in copies(queries.trigger_events_near(conn, t, mine, window), window) if c.event_ids & ids]
-    runs = {r.id: r for r in _consumers(conn, t, found, {s.dag_id for s in sets})}
-    consumed = queries.consumed_events(conn, t, runs)
-    marked = []
-    for s in sets:
-        by_event: dict[int, list[str]] = {}
-        for run_pk, events in consumed.items():
-            if runs[run_pk].dag_id == s.dag_id:
-                for event_id in events:
-                    by_event.setdefault(event_id, []).append(runs[run_pk].run_id)
-        marked.append(with_copies(s, found, by_event))
-    return marked

@@ -1,4 +1,4 @@
-"""Task attempts bumped twice (apache/airflow#57618, Airflow 3.0/3.1): ``detector.core.double_bump`` has the rule.
+"""Task attempts bumped twice (apache/airflow#57618, Airflow 3.0/3.1): ``rule`` (beside it) has the rule.
 
 Live (``dupguard run``) the check remembers, between its runs, the TIs that were scheduled, queued or
 running (id -> try, state, host, queuer): read through the ``ti_state`` index Airflow ships, so a run
@@ -15,13 +15,15 @@ from datetime import timedelta
 
 from sqlalchemy.engine import Connection
 
-from detector.app.checks.base import CheckBase
+from detector.checks.base import CheckBase
+from detector.checks.double_bump import statements
+from detector.checks.double_bump.rule import KIND, ORPHAN_WINDOW, Evidence, TiRow, find_double_bumps, observe
+from detector.checks.double_bump.statements import bump_tables
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
-from detector.core.double_bump import KIND, ORPHAN_WINDOW, Evidence, TiRow, find_double_bumps, observe
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, connect
-from detector.metadb.schema import Family, bump_tables
+from detector.metadb.schema import Family
 from detector.metrics import Metrics
 
 
@@ -50,11 +52,11 @@ class DoubleBumpCheck(CheckBase):
     def collect(self, conn: Connection, db: AirflowDb, ctx: CheckContext) -> list[Observation]:
         bt = self.tables
         if ctx.live:
-            in_flight = queries.in_flight_tis(conn, bt)
+            in_flight = statements.in_flight_tis(conn, bt)
             rows = [r for r in in_flight if r.try_number >= 2 and r.dag_version_id is not None]
         else:
-            rows = queries.tis_missing_history(conn, bt, ctx.since)
-        history = queries.history_tries(conn, bt, [r.key for r in rows]) if rows else {}
+            rows = statements.tis_missing_history(conn, bt, ctx.since)
+        history = statements.history_tries(conn, bt, [r.key for r in rows]) if rows else {}
         rows = [r for r in rows if len(history.get(r.key, ())) < r.try_number - 1]
         found = []
         if rows:
@@ -62,9 +64,12 @@ class DoubleBumpCheck(CheckBase):
             queuers = [r.queued_by_job_id for r in [*rows, *earlier]]
             times = [r.scheduled_dttm for r in rows if r.scheduled_dttm is not None]
             dead_since = min(times) - ORPHAN_WINDOW if len(times) == len(rows) else None
-            jobs = queries.scheduler_jobs(conn, bt, [j for j in queuers if j is not None], dead_since)
-            evidence = Evidence(history, {j.id: j for j in jobs}, queries.history_purges(conn))
+            jobs = statements.scheduler_jobs(conn, bt, [j for j in queuers if j is not None], dead_since)
+            evidence = Evidence(history, {j.id: j for j in jobs}, statements.history_purges(conn))
             found = find_double_bumps(rows, evidence, self.memory if ctx.live else None, ctx.dag_filter)
         if ctx.live:
             self.memory = {r.id: r for r in in_flight}
         return [observe(b, ctx.db_now) for b in found]
+
+
+CHECK = DoubleBumpCheck  # what detector.checks.enabled registers for this kind

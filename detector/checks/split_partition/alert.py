@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from detector.actions.alerts.oncall import NO_LINKS, SPLIT_ALERT, Guidance, Links, guidance_section, icon, links_context
+from detector.actions.alerts.oncall import NO_LINKS, Guidance, Links, guidance_section, icon, links_context
 from detector.actions.alerts.text import (
     SCHEMA,
     SUMMARY_LIMIT,
@@ -26,7 +26,9 @@ from detector.actions.alerts.text import (
     section,
     slack_date,
 )
-from detector.core.split import ADVICE, KIND, SplitPartition, row_line, split_dict
+from detector.checks.split_partition.rule import ADVICE, KIND, SplitPartition, row_line, split_dict
+
+SPLIT_ALERT = "DupguardSplitPartition"  # its docs/runbooks.md anchor and Alertmanager alertname
 
 
 @dataclass(frozen=True)

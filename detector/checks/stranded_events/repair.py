@@ -8,7 +8,7 @@ Per stranded set (one ``Observation`` of ``stranded_events``), on the leader onl
   once and retries each run quietly (no claim taken); without a valid fence (standing by, waiting
   after a takeover) it waits for a later run. Otherwise it claims ``<key>|repair`` in the ledger (the
   durable ledger keeps it across restarts and replicas: never a second repair of one set), then
-  ``detector.actions.repair.requeue`` writes, fenced, after a re-read under the same transaction.
+  ``detector.checks.stranded_events.requeue`` writes, fenced, after a re-read under the same transaction.
 * Follow-up: each later run looks for the DAG's asset run with ``run_after`` = T that consumed exactly
   the set: ``stranded_repaired`` with its run id, or ``stranded_repair_unverified`` (error) once
   ``stranded_repair_deadline`` (15 min) has passed on the database clock. Kept in memory: a restart
@@ -28,12 +28,14 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
 from detector.actions.alerts.notice import observation_notice
-from detector.actions.repair.requeue import RequeueWriter, plan_now
-from detector.app.checks.base import RepairContext
+from detector.checks.base import RepairContext
+from detector.checks.stranded_events import statements
+from detector.checks.stranded_events.metrics import StrandedMetrics
+from detector.checks.stranded_events.requeue import RequeueWriter, plan_now
+from detector.checks.stranded_events.rule import KIND, StrandedSet
+from detector.checks.stranded_events.rule_repair import REPAIR_KIND, Refusal, Requeue, verify
 from detector.core.checks import Observation, Severity
 from detector.core.fence import LeadershipLost
-from detector.core.stranded import StrandedSet
-from detector.core.stranded_repair import REPAIR_KIND, Refusal, Requeue, verify
 from detector.errors import DupguardError
 from detector.metadb import queries
 from detector.metadb.engine import connect
@@ -63,7 +65,8 @@ class Waiting:
 
 class StrandedRepairer:
     def __init__(self, mode: str, deadline: timedelta, metrics: Metrics) -> None:
-        self.mode, self.deadline, self.metrics = mode, deadline, metrics
+        self.mode, self.deadline = mode, deadline
+        self.own = metrics.of_kind(KIND, StrandedMetrics)
         self.waiting: dict[str, Waiting] = {}
         self.denied = False  # INSERT on asset_dag_run_queue missing (logged once)
 
@@ -107,7 +110,7 @@ class StrandedRepairer:
         with connect(rc.db.engine) as conn:
             (held,) = queries.table_privileges(conn, [("asset_dag_run_queue", "INSERT")])
         if not held and not self.denied:
-            self.metrics.stranded_repairs.labels(outcome="not_permitted").inc()
+            self.own.repairs.labels(outcome="not_permitted").inc()
             log.warning(
                 "stranded_repair_not_permitted",
                 detail="DUPGUARD_REPAIR_STRANDED=requeue needs GRANT INSERT ON asset_dag_run_queue; nothing written, "
@@ -123,7 +126,7 @@ class StrandedRepairer:
             return
         with connect(rc.db.engine) as conn:
             for key, w in list(self.waiting.items()):
-                run = verify(w.plan, queries.asset_runs_at(conn, rc.db.tables, w.plan.dag_id, w.plan.created_at))
+                run = verify(w.plan, statements.asset_runs_at(conn, rc.db.tables, w.plan.dag_id, w.plan.created_at))
                 if run is not None:
                     self._report(w.obs, "repaired", f"run {run.run_id} consumed events {list(run.event_ids)}", rc,
                                  run_id=run.run_id)  # fmt: skip
@@ -139,7 +142,7 @@ class StrandedRepairer:
     ) -> None:
         s = obs.subject
         assert isinstance(s, StrandedSet)
-        self.metrics.stranded_repairs.labels(outcome=outcome).inc()
+        self.own.repairs.labels(outcome=outcome).inc()
         facts = {"outcome": outcome, "detail": detail, "mode": self.mode, "stranded_key": obs.key,
                  "dag_id": s.dag_id, "event_ids": list(s.event_ids), "run_id": run_id}  # fmt: skip
         getattr(log, SEVERITY[outcome])(f"stranded_repair_{outcome}", **facts)  # error / warning / info

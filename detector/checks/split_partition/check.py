@@ -1,4 +1,4 @@
-"""Split partition keys (apache/airflow#71070, Airflow 3.2+): ``detector.core.split`` has the rule.
+"""Split partition keys (apache/airflow#71070, Airflow 3.2+): ``detector.checks.split_partition.rule`` has the rule.
 
 A split is a state, not a new row: it cannot be tailed by ``dag_run.id`` like duplicates, and
 ``asset_partition_dag_run`` has only its primary key, so each run reads the pending rows with a scan
@@ -15,11 +15,12 @@ from typing import cast
 from sqlalchemy.engine import Connection
 
 from detector.actions.alerts.notice import Notice
-from detector.actions.alerts.split import split_notice
-from detector.app.checks.base import CheckBase
+from detector.checks.base import CheckBase
+from detector.checks.split_partition import statements
+from detector.checks.split_partition.alert import split_notice
+from detector.checks.split_partition.metrics import SplitMetrics
+from detector.checks.split_partition.rule import KIND, SplitPartition, find_split_partitions, observe
 from detector.core.checks import CheckContext, Observation
-from detector.core.split import KIND, SplitPartition, find_split_partitions, observe
-from detector.metadb import queries
 from detector.metadb.engine import AirflowDb
 
 
@@ -33,8 +34,8 @@ class SplitPartitionCheck(CheckBase):
         return self.config.split_poll_interval
 
     def collect(self, conn: Connection, db: AirflowDb, ctx: CheckContext) -> list[Observation]:
-        rows = queries.partition_rows_with_pending(conn, db.tables)
-        events = queries.partition_row_events(conn, db.tables, [r.id for r in rows]) if rows else {}
+        rows = statements.partition_rows_with_pending(conn, db.tables)
+        events = statements.partition_row_events(conn, db.tables, [r.id for r in rows]) if rows else {}
         splits = find_split_partitions(
             rows, events, ctx.db_now, grace=self.config.split_grace, dag_filter=ctx.dag_filter
         )
@@ -44,5 +45,9 @@ class SplitPartitionCheck(CheckBase):
         return split_notice(cast(SplitPartition, obs.subject), cluster, detected_at)
 
     def observed(self, found: list[Observation], new: list[Observation]) -> None:
-        self.metrics.split_partitions_open.set(len(found))
-        self.metrics.split_partitions_detected.inc(len(new))
+        own = self.metrics.of_kind(KIND, SplitMetrics)
+        own.open.set(len(found))
+        own.detected.inc(len(new))
+
+
+CHECK = SplitPartitionCheck  # what detector.checks.enabled registers for this kind

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from detector.core.stranded import StrandedSet
+from detector.checks.stranded_events.rule import StrandedSet
 
 REPAIR_KIND = "stranded_repair"
 

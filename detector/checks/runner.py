@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from detector import logs
 from detector.actions.alerts.notice import Notice
-from detector.app.checks.base import Check, RepairContext
+from detector.checks.base import Check, RepairContext
 from detector.core.checks import CheckContext, Observation
 from detector.core.detect import ALL_DAGS, DagFilter
 from detector.core.fence import UNFENCED, FenceSource

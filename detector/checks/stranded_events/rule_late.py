@@ -5,7 +5,7 @@ end of its request; the scheduler's run consumes the committed events with ``pre
 timestamp <= run_after``. An event whose timestamp falls in that window but which was committed after
 the run's SELECT is consumed by no run: not by that run (it could not see it), and not by any later
 one (their windows start at or after that run's run_after), whatever is queued later
-(docs/airflow-internals.md §11.2). Same kind as ``detector.core.stranded``, another reason, because
+(docs/airflow-internals.md §11.2). Same kind as ``detector.checks.stranded_events.rule``, another reason, because
 the remedy differs: another event does not rescue it.
 
 Airflow records no commit time, so the rule reads the shape, per (DAG, scheduled asset), on rows of one
@@ -14,7 +14,7 @@ snapshot: an event consumed by no run of the DAG, newer than the asset's newest 
 runs ``airflow db clean`` purged: they are older than every event a kept run consumed) and at or before
 the run_after of the run that consumed the asset's newest consumed event. Not flagged:
 
-* partitioned events and events linked to an asset alias (as in ``detector.core.stranded``);
+* partitioned events and events linked to an asset alias (as in ``detector.checks.stranded_events.rule``);
 * events at or before the (asset, DAG) schedule reference's ``created_at``: the asset was not in the
   DAG's schedule when that run read its window (and 3.3's catchup floor is older still);
 * events that a queue row of the DAG can still take: a row created at or after the event and before
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from detector.checks.stranded_events.rule import KIND, by_run, events_facts
 from detector.core.checks import Observation
 from detector.core.detect import ALL_DAGS, DagFilter
-from detector.core.stranded import KIND, by_run, events_facts
 
 REASON = "committed_late"
 ADVICE = (

@@ -1,12 +1,12 @@
-"""Asset events that trigger nothing (apache/airflow#56050, every Airflow 3): ``detector.core.stranded``
-has the rule, ``queries.stranded_event_candidates`` the one-snapshot read.
+"""Asset events that trigger nothing (apache/airflow#56050, every Airflow 3): ``detector.checks.stranded_events.rule``
+has the rule, ``statements.stranded_event_candidates`` the one-snapshot read.
 
 A stranded event is a state that lasts until another event of the DAG's assets arrives, so the check
 reads it every ``stranded_poll_interval`` (60 s); each (DAG, stranding run) is alerted once (its key).
-Events committed after the run whose window held them (``detector.core.stranded_late``,
-``queries.stranded_late_candidates``) are the same kind with the reason ``committed_late``: lost for
+Events committed after the run whose window held them (``detector.checks.stranded_events.rule_late``,
+``statements.stranded_late_candidates``) are the same kind with the reason ``committed_late``: lost for
 good, never repaired (the repair step acts on ``StrandedSet`` only).
-Its repair step (``stranded_repair.py``, ``DUPGUARD_REPAIR_STRANDED``, dry-run by default) puts back
+Its repair step (``repair.py``, ``DUPGUARD_REPAIR_STRANDED``, dry-run by default) puts back
 the missing queue row so Airflow's scheduler makes the run. Without SELECT on the queue tables (not in the
 grant of older setups) the check logs ``stranded_events_skipped`` naming them and finds nothing: a
 refused statement would abort the transaction ``scan`` and ``doctor`` share with their other reads.
@@ -19,16 +19,16 @@ from datetime import timedelta
 from sqlalchemy.engine import Connection
 
 from detector import logs
-from detector.app.checks.base import CheckBase, RepairContext
-from detector.app.checks.stranded_repair import StrandedRepairer
+from detector.checks.base import CheckBase, RepairContext
+from detector.checks.stranded_events import copies, statements
+from detector.checks.stranded_events.repair import StrandedRepairer
+from detector.checks.stranded_events.rule import KIND, find_stranded, observe
+from detector.checks.stranded_events.rule_late import find_late, observe_late
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
-from detector.core.stranded import KIND, find_stranded, observe
-from detector.core.stranded_late import find_late, observe_late
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb
 from detector.metrics import Metrics
-from detector.sources.database import copies
 
 log = logs.get("dupguard.checks")
 
@@ -57,10 +57,13 @@ class StrandedEventsCheck(CheckBase):
             lacking = [name for name, ok in zip(names, held, strict=True) if not ok]
             log.warning("stranded_events_skipped", reason=f"needs GRANT SELECT ON {', '.join(lacking)}")
             return []
-        candidates = queries.stranded_event_candidates(conn, db.tables, ctx.since)
+        candidates = statements.stranded_event_candidates(conn, db.tables, ctx.since)
         stranded = find_stranded(candidates, dag_filter=ctx.dag_filter)
         # A trigger's copy of a consumed message is marked: its repair would run the consumer again.
         stranded = copies.of_stranded(conn, t, stranded, self.config.suspect_window) if stranded else stranded
         found = [observe(s, ctx.db_now) for s in stranded]
-        late = queries.stranded_late_candidates(conn, db.tables, ctx.since)
+        late = statements.stranded_late_candidates(conn, db.tables, ctx.since)
         return found + [observe_late(s, ctx.db_now) for s in find_late(late, dag_filter=ctx.dag_filter)]
+
+
+CHECK = StrandedEventsCheck  # what detector.checks.enabled registers for this kind

@@ -1,7 +1,7 @@
 """The stranded-events repair's write: the missing ``asset_dag_run_queue`` row, in one short transaction.
 
 Opt-in (``DUPGUARD_REPAIR_STRANDED=requeue``). Inside the transaction the DAG is read again and planned
-again (``detector.core.stranded_repair``): if a run consumed the events meanwhile, a queue row exists, a
+again (``detector.checks.stranded_events.rule_repair``): if a run consumed the events meanwhile, a queue row exists, a
 later run exists or the window is no longer exactly the set, nothing is written. The INSERT is ``ON
 CONFLICT DO NOTHING``: a row the scheduler or a new event wrote first wins (0 rows: nothing written).
 After the INSERT the DAG is read once more (READ COMMITTED: a new snapshot): a run the scheduler
@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, func, select
 
+from detector.checks.stranded_events import statements
+from detector.checks.stranded_events.rule import StrandedSet
+from detector.checks.stranded_events.rule_repair import Refusal, Requeue, plan_requeue, requeue_at
 from detector.core.fence import UNFENCED, Fence, FenceSource, LeadershipLost
-from detector.core.stranded import StrandedSet
-from detector.core.stranded_repair import Refusal, Requeue, plan_requeue, requeue_at
 from detector.metadb import queries
 from detector.metadb.engine import refuse_standby
 from detector.metadb.schema import AirflowTables
@@ -39,7 +40,7 @@ class Written:
 
 def plan_now(conn: Connection, tables: AirflowTables, s: StrandedSet) -> Requeue | Refusal:
     """The plan on what ``conn`` sees now (the dry-run's and the write's judgement)."""
-    return plan_requeue(s, queries.stranded_repair_state(conn, tables, s, requeue_at(s)))
+    return plan_requeue(s, statements.stranded_repair_state(conn, tables, s, requeue_at(s)))
 
 
 class RequeueWriter:
@@ -73,10 +74,10 @@ class RequeueWriter:
             plan = plan_now(conn, self.tables, s)
             if isinstance(plan, Refusal):
                 return Written(plan.outcome, plan.reason + " (re-read before writing: nothing written)")
-            if queries.requeue_stranded(conn, self.tables, plan) != len(plan.asset_ids):
+            if statements.requeue_stranded(conn, self.tables, plan) != len(plan.asset_ids):
                 conn.rollback()
                 return Written("skipped", "a queue row of the DAG appeared meanwhile: nothing written")
-            after = queries.stranded_repair_state(conn, self.tables, s, plan.created_at)
+            after = statements.stranded_repair_state(conn, self.tables, s, plan.created_at)
             if after.consumed or after.later_runs:
                 conn.rollback()
                 return Written("skipped", "a run of the DAG took these events meanwhile: rolled back, nothing written")

@@ -1,16 +1,18 @@
-"""The periodic checks (issue 25), one module per kind behind ``base.Check``; registered here, once.
+"""The check classes of the registered kinds (``detector.checks.registry``), and the ones to run here.
 
 ``build`` returns the enabled ones that apply to this Airflow; the daemon and ``scan`` iterate over
-what it returns and never name a kind.
+what it returns and never name a kind. Each class is ``CHECK`` in its kind's ``check`` module, loaded by
+name from the registry's entry, so registering a kind stays one line (and the registry stays low enough
+for ``detector.config`` to read the kinds' settings from it).
 """
 
 from __future__ import annotations
 
-from detector.app.checks.base import Check, CheckBase
-from detector.app.checks.double_bump import DoubleBumpCheck
-from detector.app.checks.split_partition import SplitPartitionCheck
-from detector.app.checks.stranded_events import StrandedEventsCheck
-from detector.app.checks.trigger_flapping import TriggerFlappingCheck
+import importlib
+
+from detector.checks.base import Check, CheckBase
+from detector.checks.kind import Kind
+from detector.checks.registry import KINDS, REGISTERED
 from detector.config import Config
 from detector.errors import ConfigError
 from detector.metadb.engine import AirflowDb
@@ -18,13 +20,15 @@ from detector.metrics import Metrics
 
 __all__ = ["CHECKS", "KINDS", "Check", "CheckBase", "build", "unknown_kinds"]
 
-CHECKS: tuple[type[CheckBase], ...] = (
-    SplitPartitionCheck,
-    StrandedEventsCheck,
-    DoubleBumpCheck,
-    TriggerFlappingCheck,
-)
-KINDS = tuple(c.kind for c in CHECKS)
+
+def _check_class(kind: Kind) -> type[CheckBase]:
+    cls = getattr(importlib.import_module(kind.check_module), "CHECK", None)
+    if not (isinstance(cls, type) and issubclass(cls, CheckBase) and cls.kind == kind.name):
+        raise TypeError(f"{kind.check_module}.CHECK must be the CheckBase subclass of kind {kind.name!r}")
+    return cls
+
+
+CHECKS: tuple[type[CheckBase], ...] = tuple(_check_class(k) for k in REGISTERED)
 
 
 def unknown_kinds(config: Config) -> list[str]:

@@ -93,7 +93,7 @@ def find_split_partitions(
     """Every split among ``rows`` that has lasted at least ``grace`` at ``now``.
 
     ``rows`` must hold every pending row and the newest row of each (DAG, key) that has a pending
-    row (``queries.partition_rows_with_pending``; other rows are ignored); ``events`` maps row id to
+    row (``statements.partition_rows_with_pending``; other rows are ignored); ``events`` maps row id to
     its asset event ids.
     Sorted by (dag_id, partition_key).
     """
@@ -169,7 +169,7 @@ def row_line(split: SplitPartition, index: int, when: Callable[[datetime], str |
 
 
 def observe(split: SplitPartition, db_now: datetime) -> Observation:
-    """The split as a periodic check's observation (``detector.app.checks.split_partition``)."""
+    """The split as a periodic check's observation (``detector.checks.split_partition.check``)."""
     state = "the consumer waits for ever" if split.waiting else "an orphaned pending row: it may run twice"
     return Observation(
         kind=KIND,

@@ -1,4 +1,4 @@
-"""Triggers claimed by every triggerer (issue 25 §1): ``detector.core.trigger_flapping`` has the rule.
+"""Triggers claimed by every triggerer (issue 25 §1): ``detector.checks.trigger_flapping.rule`` has the rule.
 
 Airflow keeps no history of a trigger's owners, so ``dupguard run`` sees the flapping live: this
 instance remembers the owner of each trigger (and that owner's heartbeat) from its previous run.
@@ -9,7 +9,7 @@ by default) to prove the previous owner never went stale in between. One trigger
 (its key: id and creation time). ``dupguard scan`` looks once, so it reports the exposure instead,
 and says that it is one. Nothing is ever remediated.
 
-The consequence without a message id (``detector.core.trigger_copies``): runs of a consumer made by
+The consequence without a message id (``detector.checks.trigger_flapping.rule_copies``): runs of a consumer made by
 asset events with equal broadcast payloads, while two triggerers were alive, of an asset trigger
 ``run`` saw flapping (from the look before its first flap, less the suspect window) or ``scan``
 found exposed on a release known to lack the filter: one ``suspected`` observation per set (key:
@@ -24,12 +24,9 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from detector.app.checks.base import CheckBase
-from detector.config import Config
-from detector.core.checks import TRIGGER_COPIES_ALERT, CheckContext, Observation
-from detector.core.trigger_copies import SuspectedCopies, suspected_copies
-from detector.core.trigger_event import copies
-from detector.core.trigger_flapping import (
+from detector.checks.base import CheckBase
+from detector.checks.trigger_flapping import statements
+from detector.checks.trigger_flapping.rule import (
     ASSET,
     UNPROTECTED,
     Exposure,
@@ -41,9 +38,13 @@ from detector.core.trigger_flapping import (
     exposure,
     judge_owners,
 )
+from detector.checks.trigger_flapping.rule_copies import SuspectedCopies, suspected_copies
+from detector.checks.trigger_flapping.statements import trigger_tables
+from detector.config import Config
+from detector.core.checks import TRIGGER_COPIES_ALERT, CheckContext, Observation
+from detector.core.trigger_event import copies
 from detector.metadb import queries
 from detector.metadb.engine import AirflowDb, connect
-from detector.metadb.schema import trigger_tables
 from detector.metrics import Metrics
 
 KIND = "trigger_flapping"
@@ -89,12 +90,12 @@ class TriggerFlappingCheck(CheckBase):
         tt = trigger_tables(db.info.family)
         triggers = [
             t
-            for t in queries.flapping_candidates(conn, tt)
+            for t in statements.flapping_candidates(conn, tt)
             if not t.dag_ids or any(map(ctx.dag_filter.selects, t.dag_ids))
         ]
         threshold = self.config.triggerer_health_check_threshold
         if not ctx.live:
-            jobs = queries.triggerer_jobs_since(conn, tt, ctx.since)
+            jobs = statements.triggerer_jobs_since(conn, tt, ctx.since)
             unprotected = UNPROTECTED[db.info.family.value]
             exposures = exposure(triggers, jobs, unprotected, ctx.since)
             exposed = [e.trigger for e in exposures if e.trigger.kind == ASSET and e.certain_version]
@@ -103,7 +104,7 @@ class TriggerFlappingCheck(CheckBase):
         owners = {t.triggerer_id for t in triggers if t.triggerer_id is not None} | {
             o.job_id for o in self.memory.values()
         }
-        jobs = queries.triggerer_jobs_by_id(conn, tt, owners)
+        jobs = statements.triggerer_jobs_by_id(conn, tt, owners)
         flaps, self.memory = judge_owners(triggers, jobs, self.memory, ctx.db_now, threshold)
         for f in flaps:  # a set whose first copy came just before the look before the flap is read whole
             if f.trigger.kind == ASSET:
@@ -115,7 +116,7 @@ class TriggerFlappingCheck(CheckBase):
             return found
         start = max(min(self.flapping.values()), ctx.db_now - COPIES_LOOKBACK)
         flapping = [t for t in triggers if t.identity in self.flapping]
-        every_job = queries.triggerer_jobs_since(conn, tt, start - threshold)
+        every_job = statements.triggerer_jobs_since(conn, tt, start - threshold)
         return found + self._copies(conn, db, flapping, start, every_job, ctx)
 
     def _copies(
@@ -147,6 +148,9 @@ class TriggerFlappingCheck(CheckBase):
 
         found = suspected_copies(events, window, consumed, runs, two_alive, ctx.dag_filter)
         return [_suspected(s, of_asset[s.asset_id], ctx, window) for s in found]
+
+
+CHECK = TriggerFlappingCheck  # what detector.checks.enabled registers for this kind
 
 
 def _job(job: TriggererJob | None) -> dict[str, Any] | None:

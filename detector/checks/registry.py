@@ -1,0 +1,25 @@
+"""The periodic checks that exist: one line per kind in ``REGISTERED``, nowhere else.
+
+A kind is a package ``detector/checks/<kind>/`` (docs/checks.md): its pure ``rule``, its ``statements``,
+its ``settings``, its ``check`` (the ``CheckBase`` class, exported as ``CHECK``) and whatever else only it
+uses (an alert text, a repair step). Its light ``__init__`` declares ``ENTRY = Kind.of(__name__, SETTINGS)``
+and imports nothing but its settings, so this module sits low: ``detector.config`` reads every kind's
+settings here (``SETTINGS``, spliced into its own in this order), and ``detector.checks.enabled`` (above
+the actions and the database layer) loads each kind's check class from ``Kind.check_module``. The order
+below is the order of the settings in ``--help`` and the README, and the order the checks run in ``scan``.
+"""
+
+from __future__ import annotations
+
+from detector.checks import double_bump, split_partition, stranded_events, trigger_flapping
+from detector.checks.kind import Kind
+from detector.settings import Setting
+
+REGISTERED: tuple[Kind, ...] = (
+    split_partition.ENTRY,
+    stranded_events.ENTRY,
+    double_bump.ENTRY,
+    trigger_flapping.ENTRY,
+)
+KINDS = tuple(k.name for k in REGISTERED)
+SETTINGS: tuple[Setting, ...] = tuple(s for k in REGISTERED for s in k.settings)
