@@ -38,7 +38,9 @@ from detector.settings import (
 from detector.settings import format_duration as format_duration  # re-exported: callers read it here
 from detector.settings import format_value as format_value
 
-API_POLL_INTERVAL = timedelta(milliseconds=250)  # --source api: benchmarks/api_source.py, benchmarks/results/measurements.md
+API_POLL_INTERVAL = timedelta(
+    milliseconds=250
+)  # --source api: benchmarks/api_source.py, benchmarks/results/measurements.md
 
 
 def _db_url(text: str) -> str:

@@ -7,7 +7,8 @@ DATABASE … TEMPLATE`` (~0.2 s). The server's pooled connections die with the o
 Airflow's ``pool_pre_ping`` reconnects, so one server (~20 s to start) serves a whole session.
 
 Auth: simple auth manager with ``admin`` (role admin) and ``viewer`` (role viewer), passwords from a
-file we write (docs/explanation/airflow-internals.md §8), ``jwt_issuer`` set (HTTP 500 otherwise: docs/explanation/airflow-internals.md
+file we write (docs/explanation/airflow-internals.md §8), ``jwt_issuer`` set (HTTP 500 otherwise:
+docs/explanation/airflow-internals.md
 §4.3).
 
 TLS (``tls=TlsFiles(...)``): ``airflow api-server --ssl-cert/--ssl-key``, ``url`` becomes https; the

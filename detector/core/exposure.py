@@ -100,7 +100,10 @@ def release_affected(name: PathName, version: tuple[int, int, int | None]) -> tu
         return False, "fixed in 3.3.0 (row locks on asset_partition_dag_run)"
     newer = line > NEWEST_CHECKED[:2] or (line == NEWEST_CHECKED[:2] and (patch or 0) > NEWEST_CHECKED[2])
     if newer:
-        return None, "open as of 3.3.2; this release is newer than the releases read (docs/explanation/airflow-internals.md §9)"
+        return (
+            None,
+            "open as of 3.3.2; this release is newer than the releases read (docs/explanation/airflow-internals.md §9)",
+        )
     return True, "open in every 3.2.x and 3.3.x release up to 3.3.2 (fix proposed in apache/airflow PR 71074)"
 
 

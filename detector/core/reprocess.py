@@ -14,7 +14,8 @@ happens when a producer legitimately re-processes a key seconds later (fixture
   while it was still pending (the split of apache/airflow#71070, which then makes one run per row).
 
 So for two runs ``a`` (made first) and ``b`` with their own rows: ``b``'s row created after ``a``
-was created (``run_after`` of a partitioned run is its creation time, docs/explanation/airflow-internals.md §2.5) means the rows'
+was created (``run_after`` of a partitioned run is its creation time, docs/explanation/airflow-internals.md §2.5) means
+the rows'
 pending periods never overlapped: a re-processing, not reported. Overlapping periods mean the
 split: the runs are a duplicate group, ``confirmed`` (both producers had finished the key before
 the first run was made, and Airflow without the split makes one run of both events). A run without

@@ -717,7 +717,8 @@ _dupguard_guard = _DupguardGuard()
 
 
 def _dupguard_task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None:
-    """dupguard's hook body, for an existing task_instance_mutation_hook to call (see docs/how-to/guard.md)."""
+    """dupguard's hook body, for an existing task_instance_mutation_hook to call (see
+    docs/how-to/guard.md)."""
     _dupguard_guard.mutate(task_instance)
 
 

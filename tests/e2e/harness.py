@@ -650,7 +650,8 @@ class Cluster:
             ),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in USERS.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
-            "AIRFLOW__API_AUTH__JWT_ISSUER": "airflow",  # docs/explanation/airflow-internals.md §4.3: HTTP 500 without it
+            # docs/explanation/airflow-internals.md §4.3: HTTP 500 without it
+            "AIRFLOW__API_AUTH__JWT_ISSUER": "airflow",
             "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET,
             "AIRFLOW__API__SECRET_KEY": JWT_SECRET,
             "AIRFLOW__API__BASE_URL": base,
@@ -683,7 +684,8 @@ class Cluster:
                 "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
                 "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self._sa_url()}",
                 "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(spec.worker_concurrency),
-                # docs/explanation/airflow-internals.md §8: without a socket timeout the prefork children hang for ever at start-up
+                # docs/explanation/airflow-internals.md §8: without a socket timeout the prefork children hang for ever
+                # at start-up
                 # in kombu's after-fork cleanup (a BRPOP reply on the socket shared with the parent).
                 "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__SOCKET_TIMEOUT": "5",
             }

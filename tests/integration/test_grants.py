@@ -103,7 +103,9 @@ def test_the_3_2_statement_fails_on_3_0_and_3_1(pg_templates: Templates, role: s
     url = pg_templates.clone("3.1.2")
     dbname = make_url(url).database
     assert dbname is not None
-    grant = documented_grants(ROOT / "docs" / "how-to" / "deploy-kubernetes.md")["3.2 and 3.3"].replace("TO dupguard;", f'TO "{role}";')
+    grant = documented_grants(ROOT / "docs" / "how-to" / "deploy-kubernetes.md")["3.2 and 3.3"].replace(
+        "TO dupguard;", f'TO "{role}";'
+    )
     with pytest.raises(psycopg2.errors.UndefinedTable):
         execute_admin(grant, dbname=dbname)
 

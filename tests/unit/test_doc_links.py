@@ -1,5 +1,6 @@
 """Every link between the project's own Markdown files resolves: the file exists in the checkout and the
-``#anchor`` is a heading of it, slugged the way GitHub slugs headings (issue 24: ``docs/how-to/guard.md#coverage-measured``
+``#anchor`` is a heading of it, slugged the way GitHub slugs headings (issue 24:
+``docs/how-to/guard.md#coverage-measured``
 pointed at no heading).
 
 markdown-it-py parses the files (CommonMark and tables, as GitHub renders them), so a ``#`` or ``[x](y)``

@@ -51,7 +51,8 @@ ADVICE = (
 )
 COPY_ADVICE = (
     "These events are copies of messages a run of the DAG already consumed: the AssetWatcher's trigger ran "
-    "on two triggerers (docs/explanation/airflow-internals.md §13). Nothing to re-run; do not create an event for them. "
+    "on two triggerers (docs/explanation/airflow-internals.md §13). Nothing to re-run; "
+    "do not create an event for them. "
     "Find why the trigger ran twice (DupguardTriggerFlapping, the triggerers' logs)."
 )
 
