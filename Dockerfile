@@ -9,7 +9,7 @@
 #   deploy/docker/build.sh registry.example.com/airflow-dupguard   # tags and OCI labels from git
 #   docker run --rm --read-only airflow-dupguard:1.0.0 --help
 #
-# Tag scheme (docs/deploy.md, section 1): <version> for a release (immutable), <version>-<short sha>
+# Tag scheme (docs/how-to/deploy-kubernetes.md, section 1): <version> for a release (immutable), <version>-<short sha>
 # for any other commit; never `latest` in manifests.
 
 ARG PYTHON_IMAGE=python:3.12-slim

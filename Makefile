@@ -3,7 +3,7 @@ demo:  ## run the main job on the embedded default (no Airflow needed)
 	scripts/bootstrap.sh test >/dev/null && .venv/bin/dupguard demo
 test:  ## everything CI runs
 	scripts/test.sh
-mutation:  ## mutation testing of the safety core, score per module (docs/mutation.md); not run by CI
+mutation:  ## mutation testing of the safety core, score per module (benchmarks/results/mutation.md); not run by CI
 	scripts/mutation.sh
 release:  ## wheel, sdist, chart and image of a clean tree into dist/ with checksums (docs/release.md)
 	scripts/bootstrap.sh test >/dev/null && scripts/release.sh

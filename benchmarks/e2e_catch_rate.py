@@ -1,4 +1,4 @@
-"""Catch rate on a real HA Airflow: a matrix of end-to-end runs (issues 8 and 17, docs/e2e.md).
+"""Catch rate on a real HA Airflow: a matrix of end-to-end runs (issues 8 and 17, benchmarks/results/e2e.md).
 
 Each run starts a fresh cluster (``tests/e2e/harness.py``: PostgreSQL database, ``airflow db
 migrate``, API server, DAG processor, two schedulers with the LocalExecutor or the CeleryExecutor
@@ -13,7 +13,7 @@ another (a 2-core machine cannot run two clusters honestly); ``--reps`` repeats 
 
 Writes ``benchmarks/results/e2e_<tag>.json`` (every report, per-duplicate rows and raw latency
 samples included) and ``benchmarks/results/e2e_<tag>.md`` (one table per executor, repetitions of a
-cell pooled, for docs/e2e.md), rewritten after every run so an interrupted matrix keeps what it
+cell pooled, for benchmarks/results/e2e.md), rewritten after every run so an interrupted matrix keeps what it
 measured. ``--cells`` picks explicit cells instead of the product:
 ``backend:mode:pickup:guard:fault[:duration]`` separated by commas (crossed with ``--executor`` and
 ``--source``), e.g. ``api:fail:0:off:on,db:skip:1:off:off:600``. ``--airflow 3.2.2 --dags partitioned``
@@ -22,7 +22,7 @@ the triggerer and the AssetWatcher consumers; ``--replicas 2 --kills N --outage 
 API-outage faults. ``--seed`` makes the random moments of the faults repeatable.
 
 ``--report TAG,TAG`` runs nothing: it prints the table of runs already stored under those tags, runs
-of one cell pooled across tags (how docs/e2e.md's tables are made).
+of one cell pooled across tags (how benchmarks/results/e2e.md's tables are made).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Issue 16: at a 10 ms poll the daemon spent ~0.55 ms of its own CPU and ~0.4 ms of its backend's CPU
 per idle poll, while the executor needs ~0.02 ms (pg_stat_statements). A profile of the backend
-(``perf record`` on it, docs/benchmarks.md) puts two thirds of its time in parse, analysis and
+(``perf record`` on it, benchmarks/results/measurements.md) puts two thirds of its time in parse, analysis and
 planning of a statement sent as fresh text every poll. This benchmark measures the candidates side by
 side, on one long-lived autocommit connection made by ``detector.metadb.engine.make_engine`` (the
 daemon's wait callback and deadline included), against the real Airflow 3.1.2 schema with a history:

@@ -38,7 +38,9 @@ from detector.settings import (
 from detector.settings import format_duration as format_duration  # re-exported: callers read it here
 from detector.settings import format_value as format_value
 
-API_POLL_INTERVAL = timedelta(milliseconds=250)  # --source api: benchmarks/api_source.py, docs/benchmarks.md
+API_POLL_INTERVAL = timedelta(
+    milliseconds=250
+)  # --source api: benchmarks/api_source.py, benchmarks/results/measurements.md
 
 
 def _db_url(text: str) -> str:
@@ -89,7 +91,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "poll_interval",
         # 30 ms, not 10: the idle CPU is per pass (2.3 % of a core at 10 ms, 1.2 % at 30 ms) and the share of
-        # duplicates stopped before their first task did not change (issue 25, docs/benchmarks.md).
+        # duplicates stopped before their first task did not change (issue 25, benchmarks/results/measurements.md).
         timedelta(milliseconds=30),
         positive_duration,
         "Time between polls for new runs (with --source api the default is 250ms: each poll is a request).",

@@ -2,7 +2,7 @@
 
 ``detector.config`` builds the frozen ``Config`` from ``Setting`` entries; a periodic check declares its own
 entries in ``detector/checks/<kind>/settings.py``, which imports only this module (and the foundations), so
-``config`` gathers every kind's settings without importing a check (docs/checks.md).
+``config`` gathers every kind's settings without importing a check (docs/explanation/checks.md).
 """
 
 from __future__ import annotations

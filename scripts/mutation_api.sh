@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The `api` remediation backend under mutation (docs/mutation.md, "The command"), called by
+# The `api` remediation backend under mutation (benchmarks/results/mutation.md, "The command"), called by
 # scripts/mutation.sh. Its tests need real Airflow API servers and mutmut runs one pytest per mutant,
 # so the servers are started once and held for the whole run (tests/airflow_hold.py), then stopped.
 # mutmut reads its settings from pyproject.toml only, so the run is made in a copy of the tree whose

@@ -1,4 +1,4 @@
-"""The guard's decision (detector/guard/policy.py) under mutation, inside real Airflow (docs/mutation.md).
+"""The guard's decision (detector/guard/policy.py) under mutation, inside real Airflow (benchmarks/results/mutation.md).
 
 Called by scripts/mutation_guard.sh. mutmut 3 writes the mutants (into a scratch copy of policy.py,
 never the working tree); tests/guard/mutants.py runs them inside one Airflow process per pass, each

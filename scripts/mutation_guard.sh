@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The guard's decision (detector/guard/policy.py) under mutation, inside real Airflow 3.1.2 and 3.2.2
-# (docs/mutation.md, "The guard's decision"), called by scripts/mutation.sh. mutmut only writes the
+# (benchmarks/results/mutation.md, "The guard's decision"), called by scripts/mutation.sh. mutmut only writes the
 # mutants; tests/guard/mutants.py runs them in one Airflow process per pass, judged by
 # tests/guard/test_guard.py's own assertions (scripts/mutation_guard.py). Writes
 # mutants/results-guard.txt (mutmut results' format) and .jsonl (each verdict: the failing test or

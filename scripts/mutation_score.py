@@ -1,4 +1,5 @@
-"""The mutation score per module from ``mutmut results --all true`` (scripts/mutation.sh, docs/mutation.md).
+"""The mutation score per module from ``mutmut results --all true`` (scripts/mutation.sh,
+benchmarks/results/mutation.md).
 
 A mutant counts as killed when a test failed on it or it timed out (an endless loop the tests
 caught); every other status (survived, no tests, suspicious) is listed by name afterwards.

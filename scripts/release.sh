@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds a release from a clean tree into dist/ (`make release`; .github/workflows/release.yml runs the
-# same on a v* tag and publishes what it leaves there). docs/release.md says how a release is made.
+# same on a v* tag and publishes what it leaves there). docs/how-to/release.md says how a release is made.
 #
 #   scripts/release.sh            # everything
 #   scripts/release.sh --no-image # without the image (a machine without buildah and root)

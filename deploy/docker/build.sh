@@ -1,5 +1,5 @@
 #!/bin/sh
-# Builds the image with its tag and OCI labels taken from the checkout (docs/deploy.md, section 1):
+# Builds the image with its tag and OCI labels taken from the checkout (docs/how-to/deploy-kubernetes.md, section 1):
 #
 #   deploy/docker/build.sh registry.example.com/airflow-dupguard [extra build args]
 #   deploy/docker/build.sh --print registry.example.com/airflow-dupguard   # show the command only

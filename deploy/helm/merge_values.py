@@ -5,7 +5,7 @@
         deploy/helm/values-airflow-guard.yaml > merged.yaml
     helm upgrade airflow apache-airflow/airflow -n airflow -f merged.yaml
 
-(dupguard-airflow-values.yaml: the sidecar's values the companion chart renders, docs/deploy.md 4a.)
+(dupguard-airflow-values.yaml: the sidecar's values the companion chart renders, docs/how-to/deploy-kubernetes.md 4a.)
 Why: Helm merges maps but *replaces* lists and strings, so ``-f dupguard-airflow-values.yaml`` on top of
 your values drops your own ``scheduler.extraContainers`` / ``extraVolumes`` / ``extraInitContainers``,
 and ``-f values-airflow-guard.yaml`` drops your own ``airflowLocalSettings``, without a word. This
@@ -72,7 +72,7 @@ def merge_local_settings(mine: str | None, snippet: str) -> str:
     ):
         raise MergeError(
             "your airflowLocalSettings defines task_instance_mutation_hook, which would replace dupguard's: "
-            "call _dupguard_task_instance_mutation_hook(task_instance) from it, last (docs/guard.md)"
+            "call _dupguard_task_instance_mutation_hook(task_instance) from it, last (docs/how-to/guard.md)"
         )
     return snippet.rstrip("\n") + "\n\n\n" + SEPARATOR + own + "\n"
 

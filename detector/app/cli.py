@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_doctor = sub.add_parser(
         "doctor",
         help="is this deployment at risk of duplicates, and is dupguard set up right? (read-only, "
-        "the settings of `run`; exit 1: at risk without protection; docs/doctor.md)",
+        "the settings of `run`; exit 1: at risk without protection; docs/reference/doctor.md)",
     )
     _add_settings(p_doctor)
     p_doctor.add_argument("--format", choices=("table", "json"), default="table", help="[default: table]")
@@ -409,7 +409,7 @@ def _check_config(args: argparse.Namespace) -> int:
     if cfg.remediation == "fail" and cfg.remediation_backend == "api":
         from detector.actions.remediation.readback import NO_START_DATE
 
-        # issue 22 §5: what the api backend cannot do, said before it is deployed (docs/remediation.md)
+        # issue 22 §5: what the api backend cannot do, said before it is deployed (docs/explanation/remediation.md)
         print(f"# note: remediation_backend api{NO_START_DATE}")
     return EXIT_OK
 

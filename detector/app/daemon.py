@@ -41,7 +41,7 @@ ONCE_DRAIN_SECONDS = 60.0  # ``run --once`` waits this long for its remediations
 LOCK_RELEASE_WAIT = 2.0  # seconds shutdown waits for a running leader check before releasing anyway
 # The idle loop's pauses up to this long sleep instead of waiting on ``stop``: a timed Event.wait (a
 # Condition, a lock allocated per call, a timed futex) cost ~25 µs more CPU than time.sleep per pause,
-# a quarter of a point of a core at a 10 ms poll (docs/benchmarks.md, "The idle loop's CPU").
+# a quarter of a point of a core at a 10 ms poll (benchmarks/results/measurements.md, "The idle loop's CPU").
 # ``stop`` is then seen at the next pass, at most this much later.
 SHORT_PAUSE = 0.05
 

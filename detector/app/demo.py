@@ -76,7 +76,7 @@ class _Seeder:
         queued = run_after + timedelta(milliseconds=120 + delay_ms)
         tasks = tasks if tasks is not None else {"extract": ("success", 4.0), "load": ("success", 11.5)}
         # As Airflow finishes a run: success once every task succeeded or was skipped (so the guard's
-        # duplicate, every task skipped, is listed finished, as the guard leaves it: docs/guard.md).
+        # duplicate, every task skipped, is listed finished, as the guard leaves it: docs/how-to/guard.md).
         state = "success" if all(s in ("success", "skipped") for s, _ in tasks.values()) else "running"
         self.conn.execute(
             insert(T.dag_run).values(

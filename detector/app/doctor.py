@@ -2,7 +2,7 @@
 
 Read-only, with the settings of ``run`` (both sources). It reads what it can and says what it could
 not (a missing grant makes a figure ``null``, never a failure); the judgement is
-``detector.core.exposure``; the document is docs/doctor.md's contract (``format_version``).
+``detector.core.exposure``; the document is docs/reference/doctor.md's contract (``format_version``).
 Nothing is written anywhere: the REST permission is probed with the task-instance *dry-run*
 endpoint on a DAG that does not exist (Airflow checks the permission before it looks the DAG up, and
 that route writes no audit-log row), and the database is read on a read-only engine.
@@ -41,14 +41,14 @@ PROBE_DAG = "dupguard-doctor-permission-probe"  # never a real DAG: the probe mu
 GUARD_HOW_TO_CHECK = (
     "no guard note seen: the guard is not installed, or had nothing to stop; in a scheduler container "
     "check `pip show airflow-dupguard-guard`, or that airflow_local_settings.py holds the snippet "
-    "`dupguard guard print-local-settings` prints (docs/guard.md)"
+    "`dupguard guard print-local-settings` prints (docs/how-to/guard.md)"
 )
 
-# Grants per need (README, Read-only access; docs/remediation.md for the db backend).
+# Grants per need (README, Read-only access; docs/explanation/remediation.md for the db backend).
 DETECT_TABLES: tuple[str, ...] = ("alembic_version", "dag_run", "task_instance", "dagrun_asset_event", "asset_event")
 DETECT_TABLES += ("asset", "job", "dag_run_note")
 PARTITION_TABLES = ("asset_partition_dag_run", "partitioned_asset_key_log")
-# The periodic checks' reads (docs/checks.md), those that exist in this version: asset_trigger (3.0/3.1) or
+# The periodic checks' reads (docs/explanation/checks.md), those that exist in this version: asset_trigger (3.0/3.1) or
 # asset_watcher and callback (3.2+).
 CHECK_TABLES: tuple[str, ...] = (
     "task_instance_history",
@@ -81,7 +81,7 @@ class Findings:
 
 
 def doctor(cfg: Config, *, now: datetime, lookback: timedelta = LOOKBACK) -> dict[str, Any]:
-    """The document (docs/doctor.md). Raises DatabaseError / AirflowApiError when the source itself
+    """The document (docs/reference/doctor.md). Raises DatabaseError / AirflowApiError when the source itself
     cannot be read (exit 3), ConfigError for settings ``run`` would refuse (exit 2)."""
     out = Findings(lookback=lookback)
     if cfg.source == "api":
@@ -228,7 +228,7 @@ def _dag_counts(conn: Connection, readable: set[str], out: Findings) -> dict[str
     refs = [t for t in queries.SCHEDULE_TABLES if t in readable]
     aliases = [t for t in queries.ALIAS_TABLES if t in readable]
     if "dag" not in readable or not refs:
-        out.problems.append("DAG counts need SELECT on dag and dag_schedule_asset_reference (docs/doctor.md)")
+        out.problems.append("DAG counts need SELECT on dag and dag_schedule_asset_reference (docs/reference/doctor.md)")
     else:
         columns = queries.table_columns(conn, ["dag"])["dag"]
         counts["asset_scheduled"] = queries.scheduled_dag_count(conn, columns, [*refs, *aliases])

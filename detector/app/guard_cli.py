@@ -2,7 +2,7 @@
 
 The text is ``detector/guard/policy.py`` exactly, read from the installed package (so the image and
 a source checkout print the same thing). It is valid as a whole ``airflow_local_settings.py`` and
-as a block appended to an existing one (docs/guard.md says how to chain an existing
+as a block appended to an existing one (docs/how-to/guard.md says how to chain an existing
 ``task_instance_mutation_hook``). It never contains ``{{``: the official chart passes
 ``airflowLocalSettings`` through ``tpl``.
 """

@@ -6,7 +6,7 @@ trying every ``leader_check_interval`` takes over within about a second. ``trans
 ``pg_try_advisory_xact_lock`` inside a transaction kept open, which PgBouncer's transaction pooling
 pins to one server connection. A session lock through transaction pooling is taken on whichever
 server connection the statement landed on and is then shared with other clients: two replicas both
-"hold" it (docs/airflow-internals.md §6, the official chart's ``pgbouncer.enabled``).
+"hold" it (docs/explanation/airflow-internals.md §6, the official chart's ``pgbouncer.enabled``).
 
 Pooler detection, at every (re)connect of the lock connection: the session is *pinned* when it is
 proven to stay on one server session across transactions while another client of the same URL runs
@@ -54,7 +54,7 @@ Prefer no leader over two: the leader acts only while its last successful heartb
 lock also sets ``idle_in_transaction_session_timeout`` (twice the lease, for its transaction only) so
 the server frees the lock of a leader that went silent — after that leader has stopped acting.
 
-Fencing (issue 22 §1, docs/remediation.md "Leadership and fencing"): the lease runs on the monotonic
+Fencing (issue 22 §1, docs/explanation/remediation.md "Leadership and fencing"): the lease runs on the monotonic
 clock from the moment the last successful heartbeat was *sent* (its answer proves the lock was still
 held at some point after that), and ``fence()`` hands the remediation a ``Fence`` valid only until
 then: every write is made only while it is valid, with its whole timeout clipped to what is left.

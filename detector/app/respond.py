@@ -117,7 +117,7 @@ class Responder:
         Claims first (exactly one replica acts on a run), then the roles this judgement gave the
         group's runs (a decision is final: later judgements read them back, ``detector.sources.database.prior``), then
         the DETECTED alert, then the work for the remediation workers. One asset event duplicates
-        every consumer DAG at once: the workers take the groups in parallel (docs/e2e.md).
+        every consumer DAG at once: the workers take the groups in parallel (benchmarks/results/e2e.md).
         """
         ledger = ledger or self._ledger  # the source's own connection when it offers one
         queued: list[Job] = []
@@ -191,7 +191,7 @@ class Responder:
 
     def _decided(self, job: Job, result: RemediationResult) -> None:
         """A final result no remediation attempt produced: counted and logged like an executed one
-        (the alert rules and docs/remediation.md count on every outcome), then reported."""
+        (the alert rules and docs/explanation/remediation.md count on every outcome), then reported."""
         self._remediator.record(result)
         self._on_result(job, result, True)
 

@@ -93,7 +93,8 @@ def _run(
             expected=cfg.config_expected,
             loaded=cfg.config_source,
             detail="settings not given otherwise use built-in defaults (remediation dry-run, no Slack): "
-            "check the companion release name and the scheduler label dupguard-config (docs/deploy.md)",
+            "check the companion release name and the scheduler label dupguard-config "
+            "(docs/how-to/deploy-kubernetes.md)",
         )
     startup = Startup()
     server = None

@@ -77,7 +77,7 @@ def evaluate(
             return Status(
                 State.WAITING_TO_ACT,
                 f"holds the leader lock; waits {waiting:.1f} s more before its first write, for the writes "
-                "the previous leader may still land (docs/remediation.md, Leadership and fencing)",
+                "the previous leader may still land (docs/explanation/remediation.md, Leadership and fencing)",
             )
         if remediation is not None:
             return Status(State.LEADING, f"holds the leader lock and polls; remediation not ready: {remediation}")

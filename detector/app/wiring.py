@@ -70,7 +70,7 @@ def connect_with_backoff(engine: Engine, stop: threading.Event) -> AirflowDb | N
 
 
 def takeover_wait(config: Config) -> timedelta:
-    """How long a replica that just took the lock waits before its first write (docs/remediation.md,
+    """How long a replica that just took the lock waits before its first write (docs/explanation/remediation.md,
     Leadership and fencing): one lease (the previous leader's writes are cut off, client side, by the
     end of its lease, which ends at the latest one lease after it lost the lock) plus one write
     timeout (a request Airflow or PostgreSQL already received may still be committed that much

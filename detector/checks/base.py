@@ -1,6 +1,6 @@
 """The one interface every periodic check implements (issue 25: like node_exporter's collectors).
 
-A check is one package beside this module (``<kind>/``, docs/checks.md): its class (``check.py``) reads
+A check is one package beside this module (``<kind>/``, docs/explanation/checks.md): its class (``check.py``) reads
 its rows through its ``statements`` and judges them with its pure ``rule``; the runner (``runner.py``)
 does everything else the same way for every kind: the schedule, the leader-only gate, the ledger claim,
 alerts on every channel, metrics, failures. Register the kind once in ``registry.py``; users switch it

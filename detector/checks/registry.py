@@ -1,6 +1,6 @@
 """The periodic checks that exist: one line per kind in ``REGISTERED``, nowhere else.
 
-A kind is a package ``detector/checks/<kind>/`` (docs/checks.md): its pure ``rule``, its ``statements``,
+A kind is a package ``detector/checks/<kind>/`` (docs/explanation/checks.md): its pure ``rule``, its ``statements``,
 its ``settings``, its ``check`` (the ``CheckBase`` class, exported as ``CHECK``) and whatever else only it
 uses (an alert text, a repair step). Its light ``__init__`` declares ``ENTRY = Kind.of(__name__, SETTINGS)``
 and imports nothing but its settings, so this module sits low: ``detector.config`` reads every kind's

@@ -142,7 +142,7 @@ def observe(
     """Every applicable check once (``scan``): what each finds, by kind, and why any failed.
 
     A failed check costs its own answer only, not the scan's: at 100M task instances the double_bump
-    check's sequential scan outlasts the 60 s deadline of a round trip (docs/benchmarks.md). The checks
+    check's sequential scan outlasts the 60 s deadline of a round trip (benchmarks/results/measurements.md). The checks
     after it run on a fresh connection (a round trip past its deadline leaves the connection closed);
     a database that cannot be reached at all still ends the scan (that connect raises)."""
     found: dict[str, list[Observation]] = {}

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from detector.core.detect import ALL_DAGS, DagFilter
 
-# Copies of one message a trigger run on two triggerers submitted (docs/airflow-internals.md §13), found by
+# Copies of one message a trigger run on two triggerers submitted (docs/explanation/airflow-internals.md §13), found by
 # the stranded_events check (copies one run consumed) or trigger_flapping's (copies_without_id): not
 # stranded events nor a flap, so their own alert and runbook section.
 TRIGGER_COPIES_ALERT = "DupguardTriggerCopies"

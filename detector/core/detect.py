@@ -3,7 +3,7 @@
 No clock, no environment, no I/O. The same function serves the one-shot history scan and the
 daemon's incremental poll, which passes only the neighbourhood of newly seen runs.
 
-Why these rules (see docs/airflow-internals.md §2):
+Why these rules (see docs/explanation/airflow-internals.md §2):
 - 3.0/3.1 (apache/airflow#54491, #63507): the second scheduler acts on a stale, unlocked read of
   ``asset_dag_run_queue`` and creates a run with the *same* ``run_after`` (max queue created_at) and
   the *same* consumed events -- or, when its stale snapshot is *older* than the first scheduler's
@@ -77,7 +77,7 @@ def keep_order(run: Run, progress: Mapping[int, TaskProgress], prior: Decisions 
     2. a run that was stopped, chosen as a duplicate, or made skipped by the in-scheduler guard (its
        note) is never kept, whatever its tasks did: stopping a duplicate whose task was starting
        leaves a *failed* task instance, which must not make it look like the run that did the work;
-       and the guard keeps the run committed first, which can have the higher id (docs/guard.md);
+       and the guard keeps the run committed first, which can have the higher id (docs/how-to/guard.md);
     3. among the others a run whose tasks started wins, then the lowest id.
 
     Deterministic from database state (runs, task instances, notes) and the ledger, so every replica

@@ -28,7 +28,7 @@ STARTED_TI_STATES = frozenset(
 
 def ti_started(state: str | None, pid: int | None = None, last_heartbeat_at: datetime | None = None) -> bool:
     """Whether Airflow recorded that this task instance started: the one definition of "started"
-    (planning, the remediation guard, the read-back, both sources; docs/remediation.md).
+    (planning, the remediation guard, the read-back, both sources; docs/explanation/remediation.md).
 
     Either its state is one of ``STARTED_TI_STATES``, or a worker's ``ti_run`` stamped it: ``ti_run``
     is the only writer of ``pid`` and the first ``last_heartbeat_at`` (execution_api/routes/

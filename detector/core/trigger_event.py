@@ -1,6 +1,6 @@
 """Duplicate runs made by one message that every triggerer's copy of an asset trigger submitted.
 
-Why (docs/airflow-internals.md §10, §13): up to 3.2.1 every triggerer runs the same asset trigger, and
+Why (docs/explanation/airflow-internals.md §10, §13): up to 3.2.1 every triggerer runs the same asset trigger, and
 ``Trigger.submit_event`` writes one ``asset_event`` per copy, ``extra = {"from_trigger": true,
 "payload": <the event's payload>}``, naming neither the trigger nor the triggerer. When the
 consumer's run is created between the copies, each copy's event makes a run: runs that share no
@@ -43,7 +43,7 @@ from detector.core.model import (
 )
 
 # Trigger.get_sorted_triggers keeps an asset trigger with a live owner from 3.2.2 (apache/airflow PR
-# #65792, docs/airflow-internals.md §10): one copy runs, one event per message.
+# #65792, docs/explanation/airflow-internals.md §10): one copy runs, one event per message.
 FIXED_IN = (3, 2, 2)
 
 

@@ -206,7 +206,7 @@ class _DupguardGuard:
         if family == "dagmodel-lock":
             if not self.row_locking():
                 # Without the DagModel row lock nothing serialises two creators of one DAG's asset
-                # runs (docs/airflow-internals.md §2.1): the guard does it itself, per DAG.
+                # runs (docs/explanation/airflow-internals.md §2.1): the guard does it itself, per DAG.
                 lock_key = (dag_id,)
             lower_id_only = lock_key is None
             precheck = self.asset_precheck(dag_id, run_after, run_pk, lower_id_only)
@@ -222,7 +222,7 @@ class _DupguardGuard:
                 def statement() -> Any:
                     return self.partitioned_statement(dag_id, partition_key, run_pk, stale)
 
-                # 3.2's partitioned path takes no lock at all (docs/airflow-internals.md §2.5):
+                # 3.2's partitioned path takes no lock at all (docs/explanation/airflow-internals.md §2.5):
                 # serialise the creators of one (dag, partition key), so the second one sees the
                 # first one's committed run.
                 lock_key = (dag_id, partition_key)
@@ -702,7 +702,7 @@ def _dupguard_enable_on_creation() -> None:
     module (airflow/settings.py ``import_local_settings``), not for ``airflow.policy`` entry points.
 
     Only where the guard acts (3.0-3.2): a cleared flag makes every DAG's task instances go through
-    the hook one by one, which changes Airflow's ``task_instance_created`` counters (docs/guard.md,
+    the hook one by one, which changes Airflow's ``task_instance_created`` counters (docs/how-to/guard.md,
     "Side effect on Airflow's metrics"); on 3.3+ the guard has nothing to do, so it leaves the flag.
     """
     settings = sys.modules.get("airflow.settings")
@@ -717,7 +717,8 @@ _dupguard_guard = _DupguardGuard()
 
 
 def _dupguard_task_instance_mutation_hook(task_instance: Any, dag_run: Any = None) -> None:
-    """dupguard's hook body, for an existing task_instance_mutation_hook to call (see docs/guard.md)."""
+    """dupguard's hook body, for an existing task_instance_mutation_hook to call (see
+    docs/how-to/guard.md)."""
     _dupguard_guard.mutate(task_instance)
 
 

@@ -2,7 +2,7 @@
 
 At the default 30 ms poll the daemon asks this about thirty times a second and the answer is almost
 always "no". Sent as text, every statement is parsed, analysed and planned again: two thirds of its
-backend's CPU (``perf`` on the backend, docs/benchmarks.md), and SQLAlchemy's execution path was most
+backend's CPU (``perf`` on the backend, benchmarks/results/measurements.md), and SQLAlchemy's execution path was most
 of dupguard's own CPU per poll. So, on PostgreSQL, the probe (``queries.top_run_id_statement``,
 compiled once) is ``PREPARE``d once per poll connection and then ``EXECUTE``d on one psycopg2 cursor
 held with it: a statement without parameters is planned once (PostgreSQL uses its generic plan at

@@ -2,7 +2,7 @@
 
 SQLAlchemy Core over the tables declared in ``detector.metadb.schema``; read-only; no string-built SQL.
 Rows become frozen ``detector.core.model`` objects here, at the boundary. The index each query relies
-on is named beside it (docs/airflow-internals.md §1.5).
+on is named beside it (docs/explanation/airflow-internals.md §1.5).
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def sibling_runs(
     (idx_dag_run_run_after), a shared consumed event (dagrun_asset_event.event_id -> dag_run_pkey),
     and, for partitioned runs, the same partition key within ``window`` (run_after range). An OR of
     the three made PostgreSQL read every run of the DAG: 55 ms at 10M rows instead of 0.5 ms
-    (benchmarks/poll_cost.py, docs/benchmarks.md).
+    (benchmarks/poll_cost.py, benchmarks/results/measurements.md).
     """
     dr, rev = t.dag_run, t.run_events
     base = _run_select(t).where(dr.c.dag_id == run.dag_id, dr.c.run_type == ASSET_TRIGGERED)

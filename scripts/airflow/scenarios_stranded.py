@@ -3,7 +3,7 @@
 Why: an event that arrives after a DAG's queue row (asset_dag_run_queue) was written and before
 the scheduler deletes that row is neither consumed by the run being created (it consumes events up
 to the row's ``created_at``) nor queued again (the row is inserted with ON CONFLICT DO NOTHING), so
-the consumer does not run for it until some later event arrives (docs/airflow-internals.md, the
+the consumer does not run for it until some later event arrives (docs/explanation/airflow-internals.md, the
 stranded-events section). dupguard must report such events and nothing that merely looks like
 them, so every row here is written by Airflow, and the ground truth is what Airflow recorded.
 
@@ -123,7 +123,7 @@ def held_emit(af: sa.AF, producer: str, asset_name: str, *, before_queue: bool) 
     """A producer's success in its own transaction, held open: the event is flushed (its timestamp set
     by the column default) and, with ``before_queue``, held before ``AssetManager._queue_dagruns``
     (the queue insert), else after it; the returned ``finish`` lets it queue (if held before) and
-    commit, as the execution API's request does at its end (docs/airflow-internals.md §11.2)."""
+    commit, as the execution API's request does at its end (docs/explanation/airflow-internals.md §11.2)."""
     run_id = af.trigger(producer)
     reached, release = threading.Event(), threading.Event()
     original = af.AssetManager._queue_dagruns

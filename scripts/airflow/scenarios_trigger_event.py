@@ -1,6 +1,6 @@
 """Duplicate asset events of one message, one per triggerer copy, made by Airflow's OWN code (issue 25 §1).
 
-Why: up to 3.2.1 every triggerer claims and runs the same asset trigger (docs/airflow-internals.md
+Why: up to 3.2.1 every triggerer claims and runs the same asset trigger (docs/explanation/airflow-internals.md
 §10), and ``Trigger.submit_event`` checks no owner, so one message becomes one ``asset_event`` per
 copy (§13). When the consumer's run is made between the two, the second event makes a second run:
 a duplicate run today's ``asset`` rule does not link (the runs share no event). dupguard links them
@@ -285,7 +285,7 @@ def truth(af: sa.AF, done: dict[str, Any]) -> dict[str, Any]:
 def stranded(af: sa.AF, event_ids: list[int], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Events consumed by no run, with no queue row left and a run created after them: a copy that
     came after the first copy queued the consumer and before its run (the queue row keeps the first
-    copy's time, docs/airflow-internals.md §11), what scenarios_stranded.py records as stranded."""
+    copy's time, docs/explanation/airflow-internals.md §11), what scenarios_stranded.py records as stranded."""
     from airflow.models.asset import AssetDagRunQueue, AssetEvent
     from sqlalchemy import func, select
 

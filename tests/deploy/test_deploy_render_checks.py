@@ -70,7 +70,7 @@ NOT_CHECKED_BY_THE_CHART = {
     "config_source": "set by the chart",
     "config_expected": "set by the chart",
     "lock_key": "no chart value (extraEnv, standalone)",
-    # the periodic checks (issue 25, docs/checks.md): set through extraEnv like the other intervals
+    # the periodic checks (issue 25, docs/explanation/checks.md): set through extraEnv like the other intervals
     "disabled_checks": "no chart value (extraEnv, standalone); an unknown kind is refused at start (exit 2)",
     "trigger_flapping_interval": "no chart value (extraEnv, standalone)",
     "triggerer_health_check_threshold": "no chart value (extraEnv, standalone)",

@@ -68,7 +68,7 @@ DUPGUARD = str(Path(sys.executable).parent / "dupguard")
 PRODUCER = "producer_asset_trigger"
 PRODUCER_PARTITIONED = "producer_partitioned"
 # Simple auth manager users (user:role). dupguard acts as its own user with role "user", the least
-# role that may edit DAG runs (docs/remediation.md); admin is for people looking at the UI.
+# role that may edit DAG runs (docs/explanation/remediation.md); admin is for people looking at the UI.
 USERS = {"admin": "admin", "dupguard": "user"}
 
 
@@ -650,12 +650,13 @@ class Cluster:
             ),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in USERS.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
-            "AIRFLOW__API_AUTH__JWT_ISSUER": "airflow",  # docs/airflow-internals.md §4.3: HTTP 500 without it
+            # docs/explanation/airflow-internals.md §4.3: HTTP 500 without it
+            "AIRFLOW__API_AUTH__JWT_ISSUER": "airflow",
             "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET,
             "AIRFLOW__API__SECRET_KEY": JWT_SECRET,
             "AIRFLOW__API__BASE_URL": base,
             "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",  # docs/airflow-internals.md §8
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",  # docs/explanation/airflow-internals.md §8
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             # A worker whose ti_run reached the API server but timed out (API outage cells) leaves the
             # task running with no heartbeat; Airflow fails it after this many seconds (default 300,
@@ -683,7 +684,8 @@ class Cluster:
                 "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
                 "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self._sa_url()}",
                 "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(spec.worker_concurrency),
-                # docs/airflow-internals.md §8: without a socket timeout the prefork children hang for ever at start-up
+                # docs/explanation/airflow-internals.md §8: without a socket timeout the prefork children hang for ever
+                # at start-up
                 # in kombu's after-fork cleanup (a BRPOP reply on the socket shared with the parent).
                 "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__SOCKET_TIMEOUT": "5",
             }
@@ -761,7 +763,7 @@ class Cluster:
 
     def _start_celery_workers(self, timeout: float = 180.0) -> None:
         """``airflow celery worker`` x ``celery_workers``, each with its own hostname and no log
-        server (docs/airflow-internals.md §8); ready once each logs Celery's ``ready.`` line."""
+        server (docs/explanation/airflow-internals.md §8); ready once each logs Celery's ``ready.`` line."""
         names = [f"celery-worker-{i + 1}" for i in range(self.spec.celery_workers)]
         for i, name in enumerate(names):
             argv = [self._airflow, "celery", "worker", "--skip-serve-logs"]

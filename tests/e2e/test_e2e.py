@@ -1,6 +1,6 @@
 """End to end on the reporter's stack (issue 17): a real HA Airflow 3.1.2 with dupguard in front.
 
-The short CI version (the full matrix is ``benchmarks/e2e_catch_rate.py``, docs/e2e.md), one cluster:
+The short CI version (the full matrix is ``benchmarks/e2e_catch_rate.py``, benchmarks/results/e2e.md), one cluster:
 two schedulers on PostgreSQL with the **CeleryExecutor** (Redis broker, PostgreSQL result backend,
 two ``airflow celery worker``), the **triggerer** with an AssetWatcher whose event trigger fires when
 the harness writes a file (so asset events come from the triggerer as well as from the producer's
@@ -14,7 +14,7 @@ It asserts the hard guarantees on ground truth read from the database after the 
 group detected, no false positive, no action on a kept run; and that the faults happened (the
 triggerer made asset events, the leader was killed and another replica took over, the API server was
 down). The catch rate and the outage outcome are printed and written to ``<tmp>/e2e-report.json``, not
-asserted: they depend on the machine's load (docs/e2e.md reports them from the benchmark).
+asserted: they depend on the machine's load (benchmarks/results/e2e.md reports them from the benchmark).
 """
 
 from __future__ import annotations

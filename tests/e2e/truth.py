@@ -51,7 +51,7 @@ from sqlalchemy.engine import make_url
 from detector.core.model import STARTED_TI_STATES
 from tests.e2e.harness import RunSpec, read_json_log
 
-# dupguard's one definition of a started state (docs/remediation.md "What counts as started"); the
+# dupguard's one definition of a started state (docs/explanation/remediation.md "What counts as started"); the
 # judge below also asks for a start_date, to tell a task Airflow failed while queued from one that ran
 STARTED = tuple(sorted(STARTED_TI_STATES))
 SIDECAR_NOTE = "dupguard stopped"

@@ -1,6 +1,6 @@
 """The guard's mutants, each run through the guard tests' scenarios inside ONE Airflow process.
 
-Run with an Airflow venv's python by ``scripts/mutation_guard.py`` (docs/mutation.md, "The guard's
+Run with an Airflow venv's python by ``scripts/mutation_guard.py`` (benchmarks/results/mutation.md, "The guard's
 decision"); never by CI. mutmut 3 writes every mutant of a function into the mutated ``policy.py``
 behind a trampoline that picks the active one from ``MUTANT_UNDER_TEST`` at each call, so one
 import of Airflow and of the mutated file serves every mutant. mutmut itself is not installed in

@@ -532,7 +532,7 @@ def test_a_duplicate_decided_again_in_its_transaction_gets_one_note(runs: Runs, 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_installing_the_guard_changes_airflows_task_instance_created_counter(runs: Runs, version: str) -> None:
-    """Issue 22 §7, pinned (docs/guard.md, "Side effect on Airflow's metrics"): registering a
+    """Issue 22 §7, pinned (docs/how-to/guard.md, "Side effect on Airflow's metrics"): registering a
     task_instance_mutation_hook clears its ``is_noop``, and ``DagRun.verify_integrity`` then counts
     ``task_instance_created`` per task instance instead of per task. One run of a DAG whose task
     ``fan`` is mapped over three literals: PythonOperator 1 without the guard, 3 with it; the same
@@ -546,7 +546,7 @@ def test_installing_the_guard_changes_airflows_task_instance_created_counter(run
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_the_guard_never_sees_a_consumer_dag_without_tasks(runs: Runs, version: str) -> None:
-    """Issue 22 §7 (docs/guard.md, "What it does not cover"): the hook runs per task instance, so a
+    """Issue 22 §7 (docs/how-to/guard.md, "What it does not cover"): the hook runs per task instance, so a
     race on a consumer DAG without tasks never reaches the guard: both runs are created queued with
     no note, Airflow's scheduling loop finishes both and sends the DAG callback for each, the
     duplicate's too. The sidecar finds the pair and plans to stop the duplicate."""

@@ -81,7 +81,7 @@ def task_instance_mutation_hook(task_instance):
 
 
 def test_merge_recipe_of_the_docs_gives_a_file_whose_hook_calls_dupguard() -> None:
-    """docs/guard.md's merge recipe: the snippet first, then the user's settings without their
+    """docs/how-to/guard.md's merge recipe: the snippet first, then the user's settings without their
     `from __future__` line, their hook ending with dupguard's body. The file compiles, keeps the
     user's names, and its hook (the user's) calls dupguard's."""
     user = USER_SETTINGS.replace("from __future__ import annotations\n", "")

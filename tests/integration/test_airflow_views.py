@@ -10,7 +10,7 @@ scheduler code start the kept runs (``start_queued_runs``), then read the views 
   events list the kept run and the duplicate.
 - ``api``: no public endpoint can set a run's ``start_date`` (``DAGRunPatchBody`` is state and note
   only, 3.0.6-3.3.2), so Airflow's set-failed leaves it NULL and the events list answers 500: the
-  documented limit (docs/remediation.md), asserted so that a change in Airflow shows here.
+  documented limit (docs/explanation/remediation.md), asserted so that a change in Airflow shows here.
 """
 
 from __future__ import annotations

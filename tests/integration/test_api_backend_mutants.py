@@ -1,4 +1,4 @@
-"""Backend ``api`` under mutation (issue 22 §8, docs/mutation.md): what its results, retries and log
+"""Backend ``api`` under mutation (issue 22 §8, benchmarks/results/mutation.md): what its results, retries and log
 lines say, pinned whole, against a real Airflow 3.1.2 API server.
 
 The paths test_remediation_api.py reaches only in part: a run stopped by someone else while our
@@ -360,7 +360,7 @@ def test_a_bulk_skip_that_outlasts_the_timeout_is_given_up_at_the_timeout(h322: 
     with CountingProxy(h322.server.port) as proxy:
         proxy.inject.append((RUNS, 0, 2.5))
         result = _remediator(h322, proxy.url, mode=Mode.SKIP, timeout=1.5, attempts=1).execute(action)
-        proxy.quiesce(30)  # the held request lands after all (docs/mutation.md: a skip half landed)
+        proxy.quiesce(30)  # the held request lands after all (benchmarks/results/mutation.md: a skip half landed)
     assert result.result is Result.FAILED
     assert result.detail == (
         f"Airflow API at {proxy.url} failed 1 times: PATCH taskInstances (bulk skip): "

@@ -177,7 +177,7 @@ def test_the_daemon_judges_only_runs_the_list_cannot_clear(af: AirflowServer, tm
     the overlap race (another run_after, found only because that run is out of id order) and nothing
     in the successive look-alike -- and reads the task instances of the runs of those groups only.
     On 3.1.2 each run's consumed events are read once (a trigger's copy of a message may have made it:
-    the trigger_event kind, docs/api-source.md); none here is a trigger's, so nothing more is read."""
+    the trigger_event kind, docs/explanation/api-source.md); none here is a trigger's, so nothing more is read."""
     af.reset(scenario)
     with CountingProxy(af.port) as proxy:
         code, out = _once(_env(proxy.url, tmp_path / "state.json"))
@@ -254,7 +254,7 @@ def test_run_once_fails_each_duplicate_and_a_restart_repeats_nothing(af: Airflow
 def test_a_viewer_watches_and_a_remediation_it_may_not_make_names_the_permission(
     af: AirflowServer, tmp_path: Path
 ) -> None:
-    """The minimum permissions of docs/airflow-api-auth.md: the viewer role is enough to watch (the
+    """The minimum permissions of docs/how-to/airflow-api-auth.md: the viewer role is enough to watch (the
     same groups as admin), and `run --once` with remediation fail as a viewer changes nothing and says
     in one line which Airflow permission the PATCH lacks."""
     url = af.reset(FANOUT)

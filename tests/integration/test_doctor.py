@@ -170,7 +170,9 @@ def test_the_guards_notes_mean_protected(pg_templates: Templates) -> None:
 def test_a_periodic_checks_table_left_out_of_the_grant_is_named(pg_templates: Templates, read_only_role: Role) -> None:
     """The checks' tables are grants the doctor checks too (need ``checks``), not only the detection's."""
     url = pg_templates.clone("3.1.2", "race_asset")
-    grant = documented_grants(ROOT / "docs" / "deploy.md")["3.0 and 3.1"].replace("TO dupguard;", "TO {role}")
+    grant = documented_grants(ROOT / "docs" / "how-to" / "deploy-kubernetes.md")["3.0 and 3.1"].replace(
+        "TO dupguard;", "TO {role}"
+    )
     grant += "; REVOKE SELECT ON trigger, task_instance_history FROM {role}"
     _, doc = doctor("--database-url", _as(url, read_only_role, grant))
     lacking = {(g["need"], g["table"], g["privilege"]) for g in doc["grants"] if not g["held"]}
@@ -184,7 +186,9 @@ def test_the_readme_grant_alone_detects_and_says_what_it_cannot_count(
     pg_templates: Templates, read_only_role: Role
 ) -> None:
     url = pg_templates.clone("3.2.2", "race_partitioned")
-    grant = documented_grants(ROOT / "docs" / "deploy.md")["3.2 and 3.3"].replace("TO dupguard;", "TO {role}")
+    grant = documented_grants(ROOT / "docs" / "how-to" / "deploy-kubernetes.md")["3.2 and 3.3"].replace(
+        "TO dupguard;", "TO {role}"
+    )
     code, doc = doctor("--database-url", _as(url, read_only_role, grant), "--remediation-backend", "db")
     assert code == 1
     # the grant covers the periodic checks' tables (issue 25), so the doctor counts DAGs too

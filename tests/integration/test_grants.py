@@ -1,6 +1,6 @@
 """The deploy guide's read-only GRANT statements, one per Airflow version, run on each committed schema for a
 real login role; then ``dupguard scan`` and ``dupguard run --once`` as that role must work (they failed
-on 3.0/3.1 with one statement naming ``asset_partition_dag_run``, a 3.2 table). docs/deploy.md must
+on 3.0/3.1 with one statement naming ``asset_partition_dag_run``, a 3.2 table). docs/how-to/deploy-kubernetes.md must
 give the same statements. Also: ``init-db`` reads ``DUPGUARD_DATABASE_URL_FILE``."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def role() -> Iterator[str]:
 
 def test_deploy_guide_gives_one_statement_per_version_family() -> None:
     """The deploy guide is the one place the read-only GRANTs are written; the README links it."""
-    assert set(documented_grants(ROOT / "docs" / "deploy.md")) == {"3.0 and 3.1", "3.2 and 3.3"}
+    assert set(documented_grants(ROOT / "docs" / "how-to" / "deploy-kubernetes.md")) == {"3.0 and 3.1", "3.2 and 3.3"}
     assert "GRANT SELECT ON" not in (ROOT / "README.md").read_text()
 
 
@@ -64,7 +64,7 @@ def test_read_only_role_with_the_documented_grant_scans_and_runs(
     url = pg_templates.clone(version, scenario)
     dbname = make_url(url).database
     assert dbname is not None
-    grant = documented_grants(ROOT / "docs" / "deploy.md")[versions]
+    grant = documented_grants(ROOT / "docs" / "how-to" / "deploy-kubernetes.md")[versions]
     execute_admin(grant.replace("TO dupguard;", f'TO "{role}";'), dbname=dbname)
     try:
         role_url = make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
@@ -103,7 +103,9 @@ def test_the_3_2_statement_fails_on_3_0_and_3_1(pg_templates: Templates, role: s
     url = pg_templates.clone("3.1.2")
     dbname = make_url(url).database
     assert dbname is not None
-    grant = documented_grants(ROOT / "docs" / "deploy.md")["3.2 and 3.3"].replace("TO dupguard;", f'TO "{role}";')
+    grant = documented_grants(ROOT / "docs" / "how-to" / "deploy-kubernetes.md")["3.2 and 3.3"].replace(
+        "TO dupguard;", f'TO "{role}";'
+    )
     with pytest.raises(psycopg2.errors.UndefinedTable):
         execute_admin(grant, dbname=dbname)
 

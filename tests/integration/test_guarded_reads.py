@@ -1,5 +1,5 @@
 """The guard's reads of the metadata database (``DbRunStates``), pinned where mutation testing found
-them unpinned (issue 22 §8, docs/mutation.md): the note a write is read back by (the ``api`` backend
+them unpinned (issue 22 §8, benchmarks/results/mutation.md): the note a write is read back by (the ``api`` backend
 proves its own write by it), and the refusal of each read on a hot standby, whole, since it is what
 the result and the log tell the operator. Real PostgreSQL, Airflow 3.1.2's schema with a duplicate
 pair made by its scheduler code, and a real streaming replica (tests/pg_replica.py).
@@ -57,7 +57,8 @@ def test_note_of_a_deleted_run_is_none(fanout: Db) -> None:
 
 
 def test_every_read_works_with_the_documented_read_only_grant(fanout: Db) -> None:
-    """Dry-run and the ``api`` backend need no write grant (docs/deploy.md): the re-reads of the duplicate and
+    """Dry-run and the ``api`` backend need no write grant (docs/how-to/deploy-kubernetes.md): the re-reads of the
+    duplicate and
     of its kept run and the note read back take no row lock (FOR SHARE needs UPDATE)."""
     action = fanout.actions(Mode.FAIL)[0]
     sql(fanout.url, NOTE, i=action.run.id, c="written")
@@ -65,7 +66,9 @@ def test_every_read_works_with_the_documented_read_only_grant(fanout: Db) -> Non
     execute_admin(f'CREATE ROLE "{role}" LOGIN')
     url = make_url(fanout.url)
     assert url.database is not None
-    grant = documented_grants(ROOT / "docs" / "deploy.md")["3.0 and 3.1"].replace("TO dupguard;", f'TO "{role}";')
+    grant = documented_grants(ROOT / "docs" / "how-to" / "deploy-kubernetes.md")["3.0 and 3.1"].replace(
+        "TO dupguard;", f'TO "{role}";'
+    )
     execute_admin(grant, dbname=url.database)
     engine = make_engine(parse_url(url.set(username=role, password=None).render_as_string(hide_password=False)))
     try:

@@ -1,5 +1,5 @@
 """The leader lock's reports and edges, pinned whole (issue 22 §8: ``detector/app/leader.py`` under
-mutation, docs/mutation.md). What an operator reads (every log line, every problem's reason), what
+mutation, benchmarks/results/mutation.md). What an operator reads (every log line, every problem's reason), what
 the remediation is handed (the fence's term, end, clock, key and lock backend), the exact instants a
 fence starts and a takeover wait ends, that ``release`` frees the lock itself before closing its
 connection, how long the server lets a silent transaction lock live, and when a silent holder is

@@ -4,7 +4,7 @@ counted where they leave the driver (a counting psycopg2 cursor on every connect
 the prepared probe, which bypasses SQLAlchemy's execution path, is counted like everything else; pool
 checkouts are counted too, as each one costs a ``pool_pre_ping`` round trip and a ROLLBACK on return.
 
-The shape this pins (docs/benchmarks.md, "Poll path shape"):
+The shape this pins (benchmarks/results/measurements.md, "Poll path shape"):
 - an idle poll on the leader: exactly 1 statement on the long-lived poll connection, 0 pool
   checkouts: ``EXECUTE "dupguard_top_run_id"`` (the probe prepared once, ``detector.metadb.prepared``)
   on a direct connection; the unprepared ``SELECT max(dag_run.id)`` through PgBouncer;

@@ -77,7 +77,7 @@ def test_detection_keeps_its_cadence_while_the_api_hangs(pg_templates: Templates
             airflow_token="static-token",  # no token request: the PATCH itself hangs
             airflow_timeout=timedelta(seconds=30),
             # a lease longer than the timeout, so each PATCH hangs its whole 30 s (a write is cut at the
-            # end of the lease: docs/remediation.md, Leadership and fencing); one replica: no takeover wait
+            # end of the lease: docs/explanation/remediation.md, Leadership and fencing); one replica: no takeover wait
             leader_check_interval=timedelta(seconds=20),
             takeover_wait=timedelta(0),
         )

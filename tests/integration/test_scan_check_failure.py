@@ -1,7 +1,7 @@
 """A periodic check that fails in ``scan`` costs its own answer only (issue 25, the 100M-row measurement).
 
 At 100M task instances the double_bump check's sequential scan outlasts scan's 60 s round-trip
-deadline (docs/benchmarks.md, double-bump check). Before, that one statement ended the whole scan with
+deadline (benchmarks/results/measurements.md, double-bump check). Before, that one statement ended the whole scan with
 exit 3 and an error document: the duplicate groups already read, and every other check, were lost.
 Here the check's statement is held back for real past a short ``--db-timeout``: the scan's
 ``search_path`` finds first a ``task_instance`` view that sleeps in the server for the statements that

@@ -87,7 +87,7 @@ def rig(pg_templates: Templates) -> Iterator[Rig]:
     dbname = make_url(url).database
     role = f"dg_term_{uuid.uuid4().hex[:8]}"
     execute_admin(f'CREATE ROLE "{role}" LOGIN')
-    grant = documented_grants(ROOT / "docs" / "deploy.md")["3.0 and 3.1"]
+    grant = documented_grants(ROOT / "docs" / "how-to" / "deploy-kubernetes.md")["3.0 and 3.1"]
     execute_admin(grant.replace("TO dupguard;", f'TO "{role}";'), dbname=str(dbname))
     writer = AirflowWriter(url)
     role_url = make_url(url).set(username=role, password=None).render_as_string(hide_password=False)

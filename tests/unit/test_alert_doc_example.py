@@ -1,4 +1,4 @@
-"""docs/alerts.md's example payload is what dupguard sends for the runs it shows (issue 24: its
+"""docs/how-to/alerts.md's example payload is what dupguard sends for the runs it shows (issue 24: its
 ``dedup_key`` was not a key dupguard makes).
 
 The example's runs go through the real detection (``find_duplicates``, which makes the group key) and
@@ -20,14 +20,14 @@ from detector.core.detect import find_duplicates
 from detector.core.model import ASSET_TRIGGERED, Run
 from detector.core.ports import AlertEvent, AlertKind
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "alerts.md"
 UI_URL = "https://airflow.example"
 
 
 def doc_example() -> dict[str, Any]:
-    """The JSON block under "Example (`type: detected`):" in docs/alerts.md."""
+    """The JSON block under "Example (`type: detected`):" in docs/how-to/alerts.md."""
     found = re.search(r"Example \(`type: detected`\):\s*```json\n(.*?)\n```", DOC.read_text(encoding="utf-8"), re.S)
-    assert found, "docs/alerts.md has no detected example"
+    assert found, "docs/how-to/alerts.md has no detected example"
     return dict(json.loads(found.group(1)))
 
 

@@ -1,6 +1,6 @@
-"""The ``api`` remediation backend as dupguard builds it (issue 22 §8, docs/mutation.md: api.py's
+"""The ``api`` remediation backend as dupguard builds it (issue 22 §8, benchmarks/results/mutation.md: api.py's
 ``from_config`` and ``__init__``): the settings it refuses, each with its whole message; the retry
-schedule docs/remediation.md documents (4 attempts, back-off 0.2 s doubling to 2 s); the leader's
+schedule docs/explanation/remediation.md documents (4 attempts, back-off 0.2 s doubling to 2 s); the leader's
 fence it writes under; the read-back it is given. Nothing here sends a request: building the backend
 opens no connection, and the static token needs none."""
 
@@ -98,7 +98,7 @@ def test_with_the_api_source_the_read_back_goes_through_the_states_given() -> No
 
 
 def test_the_retry_schedule_is_the_documented_one() -> None:
-    """docs/remediation.md: 4 attempts with exponential back-off from 0.2 s to 2 s, slept for real.
+    """docs/explanation/remediation.md: 4 attempts with exponential back-off from 0.2 s to 2 s, slept for real.
     Only its lengths are read here: asserting them by timing would be a timed test."""
     backend = _backend()
     try:

@@ -225,10 +225,10 @@ def test_the_loop_and_scan_name_no_kind(module: str) -> None:
 @pytest.mark.parametrize("kind", checks.KINDS)
 def test_every_check_has_its_runbook_section_and_a_row_in_the_docs(kind: str) -> None:
     """Its alerts link `docs/runbooks.md#Dupguard<Kind>` (Slack, Alertmanager's runbook_url): the anchor must exist;
-    docs/checks.md lists it."""
+    docs/explanation/checks.md lists it."""
     runbooks = (ROOT.parent / "docs" / "runbooks.md").read_text()
     assert f'<a id="{alertname_of(kind)}"></a>' in runbooks
-    assert f"| `{kind}` |" in (ROOT.parent / "docs" / "checks.md").read_text()
+    assert f"| `{kind}` |" in (ROOT.parent / "docs" / "explanation" / "checks.md").read_text()
 
 
 def test_a_notice_after_the_alerter_closed_is_logged_undelivered_per_channel() -> None:

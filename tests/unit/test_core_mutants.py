@@ -1,6 +1,6 @@
-"""Detection and planning behaviour that mutation testing found unpinned (issue 22 §8, docs/mutation.md).
+"""Detection and planning behaviour that mutation testing found unpinned (issue 22 §8, benchmarks/results/mutation.md).
 
-Each test states a contract of the pure core (its docstrings, docs/remediation.md) that a surviving
+Each test states a contract of the pure core (its docstrings, docs/explanation/remediation.md) that a surviving
 mutant of ``detector/core/detect.py`` or ``plan.py`` broke while every other test passed.
 """
 
@@ -38,7 +38,7 @@ def test_a_suspected_group_is_planned_not_confirmed_in_every_mode_but_off() -> N
 
 
 def test_the_note_lists_every_shared_event() -> None:
-    """docs/remediation.md's note: "Shared asset events: 5, 6." for a pair that shares two events."""
+    """docs/explanation/remediation.md's note: "Shared asset events: 5, 6." for a pair that shares two events."""
     events = {1: frozenset({6, 5}), 2: frozenset({5, 6})}
     [f] = find_duplicates([run(id=1), run(id=2)], events)
     assert "Shared asset events: 5, 6. At " in note_for(f, f.duplicates[0], T0)

@@ -1,5 +1,5 @@
 """What the remediation dispatcher reports, attempt by attempt (issue 11 §3; issue 22 §8: the survivors
-of ``detector/actions/remediation/dispatch.py`` under mutation, docs/mutation.md).
+of ``detector/actions/remediation/dispatch.py`` under mutation, benchmarks/results/mutation.md).
 
 Every attempt's result reaches ``on_result`` (the alert, the ledger, the metrics) with ``final`` saying
 whether more follow, and a retry is announced by one ``remediation_retry_scheduled`` line: both are

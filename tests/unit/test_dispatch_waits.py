@@ -1,5 +1,5 @@
 """How long the remediation dispatcher asks to wait, and when it stops waiting (issue 22 §8: the survivors
-of ``detector/actions/remediation/dispatch.py`` that changed only a wait, docs/mutation.md).
+of ``detector/actions/remediation/dispatch.py`` that changed only a wait, benchmarks/results/mutation.md).
 
 Nothing here measures time. Each wait the dispatcher makes is recorded where it is asked for, on clocks
 the test moves: ``drain``'s polls (``run --once``), ``close``'s joins (SIGTERM's grace period), the

@@ -1,5 +1,6 @@
 """Every link between the project's own Markdown files resolves: the file exists in the checkout and the
-``#anchor`` is a heading of it, slugged the way GitHub slugs headings (issue 24: ``docs/guard.md#coverage-measured``
+``#anchor`` is a heading of it, slugged the way GitHub slugs headings (issue 24:
+``docs/how-to/guard.md#coverage-measured``
 pointed at no heading).
 
 markdown-it-py parses the files (CommonMark and tables, as GitHub renders them), so a ``#`` or ``[x](y)``
@@ -19,7 +20,10 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md")])
+# The records of runs and measurements (benchmarks/results/*.md) link into the docs too.
+DOCS = sorted(
+    [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "benchmarks").rglob("*.md")]
+)
 _MD = MarkdownIt("commonmark").enable("table")
 _NOT_IN_SLUG = re.compile(r"[^\w\- ]")  # GitHub keeps letters, digits, _, - and spaces (then - for space)
 _HTML_ANCHOR = re.compile(r"""<a\s+(?:name|id)=["']([^"']+)["']""")

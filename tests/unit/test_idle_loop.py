@@ -1,5 +1,5 @@
 """The daemon's idle loop (``Daemon._loop``): what its pauses and its last-poll gauge keep while the
-loop got cheaper (docs/benchmarks.md, "The idle loop's CPU"). A short pause sleeps instead of waiting
+loop got cheaper (benchmarks/results/measurements.md, "The idle loop's CPU"). A short pause sleeps instead of waiting
 on ``stop``; a long one must still end the moment ``stop`` is set (SIGTERM within the grace period),
 and the gauge, now read at scrape time, must still show the last successful poll."""
 

@@ -1,7 +1,7 @@
 """The package's folders show the flow (STYLE.md §15): a pure core, the metadata database, sources, actions,
 and the app wiring on top. Imports only point down; there are no import circles between modules.
 
-A periodic check's package (``detector/checks/<kind>/``, docs/checks.md) holds those layers in small, told
+A periodic check's package (``detector/checks/<kind>/``, docs/explanation/checks.md) holds those layers in small, told
 apart by module name: ``rule*`` is pure (the core's level), ``statements*`` reads through the database layer
 only, ``settings`` and ``metrics`` (with the light package ``__init__`` and the registry) see only
 ``detector.settings``, and everything else (the check class, an alert text, a repair step) may use every

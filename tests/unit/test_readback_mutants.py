@@ -1,4 +1,4 @@
-"""The read-back's verdicts and the words the alert shows for them (docs/mutation.md, "readback.py"):
+"""The read-back's verdicts and the words the alert shows for them (benchmarks/results/mutation.md, "readback.py"):
 each of ``ti_run``'s two marks alone proves a task ran, and every detail is pinned whole, as an
 operator reads it. Task states are the ones Airflow's writes leave (see test_remediation_readback.py).
 """

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 SEMVER = r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?"
 
 # How docs, manifests and comments name the dupguard version a reader should use. Each pattern's group 1
-# is the version; the ones that name an older release on purpose (CHANGELOG, docs/deploy.md's
+# is the version; the ones that name an older release on purpose (CHANGELOG, docs/how-to/deploy-kubernetes.md's
 # "From 0.1.0 to 1.0.0") never use these forms.
 CURRENT_VERSION_FORMS = {
     "image reference": re.compile(rf"airflow-dupguard:({SEMVER})\b"),

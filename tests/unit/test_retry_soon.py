@@ -1,6 +1,6 @@
 """A remediation that failed because the Airflow API refused the connection (nothing reached it) is
 retried at the shortest back-off, not a doubling one: when the API returns, the duplicate must be
-stopped before its worker's own retry starts the task (the miss traced in docs/e2e.md). A failure
+stopped before its worker's own retry starts the task (the miss traced in benchmarks/results/e2e.md). A failure
 that did reach the server (timeout, 5xx) keeps the doubling back-off."""
 
 from __future__ import annotations

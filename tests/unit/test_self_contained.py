@@ -2,7 +2,7 @@
 
 Code comments and docs used to cite ``shared/airflow-facts.md`` (or "facts §2.3"), a file a maintainer
 who clones the project does not have (issue 24). What the code relies on in Airflow is in
-docs/airflow-internals.md, cited by section.
+docs/explanation/airflow-internals.md, cited by section.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_the_check_sees_each_form() -> None:
         "else ``../shared/charts/airflow-1.18.0``",
         "DAG: `orders_consumer`  Cluster: prod-eu   ← facts section",
         "a shared/exclusive lock",
-        "docs/airflow-internals.md §4.2",
+        "docs/explanation/airflow-internals.md §4.2",
     ]
     assert outside_citations("\n".join(cited)) == cited
     assert outside_citations("\n".join(fine)) == []

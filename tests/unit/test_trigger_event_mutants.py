@@ -1,5 +1,5 @@
 """The trigger_event rule's contract at the edges its first tests left open (each test here failed on
-a mutant of ``detector/core/trigger_event.py`` that those tests let through: docs/mutation.md).
+a mutant of ``detector/core/trigger_event.py`` that those tests let through: benchmarks/results/mutation.md).
 
 Payloads are the shapes of the Airflow-made fixtures (tests/fixtures/scenarios/3.1.2/
 trigger_event_two_runs.sql: SqsSensorTrigger's ``message_batch``; trigger_event_no_id.sql: a Redis

@@ -2,7 +2,7 @@
 Opsgenie- or Teams-style receivers) and of the Alertmanager channels.
 
 The webhook channel (``channels/webhook.py``) POSTs the versioned ``dupguard.alert/v1`` payload
-(documented in docs/alerts.md). Every attempt has a timeout; 429 waits for ``Retry-After`` (seconds or
+(documented in docs/how-to/alerts.md). Every attempt has a timeout; 429 waits for ``Retry-After`` (seconds or
 an HTTP date, capped at ``MAX_RETRY_AFTER``), and so does every later payload until that time has
 passed (a storm's next parts would only be refused too); 5xx, 408, timeouts and connection errors back
 off exponentially with jitter; other 4xx are final (the receiver rejected the payload: retrying would

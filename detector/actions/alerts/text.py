@@ -18,7 +18,7 @@ SECTION_LIMIT = 3000  # also a context element's text
 BLOCK_LIMIT = 50
 TEXT_LIMIT = 3000  # the notification fallback; Slack accepts 40 000 but truncates much earlier on phones
 SUMMARY_LIMIT = 1024  # PagerDuty's summary limit, a sane bound for any receiver
-SCHEMA = "dupguard.alert/v1"  # the webhook payloads' envelope (docs/alerts.md)
+SCHEMA = "dupguard.alert/v1"  # the webhook payloads' envelope (docs/how-to/alerts.md)
 
 # Slack shows the reader's own time zone; the fallback (old clients, notifications) is the ISO time.
 # https://docs.slack.dev/messaging/formatting-message-text#date-formatting

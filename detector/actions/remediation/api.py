@@ -1,7 +1,8 @@
 """Backend ``api``: the remediation through Airflow 3's REST API with ``apache-airflow-client``.
 
 - ``fail``: ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` ``{"state": "failed", "note": …}``;
-  Airflow's ``set_dag_run_state_to_failed`` then marks the TIs (docs/airflow-internals.md §4.2) and fires its listeners.
+  Airflow's ``set_dag_run_state_to_failed`` then marks the TIs (docs/explanation/airflow-internals.md §4.2) and fires
+  its listeners.
 - ``skip``: the unfinished TIs -> skipped through the bulk TI endpoint (one call), then the note
   alone (``update_mask=["note"]``). Refused at start-up on Airflow 3.0/3.1 (``ConfigError``): their
   scheduler can put skipped tasks back (``DagRun.schedule_tis`` updates by id without a state check,
@@ -19,7 +20,7 @@ the api source): a token from ``POST /auth/token`` or a static one, refreshed be
 
 Every call has a timeout. 5xx answers and transport errors (timeouts, refused connections) are
 retried with exponential back-off, and the guard re-reads the run between attempts, so a retry never
-acts on a run whose tasks started meanwhile. Fencing (docs/remediation.md, Leadership and fencing):
+acts on a run whose tasks started meanwhile. Fencing (docs/explanation/remediation.md, Leadership and fencing):
 right before every HTTP write — each PATCH, each retry — the leader's fence is asked again; none
 (the lease ended) raises ``LeadershipLost`` and nothing is sent, else the write's whole timeout is
 clipped to the lease left, so no request of ours is still open after the lease ends.

@@ -1,7 +1,8 @@
 """Backend ``db``: the remediation written straight into Airflow's metadata DB, in one short transaction.
 
 The opt-in fast path (no HTTP, no token, no API server in the way). It makes the same state changes
-as Airflow's ``set_dag_run_state_to_failed`` (airflow/api/common/mark_tasks.py, docs/airflow-internals.md §4.2):
+as Airflow's ``set_dag_run_state_to_failed`` (airflow/api/common/mark_tasks.py, docs/explanation/airflow-internals.md
+§4.2):
 
 - ``fail``: running / deferred / up_for_reschedule TIs -> failed, every other unfinished TI ->
   skipped, the run -> failed with ``end_date`` (and ``start_date`` = ``end_date`` if it never
@@ -23,12 +24,12 @@ API's ``ti_run`` only moves QUEUED -> RUNNING). Every UPDATE also repeats the ex
 its WHERE clause. ``lock_timeout`` / ``statement_timeout`` are ``SET LOCAL`` (transaction-scoped,
 so safe behind PgBouncer's transaction pooling).
 
-Fencing (docs/remediation.md, Leadership and fencing): the transaction starts only with a valid
+Fencing (docs/explanation/remediation.md, Leadership and fencing): the transaction starts only with a valid
 leader fence, and its last statement before COMMIT checks, in ``pg_locks``, that the leader lock is
 still granted to the lock connection's backend (the pid read at acquisition); if not, or if the
 lease ended meanwhile, it rolls back (``LeadershipLost``): nothing of it lands.
 
-What it bypasses (see docs/remediation.md): the API server's listener hooks
+What it bypasses (see docs/explanation/remediation.md): the API server's listener hooks
 (``on_dag_run_failed``), the ``log`` (audit) row, and teardown-task special cases (a teardown TI
 is skipped like any other; the duplicate ran no setup).
 """
@@ -155,7 +156,7 @@ class DbBackend:
                 # A run stopped before it started gets start_date = end_date, as the guard gives its runs:
                 # Airflow's own set-failed leaves it NULL (DagRun.set_state, QUEUED -> FAILED sets only
                 # end_date), and Airflow 3.0.6-3.3.2 then answer HTTP 500 for every asset event the run
-                # consumed, the kept run's too (apache/airflow#71360, docs/remediation.md).
+                # consumed, the kept run's too (apache/airflow#71360, docs/explanation/remediation.md).
                 .values(state="failed", start_date=func.coalesce(dr.c.start_date, now), end_date=now, updated_at=now)
             )
         self._upsert_note(conn, work.run_pk, action.note, now)

@@ -205,7 +205,7 @@ class RemediationDispatcher:
             self._final(job, replace(result, retryable=False))
             return
         # Refused connections cost the API nothing: keep the first back-off so the duplicate is stopped
-        # as soon as the API is back, before its worker's own retry starts the task (docs/e2e.md).
+        # as soon as the API is back, before its worker's own retry starts the task (benchmarks/results/e2e.md).
         delay = self.retry_backoff if result.retry_soon else self._delay(job.attempts)
         log.warning(
             "remediation_retry_scheduled",

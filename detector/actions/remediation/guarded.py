@@ -45,7 +45,8 @@ log = logs.get("dupguard.remediation")
 
 # airflow/utils/state.py State.finished; everything else (None included) is unfinished.
 FINISHED_TI_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
-# What set_dag_run_state_to_failed marks FAILED rather than SKIPPED (mark_tasks.py, docs/airflow-internals.md §4.2).
+# What set_dag_run_state_to_failed marks FAILED rather than SKIPPED (mark_tasks.py,
+# docs/explanation/airflow-internals.md §4.2).
 FAIL_AS_FAILED_STATES = frozenset({"running", "deferred", "up_for_reschedule"})
 # Finished without running user code: a run left with only these did no work.
 NOT_RUN_STATES = frozenset({"skipped", "removed", "upstream_failed"})

@@ -5,7 +5,7 @@ running (id -> try, state, host, queuer): read through the ``ti_state`` index Ai
 costs what the in-flight set costs, not what task_instance holds (10M-100M rows in issue 25). Only
 the in-flight TIs at try >= 2 are looked up in ``task_instance_history`` (its unique key), and only
 those with a missing try cost the job and archive-table reads. ``scan`` has no memory: it reads every
-TI at try >= 2 once (a sequential scan: there is no index on try_number; docs/benchmarks.md) and
+TI at try >= 2 once (a sequential scan: there is no index on try_number; benchmarks/results/measurements.md) and
 reports what it finds as ``suspected``. Alert only: nothing is ever remediated.
 """
 

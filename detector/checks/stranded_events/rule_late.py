@@ -5,7 +5,8 @@ end of its request; the scheduler's run consumes the committed events with ``pre
 timestamp <= run_after``. An event whose timestamp falls in that window but which was committed after
 the run's SELECT is consumed by no run: not by that run (it could not see it), and not by any later
 one (their windows start at or after that run's run_after), whatever is queued later
-(docs/airflow-internals.md §11.2). Same kind as ``detector.checks.stranded_events.rule``, another reason, because
+(docs/explanation/airflow-internals.md §11.2). Same kind as ``detector.checks.stranded_events.rule``, another reason,
+because
 the remedy differs: another event does not rescue it.
 
 Airflow records no commit time, so the rule reads the shape, per (DAG, scheduled asset), on rows of one

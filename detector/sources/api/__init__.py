@@ -7,5 +7,5 @@
 - ``scan``: the one-shot history audit;
 - ``state``: the cursor and alert claims kept in a file, for restarts without a database.
 
-Why this request pattern, and what it cannot see: docs/api-source.md.
+Why this request pattern, and what it cannot see: docs/explanation/api-source.md.
 """

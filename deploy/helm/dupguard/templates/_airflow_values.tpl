@@ -9,7 +9,7 @@ The {{ }} left in the output are for the Airflow chart: it passes these lists th
 {{- $secretName := include "dupguard.secretName" . -}}
 # dupguard as a sidecar of the Airflow schedulers: values for the official Apache Airflow chart,
 # rendered by the dupguard chart {{ .Chart.Version }} (release {{ .Release.Name }}) from its values. Do not edit: change
-# the dupguard values and render again (docs/deploy.md, "Sidecar mode").
+# the dupguard values and render again (docs/how-to/deploy-kubernetes.md, "Sidecar mode").
 #
 #   helm upgrade {{ .Values.sidecar.airflowRelease }} apache-airflow/airflow --reuse-values -f this-file.yaml
 #

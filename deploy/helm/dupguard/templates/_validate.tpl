@@ -156,7 +156,7 @@ are reported at once, as check-config does. A few refusals are the chart's own (
 {{- $checks = append $checks "chart: source: api runs dupguard as its own Deployment: set mode: standalone (a sidecar would sit next to a database it may not read)" }}
 {{- end }}
 {{- if and (eq $v.mode "sidecar") $v.database.lockMode }}
-{{- $checks = append $checks "chart: database.lockMode: in sidecar mode the Airflow values set DUPGUARD_LOCK_MODE from the Airflow chart's pgbouncer.enabled; leave it empty (docs/deploy.md, PgBouncer)" }}
+{{- $checks = append $checks "chart: database.lockMode: in sidecar mode the Airflow values set DUPGUARD_LOCK_MODE from the Airflow chart's pgbouncer.enabled; leave it empty (docs/how-to/deploy-kubernetes.md, PgBouncer)" }}
 {{- end }}
 {{- if and $v.airflow.token $v.airflow.tokenSecret.name }}
 {{- $checks = append $checks "chart: airflow.token and airflow.tokenSecret both set: keep one" }}
@@ -177,6 +177,6 @@ are reported at once, as check-config does. A few refusals are the chart's own (
 {{- define "dupguard.validate" -}}
 {{- $problems := include "dupguard.problems" . | fromJsonArray }}
 {{- if $problems }}
-{{- fail (printf "dupguard would refuse to start (what `dupguard check-config` refuses; docs/deploy.md, \"What the render refuses\"):\n- %s" (join "\n- " $problems)) }}
+{{- fail (printf "dupguard would refuse to start (what `dupguard check-config` refuses; docs/how-to/deploy-kubernetes.md, \"What the render refuses\"):\n- %s" (join "\n- " $problems)) }}
 {{- end }}
 {{- end }}

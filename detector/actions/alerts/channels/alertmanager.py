@@ -1,7 +1,7 @@
 """Alertmanager (API v2, ``POST /api/v2/alerts``): each duplicate group and each split partition as an alert.
 
 On-call routes, groups, silences and inhibits in Alertmanager; dupguard only says what is wrong,
-in labels a route can match (docs/alerts.md, "Alertmanager"):
+in labels a route can match (docs/how-to/alerts.md, "Alertmanager"):
 
 - ``alertname`` ``DupguardDuplicateRun`` (a group) or ``DupguardSplitPartition``; ``severity``
   (``severity_of``); ``cluster``; ``dag_id``; ``kind``; ``group_key`` (one alert per group, so two

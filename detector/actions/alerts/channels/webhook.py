@@ -1,6 +1,6 @@
 """The generic JSON webhook channel (``DUPGUARD_WEBHOOK_URL``): one ``dupguard.alert/v1`` payload per group,
 outcome, notice or storm digest part, for PagerDuty-, Opsgenie- or Teams-style receivers (the payload is
-documented in docs/alerts.md).
+documented in docs/how-to/alerts.md).
 
 The transport is ``json_webhook.JsonWebhook`` (timeouts, retries), shared with Alertmanager.
 """
@@ -66,7 +66,7 @@ def group_json(event: AlertEvent, ui_url: str | None = None) -> dict[str, Any]:
 
 
 def webhook_payload(event: AlertEvent, ui_url: str | None = None) -> dict[str, Any]:
-    """The ``dupguard.alert/v1`` payload of one group (``type`` detected or outcome); see docs/alerts.md."""
+    """The ``dupguard.alert/v1`` payload of one group (``type`` detected or outcome); see docs/how-to/alerts.md."""
     summary = title(event) if event.kind is AlertKind.DETECTED else f"{title(event)}: {status_of(event.results).label}"
     return {
         "schema": SCHEMA,
