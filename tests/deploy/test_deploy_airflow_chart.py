@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import importlib.util
 import itertools
 import json
 from pathlib import Path
@@ -38,6 +37,7 @@ from tests.deploy.support import (
     assert_hardened_container,
     load_chart,
     load_documents,
+    load_script,
     locate_airflow_chart,
     require_module,
     validate_unseen,
@@ -118,11 +118,7 @@ def airflow_chart(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _merge_module() -> Any:
-    spec = importlib.util.spec_from_file_location("merge_values", MERGE_SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(MERGE_SCRIPT)
 
 
 def companion_values(combo: dict[str, Any], **more: Any) -> tuple[str, dict[str, Any]]:

@@ -10,7 +10,7 @@ sidecar honours extraEnv and extra volumes, and that the NOTES name the namespac
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import json
 import re
 import subprocess
@@ -26,6 +26,7 @@ from tests.deploy.support import (
     CHART,
     DEPLOY,
     load_documents,
+    load_script,
     require_module,
     throwaway_pod,
     validate_objects,
@@ -72,12 +73,9 @@ AUTH_VARIANTS = {
 }
 
 
+@functools.cache
 def generator() -> Any:
-    spec = importlib.util.spec_from_file_location("settings_schema", GENERATOR)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(GENERATOR)
 
 
 def config_entries() -> dict[str, Any]:
