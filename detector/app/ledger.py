@@ -392,7 +392,10 @@ def init_db(engine: Engine) -> None:
     if engine.url.get_backend_name() != "postgresql":
         raise ConfigError(["the durable ledger needs PostgreSQL; SQLite deployments use the in-memory ledger"])
     with connect(engine) as conn, conn.begin():
-        conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+        # CREATE SCHEMA IF NOT EXISTS checks CREATE on the database before it looks for the schema:
+        # a role given a pre-created schema (docs/how-to/deploy-kubernetes.md, "Database role") has no such grant.
+        if not inspect(conn).has_schema(SCHEMA):
+            conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
         _md.create_all(conn)
 
 

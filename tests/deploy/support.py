@@ -8,6 +8,7 @@ install, never a skip: a deployment check that silently does not run is worse th
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -177,6 +178,15 @@ def locate_airflow_chart(download_dir: Path) -> Path:
     if not archives:
         pytest.fail(f"pulling the Airflow chart gave no archive ({out}); set {AIRFLOW_CHART_ENV}")
     return archives[0]
+
+
+def load_script(path: Path) -> ModuleType:
+    """A Python script of deploy/ (not a package) as a module, to test its functions."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_chart(path: Path) -> Any:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import importlib.util
 import itertools
 import json
 from pathlib import Path
@@ -38,10 +37,12 @@ from tests.deploy.support import (
     assert_hardened_container,
     load_chart,
     load_documents,
+    load_script,
     locate_airflow_chart,
     require_module,
     validate_unseen,
 )
+from tests.deploy.test_deploy_settings_values import AUTH_VARIANTS, every_value, resolved_env
 
 SIDECAR_OVERLAY = DEPLOY / "helm" / "values-airflow-sidecar.yaml"
 GUARD_OVERLAY = DEPLOY / "helm" / "values-airflow-guard.yaml"
@@ -117,11 +118,7 @@ def airflow_chart(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _merge_module() -> Any:
-    spec = importlib.util.spec_from_file_location("merge_values", MERGE_SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(MERGE_SCRIPT)
 
 
 def companion_values(combo: dict[str, Any], **more: Any) -> tuple[str, dict[str, Any]]:
@@ -370,3 +367,34 @@ def test_missing_chart_fails_naming_the_setting(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv(AIRFLOW_CHART_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(pytest.fail.Exception, match=AIRFLOW_CHART_ENV):
         locate_airflow_chart(tmp_path)
+
+
+@pytest.mark.parametrize("variant", AUTH_VARIANTS)
+def test_every_companion_value_reaches_the_scheduler_pod(airflow_chart: Any, variant: str) -> None:
+    """The platform team's setup: CeleryExecutor, two schedulers, PgBouncer, the companion with every
+    value set (every setting, secrets from Secrets of their own names and keys, a database role of its
+    own, extraEnv, extra volumes, a CA bundle). The scheduler pod's dupguard container gets each one:
+    env entries over the companion's ConfigMap read with envFrom, as the kubelet builds it."""
+    values, expected = every_value(variant)
+    release, companion_docs = "dupguard", render_companion(json.loads(json.dumps(values)))
+    airflow = _merge_module().merge(
+        {"executor": "CeleryExecutor", "pgbouncer": {"enabled": True}, "scheduler": {"replicas": 2}},
+        sidecar_overlay(values, release),
+    )
+    docs = render_airflow(airflow_chart, airflow, "airflow")
+    validate_once(docs, f"every companion value ({variant})")
+    pod = scheduler_pod(docs)
+    container = dupguard_container(pod)
+    env = resolved_env(container, companion_docs)
+    expected["DUPGUARD_LOCK_MODE"] = "transaction"  # pgbouncer.enabled, through the Airflow chart's tpl
+    assert {k: env.get(k) for k in expected} == expected
+    assert [e["name"] for e in container["env"]].count("DUPGUARD_DATABASE_URL") == 1
+    assert "airflow-metadata" not in json.dumps(container), "the sidecar's own role, not Airflow's user"
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert volumes["alertmanager-ca"] == {"name": "alertmanager-ca", "configMap": {"name": "alertmanager-ca"}}
+    assert mounts["alertmanager-ca"] == "/etc/alertmanager-ca"
+    assert volumes["dupguard-airflow-ca"]["configMap"]["name"] == "corp-ca"
+    assert mounts["dupguard-airflow-ca"] == "/etc/dupguard/ca"
+    (scheduler,) = [c for c in pod["spec"]["containers"] if c["name"] == "scheduler"]
+    assert not {e["name"] for e in scheduler.get("env", [])} & set(expected), "only the sidecar gets them"

@@ -324,7 +324,7 @@ def test_notes_fetch_this_releases_airflow_values() -> None:
     values = {"sidecar": {"airflowRelease": "prod"}}
     notes = helm.Chart.load(CHART).render(values, name="dg", namespace="data")["dupguard/templates/NOTES.txt"]
     assert "kubectl -n data get configmap dg-dupguard-airflow-values" in notes
-    assert "helm upgrade prod apache-airflow/airflow --reuse-values -f dupguard-airflow-values.yaml" in notes
+    assert "helm -n data upgrade prod apache-airflow/airflow --reuse-values -f dupguard-airflow-values.yaml" in notes
     assert "merge_values.py" in notes and "--set-string" not in notes
 
 

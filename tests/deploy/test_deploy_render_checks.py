@@ -59,52 +59,60 @@ VALUE_SETTINGS = {
     "slack.webhookUrl": "DUPGUARD_SLACK_WEBHOOK_URL",
     "webhook.url": "DUPGUARD_WEBHOOK_URL",
 }
-# Settings of detector/config.py the chart has no value for, or whose refusal it cannot see, and why.
+# A `config` entry (deploy/helm/settings_schema.py): the schema checks the value's form, dupguard the rest.
+CONFIG_ONLY = "a config entry: values.schema.json checks its form only"
+# Secrets from secretKeyRefs only (or existingSecret): the chart never sees their values.
+SECRET_REF_ONLY = "a secret from secretKeyRefs: its value is not known at render time"
+# Settings of detector/config.py whose refusal the chart cannot see, and why.
 NOT_CHECKED_BY_THE_CHART = {
     "database_url": "from the Airflow chart's metadata Secret (database.metadataSecret / the overlay's "
-    "airflow_metadata_secret): its content is not known at render time (a SQLite URL, hence "
+    "airflow_metadata_secret) or secretKeyRefs.DUPGUARD_DATABASE_URL: its content is not known at render "
+    "time (a SQLite URL, hence "
     "'REMEDIATION_BACKEND=db cannot write to SQLite', cannot be refused either); always set",
+    "alertmanager_password": SECRET_REF_ONLY,
+    "alertmanager_bearer_token": SECRET_REF_ONLY,
     "lock_database_url": "a secret; the schema checks only that it has a scheme (parse_url's checks are not mirrored)",
-    "airflow_ca_bundle": "a file in the pod (airflow.caBundle's ConfigMap, standalone mode): not there at render time",
+    "airflow_ca_bundle": "a file in the pod (airflow.caBundle's ConfigMap): not there at render time",
     "state_file": "set by the chart only with source api, where it is allowed",
     "config_source": "set by the chart",
     "config_expected": "set by the chart",
-    "lock_key": "no chart value (extraEnv, standalone)",
-    # the periodic checks (issue 25, docs/explanation/checks.md): set through extraEnv like the other intervals
-    "disabled_checks": "no chart value (extraEnv, standalone); an unknown kind is refused at start (exit 2)",
-    "trigger_flapping_interval": "no chart value (extraEnv, standalone)",
-    "triggerer_health_check_threshold": "no chart value (extraEnv, standalone)",
-    "stranded_poll_interval": "no chart value (extraEnv, standalone)",
-    "repair_stranded": "no chart value (extraEnv, standalone): a repair is switched on by hand, like remediation",
-    "stranded_repair_deadline": "no chart value (extraEnv, standalone)",
-    "double_bump_poll_interval": "no chart value (extraEnv, standalone)",
-    "db_timeout": "no chart value (extraEnv, standalone)",
-    "leader_check_interval": "no chart value (extraEnv, standalone)",
-    "startup_lookback": "no chart value (extraEnv, standalone)",
-    "suspect_window": "no chart value (extraEnv, standalone)",
-    "split_grace": "no chart value (extraEnv, standalone)",
-    "split_poll_interval": "no chart value (extraEnv, standalone)",
-    "gap_grace": "no chart value (extraEnv, standalone)",
-    "summary_interval": "no chart value (extraEnv, standalone)",
-    "airflow_token_command_timeout": "no chart value (extraEnv, standalone)",
-    "airflow_verify_tls": "no chart value (extraEnv, standalone)",
-    "airflow_timeout": "no chart value (extraEnv, standalone)",
-    "slack_api_url": "no chart value (extraEnv, standalone)",
-    "alert_storm_threshold": "no chart value (extraEnv, standalone)",
-    "alert_timeout": "no chart value (extraEnv, standalone)",
-    "runbook_url": "no chart value (extraEnv, standalone)",
-    "grafana_dashboard_url": "no chart value (extraEnv, standalone)",
+    "lock_key": CONFIG_ONLY,
+    # the periodic checks (docs/explanation/checks.md): config entries like the other intervals
+    "disabled_checks": CONFIG_ONLY + "; an unknown kind is refused at start (exit 2)",
+    "trigger_flapping_interval": CONFIG_ONLY,
+    "triggerer_health_check_threshold": CONFIG_ONLY,
+    "stranded_poll_interval": CONFIG_ONLY,
+    "repair_stranded": CONFIG_ONLY + ": a repair is switched on by hand, like remediation",
+    "stranded_repair_deadline": CONFIG_ONLY,
+    "double_bump_poll_interval": CONFIG_ONLY,
+    "db_timeout": CONFIG_ONLY,
+    "leader_check_interval": CONFIG_ONLY,
+    "startup_lookback": CONFIG_ONLY,
+    "suspect_window": CONFIG_ONLY,
+    "split_grace": CONFIG_ONLY,
+    "split_poll_interval": CONFIG_ONLY,
+    "gap_grace": CONFIG_ONLY,
+    "summary_interval": CONFIG_ONLY,
+    "airflow_token_command_timeout": CONFIG_ONLY,
+    "airflow_verify_tls": CONFIG_ONLY,
+    "airflow_timeout": CONFIG_ONLY,
+    "slack_api_url": CONFIG_ONLY,
+    "alert_storm_threshold": CONFIG_ONLY,
+    "alert_timeout": CONFIG_ONLY,
+    "runbook_url": CONFIG_ONLY,
+    "grafana_dashboard_url": CONFIG_ONLY,
     **{
-        f"alertmanager_{name}": "no chart value (extraEnv, standalone)"
-        for name in (
-            *("urls", "username", "password", "bearer_token"),
-            *("ca_bundle", "verify_tls", "resend_interval", "resolve_after"),
-        )
+        f"alertmanager_{name}": CONFIG_ONLY
+        for name in ("urls", "username", "ca_bundle", "verify_tls", "resend_interval", "resolve_after")
     },
 }
 # Chart Secret keys a secretKeyRefs entry can supply.
 SECRET_SETTINGS = {
+    "DUPGUARD_DATABASE_URL",
     "DUPGUARD_LOCK_DATABASE_URL",
+    "DUPGUARD_ALERTMANAGER_USERNAME",
+    "DUPGUARD_ALERTMANAGER_PASSWORD",
+    "DUPGUARD_ALERTMANAGER_BEARER_TOKEN",
     "DUPGUARD_AIRFLOW_USERNAME",
     "DUPGUARD_AIRFLOW_PASSWORD",
     "DUPGUARD_AIRFLOW_TOKEN",

@@ -11,7 +11,7 @@ The {{ }} left in the output are for the Airflow chart: it passes these lists th
 # rendered by the dupguard chart {{ .Chart.Version }} (release {{ .Release.Name }}) from its values. Do not edit: change
 # the dupguard values and render again (docs/how-to/deploy-kubernetes.md, "Sidecar mode").
 #
-#   helm upgrade {{ .Values.sidecar.airflowRelease }} apache-airflow/airflow --reuse-values -f this-file.yaml
+#   helm -n {{ .Release.Namespace }} upgrade {{ .Values.sidecar.airflowRelease }} apache-airflow/airflow --reuse-values -f this-file.yaml
 #
 # Helm replaces lists: if your Airflow values already set scheduler.extraContainers or
 # scheduler.extraVolumes, merge instead (python deploy/helm/merge_values.py mine.yaml this-file.yaml).
@@ -34,13 +34,16 @@ scheduler:
       args:
         - run
       env:
+        {{- if not (hasKey .Values.secretKeyRefs "DUPGUARD_DATABASE_URL") }}
         # The metadata DB URL from the Airflow chart's own Secret (its helper airflow_metadata_secret:
-        # data.metadataSecretName or "<fullname>-metadata"), key "connection".
+        # data.metadataSecretName or "<fullname>-metadata"), key "connection": Airflow's own user.
+        # secretKeyRefs.DUPGUARD_DATABASE_URL gives dupguard a role of its own instead.
         - name: DUPGUARD_DATABASE_URL
           valueFrom:
             secretKeyRef:
               name: '{{ `{{ template "airflow_metadata_secret" . }}` }}'
               key: connection
+        {{- end }}
         # With pgbouncer.enabled that URL goes through PgBouncer (pool_mode = transaction), where a
         # session advisory lock does not hold: the leader then takes a transaction-scoped lock.
         # Otherwise "auto" (a session lock only on a connection verified direct). dupguard needs
@@ -58,6 +61,10 @@ scheduler:
         {{- with include "dupguard.secretRefEnv" . }}
         # Settings from the Secret keys named in secretKeyRefs / airflow.tokenSecret.
         {{- . | nindent 8 }}
+        {{- end }}
+        {{- with .Values.extraEnv }}
+        # extraEnv of the dupguard values.
+        {{- toYaml . | nindent 8 }}
         {{- end }}
       envFrom:
         # optional: a scheduler pod never waits for dupguard's own objects; without them
@@ -95,9 +102,26 @@ scheduler:
       volumeMounts:
         - name: dupguard-tmp
           mountPath: /tmp
+        {{- if .Values.airflow.caBundle.configMap }}
+        - name: dupguard-airflow-ca
+          mountPath: {{ include "dupguard.caBundleDir" . }}
+          readOnly: true
+        {{- end }}
+        {{- with .Values.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   extraVolumes:
     - name: dupguard-tmp
       emptyDir:
         medium: Memory
         sizeLimit: 16Mi
+    {{- with .Values.airflow.caBundle.configMap }}
+    - name: dupguard-airflow-ca
+      configMap:
+        name: {{ . }}
+    {{- end }}
+    {{- with .Values.extraVolumes }}
+    # extraVolumes of the dupguard values: they join the scheduler pod's volumes.
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 {{- end }}

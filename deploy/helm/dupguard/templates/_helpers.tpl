@@ -118,10 +118,32 @@ prometheus.io/path: /metrics
 {{- with .Values.airflow.apiUrl }}{{ $_ := set $settings "DUPGUARD_AIRFLOW_API_URL" . }}{{ end }}
 {{- with .Values.airflow.uiUrl }}{{ $_ := set $settings "DUPGUARD_AIRFLOW_UI_URL" . }}{{ end }}
 {{- with .Values.slack.channel }}{{ $_ := set $settings "DUPGUARD_SLACK_CHANNEL" . }}{{ end }}
-{{- if and (eq .Values.mode "standalone") .Values.airflow.caBundle.configMap }}
-{{- $_ := set $settings "DUPGUARD_AIRFLOW_CA_BUNDLE" (printf "/etc/dupguard/ca/%s" .Values.airflow.caBundle.key) }}
+{{- if .Values.airflow.caBundle.configMap }}
+{{- $_ := set $settings "DUPGUARD_AIRFLOW_CA_BUNDLE" (printf "%s/%s" (include "dupguard.caBundleDir" .) .Values.airflow.caBundle.key) }}
+{{- end }}
+{{- /* Every other setting, by its environment variable name (the schema lists them, from SETTINGS). */}}
+{{- range $env, $value := .Values.config | default dict }}
+{{- $text := include "dupguard.settingText" $value }}
+{{- if $text }}{{ $_ := set $settings $env $text }}{{ end }}
 {{- end }}
 {{- toJson $settings }}
+{{- end }}
+
+{{/* Where the container finds airflow.caBundle's ConfigMap (both modes mount it there). */}}
+{{- define "dupguard.caBundleDir" -}}
+/etc/dupguard/ca
+{{- end }}
+
+{{/*
+One `config` value as the setting's text: a list joined by commas (dupguard reads a comma-separated
+list), a whole number without the exponent Helm's float64 would print, true/false; "" when unset.
+*/}}
+{{- define "dupguard.settingText" -}}
+{{- if kindIs "slice" . }}{{ join "," . }}
+{{- else if kindIs "float64" . }}{{ if eq . (float64 (int64 .)) }}{{ int64 . }}{{ else }}{{ . }}{{ end }}
+{{- else if kindIs "invalid" . }}
+{{- else }}{{ toString . }}
+{{- end }}
 {{- end }}
 
 {{/* Settings read with one secretKeyRef each (airflow.tokenSecret and secretKeyRefs): env name -> {name, key}. */}}
@@ -159,4 +181,15 @@ the Secret keys it is pointed at): a pod annotation, so a change of any of them 
 */}}
 {{- define "dupguard.settingsChecksum" -}}
 {{- list (include "dupguard.settings" .) (include "dupguard.secretData" .) (include "dupguard.secretRefs" .) .Values.existingSecret | toJson | sha256sum }}
+{{- end }}
+
+{{/* The NOTES' lines of standalone mode (both sources): where to look, every command with -n. */}}
+{{- define "dupguard.notesStandalone" -}}
+{{- $name := include "dupguard.fullname" . -}}
+Metrics: http://{{ $name }}.{{ .Release.Namespace }}:{{ .Values.service.port }}/metrics
+Remediation: {{ .Values.remediation.mode }}.
+
+  kubectl -n {{ .Release.Namespace }} rollout status deployment/{{ $name }}
+  kubectl -n {{ .Release.Namespace }} logs deployment/{{ $name }}
+  kubectl -n {{ .Release.Namespace }} exec deployment/{{ $name }} -- dupguard doctor
 {{- end }}

@@ -166,6 +166,14 @@ are reported at once, as check-config does. A few refusals are the chart's own (
 {{- $checks = append $checks (printf "chart: secretKeyRefs.%s and the inline value (or airflow.tokenSecret) of the same setting both set: keep one" $env) }}
 {{- end }}
 {{- end }}
+{{- range $env, $_ := $v.secretKeyRefs }}
+{{- if hasKey ($v.config | default dict) $env }}
+{{- $checks = append $checks (printf "chart: config.%s and secretKeyRefs.%s both set: keep one" $env $env) }}
+{{- end }}
+{{- end }}
+{{- if and $api (hasKey $v.secretKeyRefs "DUPGUARD_DATABASE_URL") }}
+{{- $checks = append $checks "chart: secretKeyRefs.DUPGUARD_DATABASE_URL: source: api reads no database; remove it" }}
+{{- end }}
 {{- if and $inline $v.existingSecret }}
 {{- $checks = append $checks "chart: existingSecret is set: leave the inline secret values (database.lockDatabaseUrl, airflow.username/password/token/tokenCommand, slack.botToken/webhookUrl, webhook.url) empty and put them into that Secret (or use secretKeyRefs)" }}
 {{- end }}
