@@ -266,7 +266,8 @@ def assert_sidecar_from_companion_values(pod: dict[str, Any], combo: dict[str, A
     container = dupguard_container(pod)
     image = values.get("image", {})
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]  # the default tag
-    assert container["image"] == f"{image.get('repository', 'airflow-dupguard')}:{image.get('tag', app_version)}"
+    default_repository = yaml.safe_load((CHART / "values.yaml").read_text())["image"]["repository"]
+    assert container["image"] == f"{image.get('repository', default_repository)}:{image.get('tag', app_version)}"
     env = {e["name"]: e for e in container["env"]}
     assert env["DUPGUARD_CONFIG_EXPECTED"]["value"] == config["data"]["DUPGUARD_CONFIG_SOURCE"] == f"configmap/{name}"
     assert pod["metadata"]["labels"]["dupguard-config"] == name
