@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from detector import config
+from detector import config, settings
 from tests.deploy.support import (
     CHART,
     DEPLOY,
@@ -106,10 +106,10 @@ def sample(setting: config.Setting, index: int) -> tuple[Any, str]:
         return urls, ",".join(urls)
     if isinstance(default, tuple):
         return ["split_partition", "gap"], "split_partition,gap"
-    if setting.parse.__name__ in {"_url", "_urls"}:
+    if setting.parse in (settings.url, settings.urls):
         url = f"https://{setting.name.replace('_', '-')}.example.com/x"
         return url, url
-    if setting.parse.__name__ == "_file":
+    if setting.parse is settings.file_path:
         return __file__, __file__
     return f"sample-{setting.name}", f"sample-{setting.name}"
 
@@ -212,7 +212,7 @@ def test_the_schema_is_generated_from_the_settings_table() -> None:
 def test_a_new_setting_lands_in_config_when_the_schema_is_written_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """What makes forgetting impossible: the generator takes any setting it has no chart value for."""
     module = generator()
-    new = config.Setting("page_interval", timedelta(minutes=5), config._positive_duration, "A new setting.")
+    new = config.Setting("page_interval", timedelta(minutes=5), settings.positive_duration, "A new setting.")
     monkeypatch.setattr(config, "SETTINGS", (*config.SETTINGS, new))
     schema = module.generated(SCHEMA)
     assert schema["properties"]["config"]["properties"]["DUPGUARD_PAGE_INTERVAL"]["pattern"]
