@@ -5,22 +5,32 @@ message naming the setting) or 3 (the database) — never an exception or a trac
 exit 1, which ``scan`` reserves for "duplicates found". Values that pass validation are then given
 to a real ``run --once`` on the demo database, where the rest of the faults used to surface
 (a 100-year look-back overflowing ``now - lookback``).
+
+A run's outcome is a function of the configuration it loads, so each distinct configuration is run once
+per setting: a channel (env var, ``_FILE``, YAML key) that yields one already run is still parsed, but
+not run again (the flag, env and YAML forms of one value mostly load the same Config; about a third of
+the runs remain).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from detector.app import demo
+from detector import config
+from detector.app import checks, demo
 from detector.app.cli import main
-from detector.config import SETTINGS, Setting
+from detector.config import SETTINGS, Config, Setting
+from detector.errors import ConfigError
 
 MALFORMED = (
     "",
@@ -74,13 +84,18 @@ def _keep_signal_handlers() -> Iterator[None]:
         signal.signal(s, handler)
 
 
-def _check(argv: list[str], capsys: pytest.CaptureFixture[str], *, names: tuple[str, ...]) -> int:
-    """Run ``dupguard argv`` in-process; an exception fails the test by itself."""
+def _outcome(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Run ``dupguard argv`` in-process: its exit code and stderr; an exception fails the test by itself."""
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse's own usage errors
         code = int(exc.code or 0)
-    err = capsys.readouterr().err
+    return code, capsys.readouterr().err
+
+
+def _check(argv: list[str], capsys: pytest.CaptureFixture[str], *, names: tuple[str, ...]) -> int:
+    """Run ``dupguard argv`` in-process: 0, 2 or 3, a 2 names the setting, a 3 is one line."""
+    code, err = _outcome(argv, capsys)
     assert "Traceback" not in err, err
     assert code in (0, 2, 3), (argv[:6], code, err[-500:])
     if code == 2 and "invalid configuration" in err:
@@ -94,6 +109,46 @@ def _names(s: Setting) -> tuple[str, ...]:
     return (s.flag, s.env, f"key {s.name}", "DUPGUARD_DATABASE_URL", "database URL")
 
 
+class _Runs:
+    """``run --once`` for each distinct configuration: a repeat is answered with the first run's exit code.
+
+    The key is the Config that ``config.load`` builds from the same flags, environment and file the run
+    is given; each real run is checked to have loaded that very Config (a spy on ``config.load``), so
+    the key cannot drift from what ``run`` does. An input ``config.load`` rejects is always run (that
+    costs a parse) to see exit 2 and the message naming the setting."""
+
+    def __init__(self, run: list[str], names: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+        self.run, self.names, self.codes = run, names, dict[Config, int]()
+        self.loaded: list[Config] = []
+        real_load = config.load
+
+        def spy(*args: Any, **kwargs: Any) -> Config:
+            cfg = real_load(*args, **kwargs)
+            self.loaded.append(cfg)
+            return cfg
+
+        self._load = real_load
+        monkeypatch.setattr(config, "load", spy)
+
+    def __call__(self, extra: list[str], flags: dict[str, str], capsys: pytest.CaptureFixture[str]) -> int:
+        """The exit code of ``run --once`` with ``extra`` arguments (``flags``: their settings by name)."""
+        config_file = extra[extra.index("--config") + 1] if "--config" in extra else None
+        try:
+            cfg: Config | None = self._load(flags, os.environ, config_file, check_kinds=checks.KINDS)
+        except ConfigError:
+            cfg = None
+        if cfg is not None and cfg in self.codes:
+            return self.codes[cfg]
+        self.loaded.clear()
+        code = _check([*self.run, *extra], capsys, names=self.names)
+        if cfg is not None:
+            assert self.loaded, "the run did not load a configuration"
+            # by name only: the values are secrets for some settings
+            assert [f.name for f in fields(cfg) if getattr(cfg, f.name) != getattr(self.loaded[0], f.name)] == []
+            self.codes[cfg] = code
+        return code
+
+
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
 def test_every_setting_malformed_everywhere(
     setting: Setting,
@@ -103,32 +158,34 @@ def test_every_setting_malformed_everywhere(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Each setting, as a flag, an env var, a ``_FILE`` (secrets) and a YAML key, with every malformed
-    value, given to a real ``run --once`` on the demo database: 0, 2 or 3, never an exception; and
-    ``check-config`` agrees with ``run`` on what is acceptable."""
+    value, given to a real ``run --once`` on the demo database (once per distinct configuration): 0, 2
+    or 3, never an exception; and ``check-config`` agrees with ``run`` on what is acceptable."""
     for s in SETTINGS:
         monkeypatch.delenv(s.env, raising=False)
         monkeypatch.delenv(s.env + "_FILE", raising=False)
     monkeypatch.delenv("DUPGUARD_CONFIG", raising=False)
     base = [] if setting.name == "database_url" else ["--database-url", demo_url]
-    run = ["run", "--once", "--log-level", "error", *base]
+    flags = {"log_level": "error"} | ({} if setting.name == "database_url" else {"database_url": demo_url})
+    run = _Runs(["run", "--once", "--log-level", "error", *base], _names(setting), monkeypatch)
     for value in MALFORMED:
-        code = _check([*run, f"{setting.flag}={value}"], capsys, names=_names(setting))
+        code = run([f"{setting.flag}={value}"], {**flags, setting.name: value}, capsys)
         checked = _check(["check-config", *base, f"{setting.flag}={value}"], capsys, names=_names(setting))
         assert checked == (2 if code == 2 else 0), (value, code, checked)
         if "\n" not in value and value.strip():
             monkeypatch.setenv(setting.env, value)
-            _check(run, capsys, names=_names(setting))
+            run([], flags, capsys)
             monkeypatch.delenv(setting.env)
         if setting.secret:
             secret_file = tmp_path / "secret"
             secret_file.write_text(value)
             monkeypatch.setenv(setting.env + "_FILE", str(secret_file))
-            _check(run, capsys, names=_names(setting))
+            run([], flags, capsys)
             monkeypatch.delenv(setting.env + "_FILE")
     for yaml_value in (*(repr(v) for v in MALFORMED if "\t" not in v), *YAML_ONLY):
         cfg = tmp_path / "c.yaml"
         cfg.write_text(f"{setting.name}: {yaml_value}\n")
-        _check([*run, "--config", str(cfg)], capsys, names=_names(setting))
+        run(["--config", str(cfg)], flags, capsys)
+    assert run.codes, "no value was accepted: every setting has one (the YAML null at least)"
 
 
 @pytest.mark.parametrize(
@@ -222,8 +279,13 @@ def _dupguard(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
     )
 
 
-def test_named_cases_exit_2_one_line(tmp_path: Path, demo_url: str, busy_port: int) -> None:
-    """Each input the issue found tracebacking (exit 1) now exits 2 with a message naming the problem."""
+def test_named_cases_exit_2_one_line(
+    tmp_path: Path, demo_url: str, busy_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each input the issue found tracebacking (exit 1) now exits 2 with a message naming the problem.
+
+    In-process (``main`` is what ``python -m detector`` runs: a process per case cost ~1 s of imports
+    each); the first case also as a real process, for the exit code a shell sees."""
     non_utf8 = tmp_path / "latin1.yaml"
     non_utf8.write_bytes("cluster_name: caf\xe9\n".encode("latin-1"))
     int_keys = tmp_path / "keys.yaml"
@@ -241,12 +303,14 @@ def test_named_cases_exit_2_one_line(tmp_path: Path, demo_url: str, busy_port: i
         "demo user file": (["demo", "--db", str(user_file)], "refusing"),
     }
     user_file.write_bytes(b"SQLite format 3\x00 a user's own database")
-    for name, (argv, needle) in cases.items():
-        done = _dupguard(*argv)
-        lines = [line for line in done.stderr.splitlines() if not line.startswith("{")]  # JSON log lines
-        assert done.returncode == 2, (name, done.returncode, done.stderr[-800:])
-        assert "Traceback" not in done.stderr, (name, done.stderr)
-        assert needle in done.stderr, (name, done.stderr)
+    done = _dupguard(*cases["port"][0])
+    outcomes = {"port as a process": (done.returncode, done.stderr, cases["port"][1])}
+    outcomes |= {name: (*_outcome(argv, capsys), needle) for name, (argv, needle) in cases.items()}
+    for name, (code, err, needle) in outcomes.items():
+        lines = [line for line in err.splitlines() if not line.startswith("{")]  # JSON log lines
+        assert code == 2, (name, code, err[-800:])
+        assert "Traceback" not in err, (name, err)
+        assert needle in err, (name, err)
         assert lines and lines[0].startswith(("dupguard: ", "usage:")), (name, lines)
     assert user_file.read_bytes() == b"SQLite format 3\x00 a user's own database"
 

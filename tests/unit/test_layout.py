@@ -10,6 +10,7 @@ layer below the app."""
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,14 +123,15 @@ def _layer(module: str) -> str:
     return module
 
 
-def _graph() -> dict[str, set[str]]:
+@functools.cache  # parsing every module is most of each test's time; the files do not change during a run
+def _graph() -> dict[str, frozenset[str]]:
     modules = _modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
         for name, _ in _imports(path):
             if name in modules and name != module:
                 graph[module].add(name)
-    return graph
+    return {module: frozenset(deps) for module, deps in graph.items()}  # frozen: shared by the tests
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
