@@ -27,8 +27,9 @@ from typing import Any
 import pytest
 
 from detector import config
-from detector.app import checks, demo
+from detector.app import demo
 from detector.app.cli import main
+from detector.checks import enabled as checks
 from detector.config import SETTINGS, Config, Setting
 from detector.errors import ConfigError
 
