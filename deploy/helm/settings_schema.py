@@ -64,8 +64,8 @@ def _any_case(word: str) -> str:
 
 
 def _choices(setting: config.Setting) -> tuple[str, ...] | None:
-    """The values of a ``choice(...)`` setting (kept in its closure), else None."""
-    if setting.parse.__qualname__ != "choice.<locals>.parse" or not setting.parse.__closure__:
+    """The values of a ``_choice(...)`` setting (kept in its closure), else None."""
+    if setting.parse.__qualname__ != "_choice.<locals>.parse" or not setting.parse.__closure__:
         return None
     allowed: tuple[str, ...] = setting.parse.__closure__[0].cell_contents
     return allowed
@@ -92,7 +92,7 @@ def value_schema(setting: config.Setting) -> dict[str, Any]:
             "items": {"type": "string", "minLength": 1},
             "description": help_text + " A comma-separated string or a list.",
         }
-    if setting.parse.__name__ in {"url", "urls"}:
+    if setting.parse.__name__ in {"_url", "_urls"}:
         return {"type": "string", "pattern": "^(https?://.*)?$", "description": help_text}
     return {"type": "string", "description": help_text}
 

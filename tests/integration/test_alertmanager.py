@@ -154,7 +154,7 @@ def test_two_groups_of_one_dag_arrive_grouped_in_one_notification(am: Alertmanag
 def test_an_open_alert_is_resent_and_a_final_outcome_ends_it(am: Alertmanager, receiver: Receiver) -> None:
     """While open, every re-send moves ``endsAt`` on (four intervals ahead); a final outcome fixes it at
     ``resolve_after`` after the first push, and Alertmanager sends the resolved notification."""
-    event = detected("g1")
+    event = replace(detected("g1"), mode="dry-run")  # critical from detection to outcome: one label set
     alerter = _alerter((am.url,), alertmanager_resend_interval=SECOND, alertmanager_resolve_after=3 * SECOND)
     alerter.notify(event)
     [first] = wait_for(lambda: am.alerts(group_key="g1"), what="the alert")
@@ -162,11 +162,11 @@ def test_an_open_alert_is_resent_and_a_final_outcome_ends_it(am: Alertmanager, r
     wait_for(lambda: _time(am.alerts(group_key="g1")[0]["endsAt"]) > _time(first["endsAt"]), what="a re-send's endsAt")
     alerter.notify(outcome(event, Result.DRY_RUN))
     resolved = wait_for(
-        lambda: [a for a in receiver.alerts("/chat") if a["status"] == "resolved"], what="the resolved notification"
+        lambda: [a for a in receiver.alerts("/pager") if a["status"] == "resolved"], what="the resolved notification"
     )
     ends, starts = _time(resolved[0]["endsAt"]), _time(resolved[0]["startsAt"])
     assert ends - starts >= 3 * SECOND and resolved[0]["annotations"]["outcome"] == "dry_run"
-    assert receiver.alerts("/chat")[0]["status"] == "firing"  # notified before it ended
+    assert receiver.alerts("/pager")[0]["status"] == "firing"  # notified before it ended
     alerter.close(10)
 
 
@@ -324,7 +324,7 @@ def test_dupguard_run_pushes_every_group_of_airflow_made_duplicates(
 ) -> None:
     """The real process (``dupguard run --once``, settings from the environment) on the 3.1.2
     ``race_asset_fanout`` fixture: its three groups, one per consumer DAG, reach the route as three
-    notifications, in dry-run as ``warning`` with outcome ``dry_run``."""
+    notifications, in dry-run as ``critical`` pages (nobody stops them: they run twice)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DUPGUARD_")} | {
         "DUPGUARD_DATABASE_URL": fanout.url,
         "DUPGUARD_ALERTMANAGER_URLS": am.url,
@@ -337,13 +337,13 @@ def test_dupguard_run_pushes_every_group_of_airflow_made_duplicates(
     assert done.returncode == 0, done.stderr
     truth = {f.dag_id for f in scan(fanout.db, now=datetime.now(UTC)).findings}
     assert len(truth) == 3
-    wait_for(lambda: len(receiver.at("/chat")) >= 3, what="a notification per DAG")
-    shown = [(a["labels"], a["annotations"]["outcome"]) for a in receiver.alerts("/chat")]
-    assert {body["groupLabels"]["dag_id"] for body in receiver.at("/chat")} == truth, shown
+    wait_for(lambda: len(receiver.at("/pager")) >= 3, what="a page per DAG")
+    shown = [(a["labels"], a["annotations"]["outcome"]) for a in receiver.alerts("/pager")]
+    assert {body["groupLabels"]["dag_id"] for body in receiver.at("/pager")} == truth, shown
     for labels, result in shown:
-        assert labels["severity"] == "warning" and labels["cluster"] == "prod-eu", (shown, done.stderr[-3000:])
+        assert labels["severity"] == "critical" and labels["cluster"] == "prod-eu", (shown, done.stderr[-3000:])
         assert result in ("pending", "dry_run"), shown
-    assert receiver.at("/pager") == [], receiver.at("/pager")
+    assert receiver.at("/chat") == [], receiver.at("/chat")
 
 
 def _inhibit_rules() -> str:
