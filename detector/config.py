@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from detector import __version__
 from detector import redact as _redact
 from detector.checks.registry import SETTINGS as CHECK_SETTINGS
 from detector.durations import parse_duration
@@ -47,6 +48,11 @@ def _db_url(text: str) -> str:
     parse_url(text)  # raises ConfigError with a redacted message
     return text
 
+
+# The runbook on-call clicks: this version's released docs/runbooks.md (the tag is the package version,
+# so the PrometheusRule, Slack and Alertmanager link the same page; tests/deploy check the rule file).
+REPOSITORY_URL = "https://github.com/airflow-dupguard/airflow-dupguard"
+RUNBOOK_URL = f"{REPOSITORY_URL}/blob/v{__version__}/docs/runbooks.md"
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -197,9 +203,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("airflow_ui_url", None, url, "Airflow UI base URL for links in alerts."),
     Setting(
         "runbook_url",
-        None,
+        RUNBOOK_URL,
         url,
-        "URL of dupguard's docs/runbooks.md (alerts link `<url>#<alert name>`); unset: they name the file.",
+        "URL of dupguard's docs/runbooks.md (alerts link `<url>#<alert name>`); default: the page released "
+        "with this version.",
+    ),
+    Setting(
+        "unstopped_severity",
+        "critical",
+        choice("critical", "warning"),
+        "Severity of a duplicate that will run or ran (not stopped: dry-run, off, a stop failed or not "
+        "confirmed; too late) on every channel: critical (pages) or warning.",
     ),
     Setting("grafana_dashboard_url", None, url, "URL of dupguard's Grafana dashboard, linked from Slack alerts."),
     Setting("slack_bot_token", None, str, "Slack bot token (chat.postMessage, threads, updates).", secret=True),
@@ -291,6 +305,7 @@ class Config:
     airflow_timeout: timedelta
     airflow_ui_url: str | None
     runbook_url: str | None
+    unstopped_severity: str
     grafana_dashboard_url: str | None
     slack_bot_token: str | None = field(repr=False)
     slack_channel: str | None

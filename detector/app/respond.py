@@ -57,6 +57,7 @@ class _GroupOutcome:
     open: set[str] = field(default_factory=set)  # run_ids without a final result
     unseen: set[str] = field(default_factory=set)  # run_ids without any result yet
     announced: bool = False
+    detected_at: datetime | None = None  # the group's DETECTED alert, kept in its OUTCOME alerts
 
 
 class Responder:
@@ -88,6 +89,7 @@ class Responder:
         self._mode = Mode(config.remediation)
         self._remediate_started = config.remediate_started
         self._cluster = config.cluster_name
+        self._unstopped = config.unstopped_severity
         self._outcomes: dict[str, _GroupOutcome] = {}
         self._outcomes_lock = threading.Lock()
         # groups alerted while the ledger could not record them: not alerted again once it can
@@ -146,7 +148,7 @@ class Responder:
                     self._remediator.record(left_alone)
             if todo:
                 ledger.record_decision((finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo])
-                self._track(finding, actions, todo)
+                self._track(finding, actions, todo, now)
             if "detected" in won:
                 if self._unrecorded.pop(finding.key, False) is False:  # else announced while unrecorded
                     self._report_detected(finding, actions, now)
@@ -195,12 +197,16 @@ class Responder:
         self._remediator.record(result)
         self._on_result(job, result, True)
 
-    def _track(self, finding: Finding, actions: list[Action], todo: list[Action]) -> None:
+    def _track(
+        self, finding: Finding, actions: list[Action], todo: list[Action], detected_at: datetime | None = None
+    ) -> None:
         runs = {a.run.run_id for a in todo}
         with self._outcomes_lock:
             group = self._outcomes.get(finding.key)
             if group is None:
-                self._outcomes[finding.key] = _GroupOutcome(finding, list(actions), open=set(runs), unseen=set(runs))
+                self._outcomes[finding.key] = _GroupOutcome(
+                    finding, list(actions), open=set(runs), unseen=set(runs), detected_at=detected_at
+                )
             else:  # e.g. a third run joined the group while the first remediation is retried
                 group.finding, group.actions = finding, list(actions)
                 group.open |= runs
@@ -233,6 +239,7 @@ class Responder:
                 assets=finding.assets,
                 new_runs=joined,
                 unrecorded=unrecorded,
+                unstopped_severity=self._unstopped,
             )
         )
 
@@ -252,15 +259,18 @@ class Responder:
                 group.open.discard(run_id)
             if not group.unseen and (not group.announced or final):
                 group.announced = True
+                now = self._clock()
                 event = AlertEvent(
                     kind=AlertKind.OUTCOME,
                     finding=group.finding,
-                    detected_at=self._clock(),
+                    detected_at=group.detected_at or now,
                     cluster=self._cluster,
                     mode=self._mode.value,
                     actions=tuple(group.actions),
                     results=tuple(group.latest.values()),
                     assets=group.finding.assets,
+                    unstopped_severity=self._unstopped,
+                    outcome_at=now,
                 )
             if not group.open:
                 del self._outcomes[job.finding.key]

@@ -167,6 +167,10 @@ class AlertEvent:
     new_runs: tuple[str, ...] = ()
     # Why the ledger could not record this alert (it is sent anyway, and says it may repeat); None: recorded
     unrecorded: str | None = None
+    # The severity of a duplicate that will run or ran (DUPGUARD_UNSTOPPED_SEVERITY: critical or warning)
+    unstopped_severity: str = "critical"
+    # OUTCOME: when the results came in (``detected_at`` stays the group's detection); None on DETECTED
+    outcome_at: datetime | None = None
 
 
 class Alerter(Protocol):

@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,13 @@ def runbook_sections() -> dict[str, str]:
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
+def released_runbooks(version: str | None = None) -> str:
+    """docs/runbooks.md as released with ``version`` (default: the package's, pyproject.toml): what
+    on-call can click, unlike a path relative to nothing."""
+    version = version or tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    return f"https://github.com/airflow-dupguard/airflow-dupguard/blob/v{version}/docs/runbooks.md"
+
+
 def test_alert_rules_pass_promtool_check_and_have_runbooks() -> None:
     """promtool check rules accepts the rule file; every alert's runbook_url names its own section of
     docs/runbooks.md (as the kube-prometheus mixins do), and that section says what the alert means,
@@ -104,7 +112,7 @@ def test_alert_rules_pass_promtool_check_and_have_runbooks() -> None:
     for group in yaml.safe_load(RULES.read_text())["groups"]:
         for rule in group["rules"]:
             alert = rule["alert"]
-            assert rule["annotations"].get("runbook_url") == f"docs/runbooks.md#{alert}", alert
+            assert rule["annotations"].get("runbook_url") == f"{released_runbooks()}#{alert}", alert
             assert rule["labels"]["severity"] in {"critical", "warning"}
             section = sections.get(alert, "")
             assert section.startswith(f"## {alert}\n"), f"{alert}: no section in docs/runbooks.md"
@@ -159,7 +167,11 @@ def test_companion_chart_monitoring_objects_standalone(tmp_path: Path) -> None:
     ports = {p["name"] for c in pod["spec"]["containers"] for p in c["ports"]}
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] in ports
     rule = one(docs, "PrometheusRule")
-    assert rule["spec"] == yaml.safe_load(RULES.read_text())
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert app_version == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert rule["spec"] == yaml.safe_load(
+        RULES.read_text().replace(released_runbooks(), released_runbooks(app_version))
+    )
     rendered_rules = tmp_path / "rendered-rules.yaml"
     rendered_rules.write_text(yaml.safe_dump(rule["spec"]))
     run_promtool("check", "rules", str(rendered_rules))
@@ -168,6 +180,35 @@ def test_companion_chart_monitoring_objects_standalone(tmp_path: Path) -> None:
     assert dashboard["metadata"]["annotations"] == {"grafana_folder": "Airflow"}
     assert json.loads(dashboard["data"]["dupguard.json"]) == json.loads(DASHBOARD.read_text())
     validate_objects([dashboard, service, deployment], "monitoring (core objects)")
+
+
+def test_companion_chart_rules_link_the_runbook_base_and_follow_the_unstopped_severity() -> None:
+    """monitoring.prometheusRule.runbookBaseUrl moves every runbook_url (its anchor kept), and
+    config.DUPGUARD_UNSTOPPED_SEVERITY lowers the rules of a duplicate that will run or ran, as it does
+    the alerts dupguard pushes; the other rules keep their severity."""
+    base = "https://wiki.example/dupguard/runbooks.md"
+    values = {
+        "mode": "standalone",
+        "config": {"DUPGUARD_UNSTOPPED_SEVERITY": "warning"},
+        "monitoring": {"prometheusRule": {"enabled": True, "runbookBaseUrl": base}},
+    }
+    rendered = {
+        r["alert"]: r for g in one(render_companion(values), "PrometheusRule")["spec"]["groups"] for r in g["rules"]
+    }
+    original = {r["alert"]: r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    assert rendered.keys() == original.keys()
+    unstopped = {a for a, r in original.items() if r["labels"].get("harm") == "unstopped"}
+    assert unstopped == {
+        "DupguardDuplicateNotStopped",
+        "DupguardRemediationFailing",
+        "DupguardRemediationUnconfirmed",
+        "DupguardDuplicateCaughtAfterStart",
+    }
+    for alert, rule in rendered.items():
+        assert rule["annotations"]["runbook_url"] == f"{base}#{alert}"
+        expected = "warning" if alert in unstopped else original[alert]["labels"]["severity"]
+        assert rule["labels"]["severity"] == expected, alert
+        assert original[alert]["labels"]["severity"] == "critical" or alert not in unstopped
 
 
 def test_companion_chart_pod_monitor_sidecar_selects_the_overlay_port() -> None:

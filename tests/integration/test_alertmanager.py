@@ -9,9 +9,12 @@ Alertmanager does, and ordering comes from silences, not from timers.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -28,7 +31,7 @@ from detector.app.scan import scan
 from detector.app.wiring import build_alerter
 from detector.checks.split_partition.alert import SPLIT_ALERT, split_notice
 from detector.checks.split_partition.rule import SplitPartition, SplitRow
-from detector.config import Config
+from detector.config import RUNBOOK_URL, Config
 from detector.core.ports import AlertEvent, Result
 from detector.metrics import Metrics
 from tests.airflow_server import CountingProxy, make_test_ca
@@ -107,7 +110,7 @@ def test_a_group_reaches_the_receiver_through_the_route_and_its_severity_routes_
     assert notes["kept_run"] == f.kept.run_id and notes["duplicate_runs"] == f.duplicates[0].run_id
     assert notes["kept_run_url"] == run_url(UI, f.dag_id, f.kept.run_id)
     assert notes["duplicate_run_urls"] == run_url(UI, f.dag_id, f.duplicates[0].run_id)
-    assert notes["runbook_url"] == "docs/runbooks.md#DupguardDuplicateRun"
+    assert notes["runbook_url"] == f"{RUNBOOK_URL}#DupguardDuplicateRun" and RUNBOOK_URL.startswith("https://")
     assert f.duplicates[0].run_id in notes["description"] and "s3://lake/orders" in notes["description"]
     assert alert["generatorURL"] == notes["kept_run_url"]
 
@@ -151,7 +154,7 @@ def test_two_groups_of_one_dag_arrive_grouped_in_one_notification(am: Alertmanag
 def test_an_open_alert_is_resent_and_a_final_outcome_ends_it(am: Alertmanager, receiver: Receiver) -> None:
     """While open, every re-send moves ``endsAt`` on (four intervals ahead); a final outcome fixes it at
     ``resolve_after`` after the first push, and Alertmanager sends the resolved notification."""
-    event = detected("g1")
+    event = replace(detected("g1"), mode="dry-run")  # critical from detection to outcome: one label set
     alerter = _alerter((am.url,), alertmanager_resend_interval=SECOND, alertmanager_resolve_after=3 * SECOND)
     alerter.notify(event)
     [first] = wait_for(lambda: am.alerts(group_key="g1"), what="the alert")
@@ -159,11 +162,11 @@ def test_an_open_alert_is_resent_and_a_final_outcome_ends_it(am: Alertmanager, r
     wait_for(lambda: _time(am.alerts(group_key="g1")[0]["endsAt"]) > _time(first["endsAt"]), what="a re-send's endsAt")
     alerter.notify(outcome(event, Result.DRY_RUN))
     resolved = wait_for(
-        lambda: [a for a in receiver.alerts("/chat") if a["status"] == "resolved"], what="the resolved notification"
+        lambda: [a for a in receiver.alerts("/pager") if a["status"] == "resolved"], what="the resolved notification"
     )
     ends, starts = _time(resolved[0]["endsAt"]), _time(resolved[0]["startsAt"])
     assert ends - starts >= 3 * SECOND and resolved[0]["annotations"]["outcome"] == "dry_run"
-    assert receiver.alerts("/chat")[0]["status"] == "firing"  # notified before it ended
+    assert receiver.alerts("/pager")[0]["status"] == "firing"  # notified before it ended
     alerter.close(10)
 
 
@@ -321,7 +324,7 @@ def test_dupguard_run_pushes_every_group_of_airflow_made_duplicates(
 ) -> None:
     """The real process (``dupguard run --once``, settings from the environment) on the 3.1.2
     ``race_asset_fanout`` fixture: its three groups, one per consumer DAG, reach the route as three
-    notifications, in dry-run as ``warning`` with outcome ``dry_run``."""
+    notifications, in dry-run as ``critical`` pages (nobody stops them: they run twice)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DUPGUARD_")} | {
         "DUPGUARD_DATABASE_URL": fanout.url,
         "DUPGUARD_ALERTMANAGER_URLS": am.url,
@@ -334,10 +337,48 @@ def test_dupguard_run_pushes_every_group_of_airflow_made_duplicates(
     assert done.returncode == 0, done.stderr
     truth = {f.dag_id for f in scan(fanout.db, now=datetime.now(UTC)).findings}
     assert len(truth) == 3
-    wait_for(lambda: len(receiver.at("/chat")) >= 3, what="a notification per DAG")
-    shown = [(a["labels"], a["annotations"]["outcome"]) for a in receiver.alerts("/chat")]
-    assert {body["groupLabels"]["dag_id"] for body in receiver.at("/chat")} == truth, shown
+    wait_for(lambda: len(receiver.at("/pager")) >= 3, what="a page per DAG")
+    shown = [(a["labels"], a["annotations"]["outcome"]) for a in receiver.alerts("/pager")]
+    assert {body["groupLabels"]["dag_id"] for body in receiver.at("/pager")} == truth, shown
     for labels, result in shown:
-        assert labels["severity"] == "warning" and labels["cluster"] == "prod-eu", (shown, done.stderr[-3000:])
+        assert labels["severity"] == "critical" and labels["cluster"] == "prod-eu", (shown, done.stderr[-3000:])
         assert result in ("pending", "dry_run"), shown
-    assert receiver.at("/pager") == [], receiver.at("/pager")
+    assert receiver.at("/chat") == [], receiver.at("/chat")
+
+
+def _inhibit_rules() -> str:
+    """The inhibit rule docs/how-to/alerts.md ships (its ``inhibit_rules`` block, as written there)."""
+    text = (Path(__file__).parents[2] / "docs" / "how-to" / "alerts.md").read_text()
+    return "inhibit_rules:" + text.split("```yaml\ninhibit_rules:", 1)[1].split("```", 1)[0]
+
+
+def _rule_alert(am: Alertmanager, alertname: str) -> None:
+    """What Prometheus sends when a dupguard rule fires for the same duplicate (cluster from its external labels)."""
+    labels = {"alertname": alertname, "severity": "critical", "cluster": "prod-eu", "namespace": "airflow"}
+    body = json.dumps([{"labels": labels, "annotations": {"summary": "from the rule"}}]).encode()
+    request = urllib.request.Request(f"{am.url}/api/v2/alerts", body, {"Content-Type": "application/json"})  # noqa: S310
+    with urllib.request.urlopen(request, timeout=5):  # noqa: S310 - a local test server
+        pass
+
+
+@pytest.mark.parametrize("with_inhibit", [True, False])
+def test_one_duplicate_pages_once_with_the_documented_inhibit_rule(receiver: Receiver, with_inhibit: bool) -> None:
+    """A duplicate left running in dry-run fires the pushed DupguardDuplicateRun and the rule
+    DupguardDuplicateNotStopped: with the documented inhibit rule on-call gets one page (the push,
+    which names the runs), without it two."""
+    config = route_config(receiver.url) + (_inhibit_rules() if with_inhibit else "")
+    with alertmanager(config) as am:
+        alerter = _alerter((am.url,))
+        alerter.notify(replace(detected("g1"), mode="dry-run"))
+        wait_for(lambda: am.alerts(alertname=DUPLICATE_ALERT), what="the pushed alert in Alertmanager")
+        _rule_alert(am, "DupguardDuplicateNotStopped")
+        wait_for(lambda: am.alerts(alertname="DupguardDuplicateNotStopped"), what="the rule's alert")
+        time.sleep(2)  # several group_wait/group_interval rounds: a second page would have come
+        paged = {a["labels"]["alertname"] for a in receiver.alerts("/pager") if a["status"] == "firing"}
+        [rule] = am.alerts(alertname="DupguardDuplicateNotStopped")
+        alerter.close(10)
+    if with_inhibit:
+        assert paged == {DUPLICATE_ALERT}
+        assert rule["status"]["inhibitedBy"], rule["status"]
+    else:
+        assert paged == {DUPLICATE_ALERT, "DupguardDuplicateNotStopped"}

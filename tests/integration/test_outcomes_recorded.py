@@ -146,3 +146,19 @@ def test_a_full_queue_is_counted_and_logged(pg_templates: Templates, daemons: li
     assert _count(d, "fail", "db", "failed") == 2
     lines = _lines(logs)
     assert len(lines) == 2 and all(e["result"] == "failed" and "queue full" in e["detail"] for e in lines)
+
+
+def test_an_outcome_alert_keeps_the_detection_time_and_adds_its_own(
+    pg_templates: Templates, daemons: list[Running]
+) -> None:
+    """The OUTCOME event carries the group's detection time (was: replaced by the outcome's) and the
+    outcome's own: the Slack update and the Alertmanager description show both."""
+    url = pg_templates.clone("3.1.2", "race_asset")
+    _, dup = _group("race_asset")
+    d = _start(daemons, url, **FAIL_DB)
+    wait_for(lambda: dup in d.alerter.results(), what="the duplicate's outcome")
+    [first] = d.alerter.detected()
+    [done] = d.alerter.outcomes()
+    assert done.detected_at == first.detected_at
+    assert done.outcome_at is not None and done.outcome_at >= first.detected_at
+    assert first.outcome_at is None

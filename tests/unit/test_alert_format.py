@@ -126,7 +126,9 @@ def test_suspected_group_gets_distinct_lower_severity_message() -> None:
     s_head = detected_message(suspected).blocks[0]["text"]["text"]
     assert "Suspected" in s_head and "Suspected" not in c_head and c_head != s_head
     assert "Never remediated automatically" in _all_text(detected_message(suspected).blocks)
-    assert severity(confirmed) == "error" and severity(suspected) == "warning"
+    # a confirmed group being stopped (mode fail) is a warning until its outcome says how it ended
+    assert severity(confirmed) == "warning" and severity(suspected) == "warning"
+    assert severity(replace(confirmed, mode="dry-run")) == "error"
     assert webhook_payload(suspected)["severity"] == "warning"
 
 
@@ -198,7 +200,7 @@ def test_caught_after_start_is_its_own_status_and_names_the_task_that_ran() -> N
     assert status_of((caught, failed)).name == "failed"
     assert status_of((caught, late)).name == "caught_after_start"
     out = replace(e, kind=AlertKind.OUTCOME, results=(done, caught))
-    assert severity(out) == "warning"
+    assert severity(out) == "error"  # both runs executed: it pages
     for message in (detected_message(e, UI, out.results), outcome_message(out, UI)):
         assert "extract (queued -&gt; failed)" in _all_text(message.blocks) and "extract" in message.text
         assert not limits_problems(message.blocks)

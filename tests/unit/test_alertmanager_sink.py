@@ -5,8 +5,10 @@ What Alertmanager does with the pushes is tested on a real one (tests/integratio
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,8 @@ from detector.actions.alerts.channels.alertmanager import (
     severity_of,
     split_alert,
 )
+from detector.actions.alerts.channels.webhook import severity as webhook_severity
+from detector.actions.alerts.slack_messages import detected_message
 from detector.checks.split_partition.alert import split_notice
 from detector.checks.split_partition.rule import SplitPartition, SplitRow
 from detector.config import Config, load
@@ -52,14 +56,15 @@ def _suspected(event: AlertEvent) -> AlertEvent:
         (Result.TOO_LATE, "critical"),
         (Result.CAUGHT_AFTER_START, "critical"),
         (Result.FAILED, "critical"),
-        (Result.DRY_RUN, "warning"),
-        (Result.UNKNOWN, "warning"),
+        (Result.DRY_RUN, "critical"),
+        (Result.UNKNOWN, "critical"),
         (Result.DONE, "info"),
         (Result.ALREADY, "info"),
     ],
 )
 def test_severity_of_a_confirmed_group(result: Result | None, expected: str) -> None:
-    """Critical when a duplicate ran or its stop failed, info when nothing is left to do, else warning."""
+    """Critical when a duplicate will run (a stop failed or not confirmed, dry-run) or ran, info when it
+    was stopped in time, warning while it is being stopped."""
     event = detected("g1") if result is None else outcome(detected("g1"), result)
     assert severity_of(event) == expected
 
@@ -71,9 +76,53 @@ def test_a_suspected_group_is_a_warning_whatever_its_outcome() -> None:
 
 
 @pytest.mark.parametrize("why", [Outcome.DISABLED, Outcome.KEPT_BEFORE])
-def test_a_confirmed_duplicate_left_alone_is_a_warning(why: Outcome) -> None:
+def test_a_confirmed_duplicate_left_alone_pages(why: Outcome) -> None:
     """Remediation off, or a run an earlier judgement kept: the duplicate runs unless someone stops it."""
-    assert severity_of(_left_alone(detected("g1"), why)) == "warning"
+    assert severity_of(_left_alone(detected("g1"), why)) == "critical"
+
+
+@pytest.mark.parametrize("mode", ["dry-run", "off"])
+def test_a_duplicate_detected_in_a_mode_that_never_stops_it_pages(mode: str) -> None:
+    """The incident dupguard is for: in dry-run (the default) a duplicate nobody stops runs and loads
+    twice; its very first alert reaches the critical route, not only its outcome."""
+    assert severity_of(replace(detected("g1"), mode=mode)) == "critical"
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        replace(detected("g1"), mode="dry-run"),
+        outcome(detected("g1"), Result.DRY_RUN),
+        outcome(detected("g1"), Result.TOO_LATE),
+        outcome(detected("g1"), Result.FAILED),
+        outcome(detected("g1"), Result.UNKNOWN),
+        _left_alone(detected("g1"), Outcome.DISABLED),
+    ],
+)
+def test_the_operator_lowers_an_unstopped_duplicate_to_a_warning_on_every_channel(event: AlertEvent) -> None:
+    """DUPGUARD_UNSTOPPED_SEVERITY=warning: the Alertmanager label, the webhook's severity and Slack's
+    level all say warning, never critical; the default says critical on all three."""
+    lowered = replace(event, unstopped_severity="warning")
+    assert (severity_of(event), webhook_severity(event), _level(event)) == ("critical", "error", "CRITICAL")
+    assert (severity_of(lowered), webhook_severity(lowered), _level(lowered)) == ("warning", "warning", "WARNING")
+
+
+def test_a_duplicate_stopped_in_time_is_info_on_every_channel() -> None:
+    event = outcome(detected("g1"), Result.DONE)
+    assert (severity_of(event), webhook_severity(event), _level(event)) == ("info", "info", "INFO")
+
+
+def test_the_setting_reads_critical_or_warning_only() -> None:
+    assert load(env=BASE).unstopped_severity == "critical"
+    assert load(env=BASE | {"DUPGUARD_UNSTOPPED_SEVERITY": "Warning"}).unstopped_severity == "warning"
+    with pytest.raises(ConfigError, match="DUPGUARD_UNSTOPPED_SEVERITY"):
+        load(env=BASE | {"DUPGUARD_UNSTOPPED_SEVERITY": "page"})
+
+
+def _level(event: AlertEvent) -> str:
+    """Slack's level word, as its header shows it."""
+    header = detected_message(event, results=event.results).blocks[0]["text"]["text"]
+    return str(header.split()[1].rstrip(":"))  # ":rotating_light: CRITICAL: Duplicate run of …"
 
 
 def test_every_split_partition_is_a_warning() -> None:
@@ -89,7 +138,9 @@ def test_every_split_partition_is_a_warning() -> None:
 
 def test_the_runbook_link_names_the_alert_whatever_the_setting_ends_with() -> None:
     event = detected("g1")
-    assert group_alert(event).annotations["runbook_url"] == "docs/runbooks.md#DupguardDuplicateRun"
+    released = f"https://github.com/airflow-dupguard/airflow-dupguard/blob/v{_project_version()}/docs/runbooks.md"
+    assert group_alert(event).annotations["runbook_url"] == f"{released}#DupguardDuplicateRun"
+    assert load(env=BASE).runbook_url == released  # the default on-call can click: the released page
     linked = group_alert(event, runbook="https://x.example/runbooks.md#top").annotations["runbook_url"]
     assert linked == "https://x.example/runbooks.md#DupguardDuplicateRun"
 
@@ -115,15 +166,17 @@ def test_an_open_alert_ends_four_intervals_ahead_and_each_resend_moves_it() -> N
 def test_a_final_outcome_ends_resolve_after_the_first_push_or_now() -> None:
     """Fixed at ``first push + resolve_after`` (so group_wait sees it firing); later than that: now."""
     tracker = Tracker(MINUTE, 5 * MINUTE)
-    tracker.track(group_alert(detected("g1")), T0)
-    [final] = tracker.track(group_alert(outcome(detected("g1"), Result.DRY_RUN)), T0 + 2 * MINUTE)
+    dry = replace(detected("g1"), mode="dry-run")  # critical from detection to outcome: one label set
+    tracker.track(group_alert(dry), T0)
+    [final] = tracker.track(group_alert(outcome(dry, Result.DRY_RUN)), T0 + 2 * MINUTE)
     assert final["endsAt"] == (T0 + 5 * MINUTE).isoformat()
     assert _ends(tracker.due(T0 + 3 * MINUTE)) == [(T0 + 5 * MINUTE).isoformat()]  # not moved on
     assert _ends(tracker.due(T0 + 6 * MINUTE)) == [(T0 + 5 * MINUTE).isoformat()]  # once more, resolved
     assert tracker.due(T0 + 7 * MINUTE) == [] and len(tracker) == 0
     late = Tracker(MINUTE, 5 * MINUTE)
-    late.track(group_alert(detected("g2")), T0)
-    [final] = late.track(group_alert(outcome(detected("g2"), Result.DRY_RUN)), T0 + 9 * MINUTE)
+    late_dry = replace(detected("g2"), mode="dry-run")
+    late.track(group_alert(late_dry), T0)
+    [final] = late.track(group_alert(outcome(late_dry, Result.DRY_RUN)), T0 + 9 * MINUTE)
     assert final["endsAt"] == (T0 + 9 * MINUTE).isoformat() and len(late) == 0
 
 
@@ -189,3 +242,7 @@ def test_alertmanager_settings_are_checked_without_showing_secrets() -> None:
     assert "go together" in _problems(DUPGUARD_ALERTMANAGER_USERNAME="u")
     secret = load(env=BASE | {"DUPGUARD_ALERTMANAGER_USERNAME": "u", "DUPGUARD_ALERTMANAGER_PASSWORD": "pw-123456"})
     assert "pw-123456" not in str(secret.redacted()) and "pw-123456" not in repr(secret)
+
+
+def _project_version() -> str:
+    return str(tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["version"])

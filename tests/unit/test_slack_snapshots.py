@@ -33,7 +33,7 @@ from detector.app.ledger import MemoryLedger
 from detector.app.wiring import build_alerter
 from detector.checks.split_partition.alert import split_notice
 from detector.checks.split_partition.rule import SplitPartition, SplitRow
-from detector.config import Config
+from detector.config import RUNBOOK_URL, Config
 from detector.core.checks import Observation
 from detector.core.model import Confidence, Finding, Kind, TaskProgress
 from detector.core.plan import Action, Mode, Outcome
@@ -138,9 +138,9 @@ def _outcome_messages(name: str) -> dict[str, Message]:
     f = _finding(confidence, started)
     event = _event(f, mode)
     results = (make(f),)
-    done = replace(event, kind=AlertKind.OUTCOME, results=results)
+    done = replace(event, kind=AlertKind.OUTCOME, results=results, outcome_at=event.detected_at + timedelta(seconds=2))
     return {
-        "first_message_updated": detected_message(event, UI, results, links=LINKS),
+        "first_message_updated": detected_message(done, UI, results, links=LINKS),  # as slack_bot updates it
         "thread_reply": reply(done, UI, links=LINKS),
         "standalone_follow_up": reply(done, UI, threaded=False, links=LINKS),
     }
@@ -271,8 +271,18 @@ def test_snapshot_is_accepted_by_the_slack_stand_in(slack: SlackServer, name: st
 # --- what the snapshots must say, whatever their wording (a regenerated snapshot cannot drop these) ---
 
 LEVELS = {
-    "CRITICAL": {"too_late", "caught_after_start", "failed"},
-    "HIGH": {"dry_run", "dry_run_task_started", "unknown", "disabled", "kept_before", "detected", "ledger_failure"},
+    # a duplicate that will run (nobody stopped it) or ran pages
+    "CRITICAL": {
+        "too_late",
+        "caught_after_start",
+        "failed",
+        "dry_run",
+        "dry_run_task_started",
+        "unknown",
+        "disabled",
+        "kept_before",
+    },
+    "HIGH": {"detected", "ledger_failure"},
     "WARNING": {"not_confirmed", "detected_suspected"},
     "INFO": {"done", "already", "gone", "prevented", "stopped_before"},
 }
@@ -326,7 +336,10 @@ def test_links_to_the_runbook_dashboard_and_grid_view_when_configured() -> None:
     )
     assert "<https://grafana.example/d/dupguard|Grafana dashboard>" in configured
     assert "<https://airflow.example/dags/orders_consumer|DAG grid view>" in configured
-    assert "Runbook: `docs/runbooks.md#DupguardDuplicateRun`" in bare and "grafana" not in bare and "<http" not in bare
+    # without DUPGUARD_RUNBOOK_URL the runbook is still a link on-call can click: the released page
+    assert f"<{RUNBOOK_URL}#DupguardDuplicateRun|Runbook: DupguardDuplicateRun>" in bare
+    assert RUNBOOK_URL.startswith("https://github.com/airflow-dupguard/airflow-dupguard/blob/v")
+    assert "grafana" not in bare and "DAG grid view" not in bare
     split = _mrkdwn(CASES["split_partition"]["message"])
     assert (
         "runbooks.md#DupguardSplitPartition|" in split

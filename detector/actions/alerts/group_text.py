@@ -32,10 +32,9 @@ class Status:
 
     name: str  # remediated, failed, caught_after_start, too_late, dry_run, no_action, pending
     label: str
-    severity: str
 
 
-PENDING = Status("pending", "remediation pending", "info")
+PENDING = Status("pending", "remediation pending")
 
 
 def iso(value: datetime | None) -> str | None:
@@ -96,24 +95,24 @@ def status_of(results: Sequence[RemediationResult]) -> Status:
     if not results:
         return PENDING
     if Result.FAILED in kinds:
-        return Status("failed", "remediation failed", "error")
+        return Status("failed", "remediation failed")
     if Result.CAUGHT_AFTER_START in kinds:
         # Stopped, but user code of the duplicate ran (and was killed mid-run): check its side effects.
-        return Status("caught_after_start", "caught after start: a duplicate's task ran and was stopped", "warning")
+        return Status("caught_after_start", "caught after start: a duplicate's task ran and was stopped")
     if Result.UNKNOWN in kinds:
-        return Status("unknown", "not confirmed: a stop was sent but could not be read back", "warning")
+        return Status("unknown", "not confirmed: a stop was sent but could not be read back")
     if Result.TOO_LATE in kinds:
-        return Status("too_late", "too late: the duplicate had started", "warning")
+        return Status("too_late", "too late: the duplicate had started")
     if Result.DRY_RUN in kinds:
-        return Status("dry_run", "dry-run: would stop the duplicate", "info")
+        return Status("dry_run", "dry-run: would stop the duplicate")
     if kinds <= {Result.DONE, Result.ALREADY, Result.GONE} and kinds & {Result.DONE, Result.ALREADY}:
-        return Status("remediated", "duplicate stopped", "info")
-    return Status("no_action", "no remediation", "info")
+        return Status("remediated", "duplicate stopped")
+    return Status("no_action", "no remediation")
 
 
 def event_guidance(event: AlertEvent, ui_url: str | None, results: Sequence[RemediationResult]) -> Guidance:
     """``oncall.guidance`` for ``event`` as it stands with ``results``."""
-    return guidance(event.finding, event.mode, status_of(results).name, results, ui_url)
+    return guidance(event.finding, event.mode, status_of(results).name, results, ui_url, event.unstopped_severity)
 
 
 # --- plain text (fallback, logs, descriptions) ---------------------------------------------------------
@@ -133,7 +132,10 @@ def plain_text(event: AlertEvent, ui_url: str | None = None) -> str:
     f = event.finding
     results = {r.action.run.run_id: r for r in event.results}
     lines = [title(event) if event.kind is AlertKind.DETECTED else f"{title(event)}: {status_of(event.results).label}"]
-    lines.append(f"group {f.key}: {f.confidence.value} {f.kind.value} duplicate, detected {iso(event.detected_at)}")
+    outcome = f", outcome at {iso(event.outcome_at)}" if event.outcome_at else ""
+    lines.append(
+        f"group {f.key}: {f.confidence.value} {f.kind.value} duplicate, detected at {iso(event.detected_at)}{outcome}"
+    )
     if event.assets:
         lines.append("assets: " + ", ".join(event.assets))
     lines.append("shared asset events: " + (", ".join(map(str, f.shared_event_ids)) or "none"))

@@ -135,7 +135,11 @@ def _group_blocks(
     if event.unrecorded:
         blocks.append(context(":warning: " + escape(clip(may_repeat(event.unrecorded), SECTION_LIMIT - 20))))
     blocks.append(links_context(DUPLICATE_ALERT, links, ui_url, f.dag_id))
-    blocks.append(context(f"Detected {slack_date(event.detected_at)} · group `{_name(f.key)}` · dupguard"))
+    # an update keeps the detection time and adds the outcome's: on-call needs how long the stop took
+    when = f"Detected at {slack_date(event.detected_at)}"
+    if results and event.outcome_at:
+        when += f" · outcome at {slack_date(event.outcome_at)}"
+    blocks.append(context(f"{when} · group `{_name(f.key)}` · dupguard"))
     return blocks
 
 
@@ -205,7 +209,8 @@ def digest_message(events: Sequence[AlertEvent], ui_url: str | None = None, *, l
     cluster = events[0].cluster if events else ""
     confirmed = sum(1 for e in events if e.finding.confidence is Confidence.CONFIRMED)
     head = f":rotating_light: {len(events)} duplicate DAG run groups on {cluster}"
-    level = "HIGH — duplicate runs detected" if confirmed else "WARNING — suspected duplicate runs"
+    worst = event_guidance(worst_first(events)[0], None, ()).level if events else "WARNING"
+    level = f"{worst} — duplicate runs detected" if confirmed else f"{worst} — suspected duplicate runs"
     blocks: list[dict[str, Any]] = [
         header(head),
         section(

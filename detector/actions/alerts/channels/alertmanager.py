@@ -41,17 +41,16 @@ from detector.actions.alerts.channels.log import LOGGER
 from detector.actions.alerts.group_text import event_guidance, plain_text, status_of
 from detector.actions.alerts.json_webhook import JsonWebhook
 from detector.actions.alerts.notice import Notice
-from detector.actions.alerts.oncall import DUPLICATE_ALERT, RUNBOOK_FILE, Guidance
+from detector.actions.alerts.oncall import DUPLICATE_ALERT, Guidance, runbook_link
 from detector.actions.alerts.parts import send_each
 from detector.actions.alerts.text import SUMMARY_LIMIT, clip, run_url
-from detector.config import Config
+from detector.config import RUNBOOK_URL, Config
 from detector.core.ports import AlertEvent, AlertKind
 from detector.errors import AlertDeliveryError
 
 MAX_ALERTS_PER_PUSH = 100
 MAX_OPEN = 10_000  # alerts kept for re-sending; beyond, the oldest is left to expire in Alertmanager
 _TEXT_LIMIT = 4000  # an annotation is shown in chat receivers, which cut long texts anyway
-_SEVERITY = {"CRITICAL": "critical", "INFO": "info"}  # HIGH and WARNING: warning
 
 
 class Poster(Protocol):
@@ -66,10 +65,11 @@ def _guidance(event: AlertEvent) -> Guidance:
 
 def severity_of(event: AlertEvent) -> str:
     """The Slack message's level (``oncall.guidance``) in Alertmanager's words: ``critical`` when a
-    duplicate's tasks ran (too late, caught after start) or its stop failed; ``info`` when nothing is
-    left to do (stopped or gone before its tasks ran); ``warning`` otherwise (``HIGH``: a confirmed
-    duplicate not stopped yet, dry-run, off, unconfirmed, kept before; ``WARNING``: a suspected one)."""
-    return _SEVERITY.get(_guidance(event).level, "warning")
+    duplicate will run (not stopped: dry-run, off, kept before, a stop not confirmed or failed) or ran
+    (too late, caught after start), ``warning`` instead when ``DUPGUARD_UNSTOPPED_SEVERITY`` lowers it;
+    ``info`` when nothing is left to do (stopped or gone before its tasks ran); ``warning`` for a
+    confirmed duplicate being stopped and for a suspected one."""
+    return _guidance(event).severity
 
 
 def is_final(event: AlertEvent) -> bool:
@@ -88,11 +88,7 @@ class Alert:
     generator_url: str | None = None
 
 
-def _runbook(base: str, alertname: str) -> str:
-    return f"{base.split('#', 1)[0]}#{alertname}"  # as the Slack links (oncall.links_context)
-
-
-def group_alert(event: AlertEvent, ui_url: str | None = None, runbook: str = RUNBOOK_FILE) -> Alert:
+def group_alert(event: AlertEvent, ui_url: str | None = None, runbook: str = RUNBOOK_URL) -> Alert:
     f = event.finding
     status = status_of(event.results)
     annotations = {
@@ -106,7 +102,7 @@ def group_alert(event: AlertEvent, ui_url: str | None = None, runbook: str = RUN
         "run_after": f.run_after.isoformat(),
         "kept_run": f.kept.run_id,
         "duplicate_runs": clip(", ".join(r.run_id for r in f.duplicates), _TEXT_LIMIT),
-        "runbook_url": _runbook(runbook, DUPLICATE_ALERT),
+        "runbook_url": runbook_link(runbook, DUPLICATE_ALERT),
     }
     if f.partition_key is not None:
         annotations["partition_key"] = f.partition_key
@@ -128,7 +124,7 @@ def group_alert(event: AlertEvent, ui_url: str | None = None, runbook: str = RUN
     return Alert(f.key, labels, annotations, final=is_final(event), generator_url=kept_url)
 
 
-def notice_alert(notice: Notice, runbook: str = RUNBOOK_FILE) -> Alert:
+def notice_alert(notice: Notice, runbook: str = RUNBOOK_URL) -> Alert:
     """A periodic check's alert (a split partition, a flapping trigger, ...): final at once, it describes a
     state someone must look at; its severity is the notice's (a split: always ``warning``)."""
     extra_labels, extra_annotations = notice.am_fields()
@@ -144,7 +140,7 @@ def notice_alert(notice: Notice, runbook: str = RUNBOOK_FILE) -> Alert:
         "summary": notice.payload["summary"],
         "description": clip(notice.text, _TEXT_LIMIT),
         **extra_annotations,
-        "runbook_url": _runbook(runbook, notice.alertname),
+        "runbook_url": runbook_link(runbook, notice.alertname),
     }
     return Alert(notice.key, labels, annotations, final=True)
 
@@ -239,7 +235,7 @@ class AlertmanagerChannel:
         resend_interval: timedelta,
         resolve_after: timedelta,
         ui_url: str | None = None,
-        runbook: str = RUNBOOK_FILE,
+        runbook: str = RUNBOOK_URL,
         on_failure: Callable[[str], None] = lambda error: None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -366,7 +362,7 @@ def build(config: Config, needs: Needs) -> list[AlertmanagerChannel]:
             resend_interval=config.alertmanager_resend_interval,
             resolve_after=config.alertmanager_resolve_after,
             ui_url=config.airflow_ui_url,
-            runbook=config.runbook_url or RUNBOOK_FILE,
+            runbook=config.runbook_url or RUNBOOK_URL,
             on_failure=_failed_resend(needs.counter(name, "failed"), needs.undelivered, name),
         )
         for name, url in zip(channel_names(config.alertmanager_urls), config.alertmanager_urls, strict=True)

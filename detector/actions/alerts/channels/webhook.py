@@ -17,6 +17,7 @@ from detector.actions.alerts.channels.base import Needs
 from detector.actions.alerts.group_text import (
     digest_outcome_text,
     digest_text,
+    event_guidance,
     iso,
     plain_text,
     remediation_json,
@@ -30,7 +31,7 @@ from detector.actions.alerts.notice import Notice
 from detector.actions.alerts.parts import send_each
 from detector.actions.alerts.text import SCHEMA, SUMMARY_LIMIT, clip
 from detector.config import Config
-from detector.core.model import Confidence, Finding
+from detector.core.model import Finding
 from detector.core.ports import AlertEvent, AlertKind
 
 # One webhook POST stays small for any receiver (PagerDuty's Events API takes 512 KB, many gateways
@@ -39,11 +40,15 @@ DIGEST_MAX_BYTES = 256_000
 DIGEST_MAX_GROUPS = 100
 
 
+_V1_WORDS = {"critical": "error"}  # the dupguard.alert/v1 envelope's word for it (as a notice's)
+_RANKS = {"info": 0, "warning": 1, "error": 2}
+
+
 def severity(event: AlertEvent) -> str:
-    """``error`` for a confirmed duplicate, ``warning`` for a suspected one; outcomes by their status."""
-    if event.kind is AlertKind.OUTCOME:
-        return status_of(event.results).severity
-    return "error" if event.finding.confidence is Confidence.CONFIRMED else "warning"
+    """The Slack level and the Alertmanager ``severity`` (``oncall.Guidance.severity``) in the envelope's
+    words: ``error`` (critical) when the duplicate will run or ran, ``info`` when it was stopped in time."""
+    level = event_guidance(event, None, event.results).severity
+    return _V1_WORDS.get(level, level)
 
 
 def group_json(event: AlertEvent, ui_url: str | None = None) -> dict[str, Any]:
@@ -61,6 +66,7 @@ def group_json(event: AlertEvent, ui_url: str | None = None) -> dict[str, Any]:
         "duplicates": [run_json(r, ui_url) for r in f.duplicates],
         "new_run_ids": list(event.new_runs),
         "detected_at": iso(event.detected_at),
+        "outcome_at": iso(event.outcome_at),
         "may_repeat": event.unrecorded is not None,
     }
 
@@ -113,12 +119,10 @@ def digest_payload(events: Sequence[AlertEvent], ui_url: str | None = None) -> d
     ``digest_payloads`` splits big ones."""
     cluster = events[0].cluster if events else ""
     outcomes = bool(events) and events[0].kind is AlertKind.OUTCOME
+    worst = max((severity(e) for e in events), key=_RANKS.__getitem__, default="info")
     if outcomes:
-        ranks = {"info": 0, "warning": 1, "error": 2}
-        worst = max((severity(e) for e in events), key=ranks.__getitem__)
         summary, text = f"{len(events)} remediation outcomes on {cluster}", digest_outcome_text(worst_first(events))
     else:
-        worst = "error" if any(e.finding.confidence is Confidence.CONFIRMED for e in events) else "warning"
         summary, text = f"{len(events)} duplicate DAG run groups on {cluster}", digest_text(events)
     return {
         "schema": SCHEMA,
