@@ -217,6 +217,7 @@ def build_remediator(
     API (``--source api``). ``fence``: the leader's permission to write, asked before every write (None:
     the only replica, unfenced). ``backend_options`` reach the backend's constructor (tests: clocks, back-off lengths).
     """
+    config = resolve_backend(config, engine)
     mode = Mode(config.remediation)
     common: dict[str, Any] = {
         "configured_mode": mode,
