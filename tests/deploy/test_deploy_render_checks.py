@@ -354,6 +354,7 @@ def pod_settings(values: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+@pytest.mark.timeout(900)  # the sweep renders the chart ~1,150 times
 def test_check_config_refuses_exactly_what_the_render_refuses() -> None:
     """Over the sweep: check-config's every problem is a line of the render's error, after the chart
     values to change; a render that fails where check-config accepts fails only for the chart's own
