@@ -104,16 +104,15 @@ def resolve_backend(config: Config, engine: Engine | None) -> Config:
     """``config`` with DUPGUARD_REMEDIATION_BACKEND=auto replaced by the backend it takes here, chosen once
     (a grant changed later counts at the next start); one warning line when auto could not take db.
     ConfigError when auto falls back to api and the API is not configured."""
-    if config.remediation_backend != "auto":
-        return config
-    acting = config.remediation in (Mode.FAIL.value, Mode.SKIP.value)
+    if config.remediation_backend != "auto" or config.remediation not in (Mode.FAIL.value, Mode.SKIP.value):
+        return config  # off and dry-run write nothing: no backend to choose
     held = None
     dialect = None if engine is None else engine.url.get_backend_name()
     if engine is not None and dialect == "postgresql":
         with connect(engine) as conn:
             held = choice.held_grants(conn)
     chosen = choice.choose("auto", source=config.source, dialect=dialect, held=held)
-    if chosen.why_not_db and acting:
+    if chosen.why_not_db:
         log.warning("remediation_backend_auto_api", reason=choice.warning(chosen))
         missing = config_problems_for_api(config)
         if missing:
