@@ -171,7 +171,13 @@ SETTINGS: tuple[Setting, ...] = (
         "What to do with confirmed "
         "duplicates: off, dry-run (log what would be done), fail (mark run failed), skip (skip its tasks).",
     ),
-    Setting("remediation_backend", "api", choice("api", "db"), "api (Airflow REST API) or db (direct writes)."),
+    Setting(
+        "remediation_backend",
+        "auto",
+        choice("auto", "api", "db"),
+        "auto (db where the database source's role holds its grants, else api), api (Airflow REST API) or "
+        "db (direct writes; sets start_date, so Airflow's asset-event views keep working).",
+    ),
     Setting("remediate_started", False, boolean, "Also stop duplicates whose tasks already started."),
     Setting("airflow_api_url", None, url, "Airflow API server base URL, e.g. http://airflow-api-server:8080."),
     Setting("airflow_username", None, str, "Airflow user for POST /auth/token."),
@@ -478,7 +484,7 @@ def _cross_checks(v: Mapping[str, Any]) -> list[str]:
         problems.append(
             "DUPGUARD_STATE_FILE is for DUPGUARD_SOURCE=api (the database source keeps its ledger in the DB)"
         )
-    if v.get("remediation") in {"fail", "skip"} and v.get("remediation_backend") == "api":
+    if v.get("remediation") in {"fail", "skip"} and surely_api(v):
         if not v.get("airflow_api_url"):
             problems.append("DUPGUARD_REMEDIATION=fail/skip with the api backend needs DUPGUARD_AIRFLOW_API_URL")
         problems.extend(api_auth_problems(v, "the api backend"))
@@ -489,6 +495,14 @@ def _cross_checks(v: Mapping[str, Any]) -> list[str]:
         problems.append("DUPGUARD_SLACK_BOT_TOKEN needs DUPGUARD_SLACK_CHANNEL")
     problems.extend(_alertmanager_checks(v))
     return problems
+
+
+def surely_api(v: Mapping[str, Any]) -> bool:
+    """The api backend whatever the database grants: set so, or auto where db cannot write (the REST API
+    source, SQLite). auto on PostgreSQL is decided at start (detector/actions/remediation/choice.py)."""
+    backend = v.get("remediation_backend")
+    no_db = v.get("source") == "api" or (v.get("database_url") or "").startswith("sqlite")
+    return backend == "api" or (backend == "auto" and no_db)
 
 
 def _alertmanager_checks(v: Mapping[str, Any]) -> list[str]:
@@ -521,7 +535,7 @@ def api_auth_problems(v: Mapping[str, Any], who: str) -> list[str]:
 def _api_source_checks(v: Mapping[str, Any]) -> list[str]:
     """``--source api`` reads only the REST API: it needs the API and credentials, and no DB write."""
     problems: list[str] = []
-    reported = v.get("remediation") in {"fail", "skip"} and v.get("remediation_backend") == "api"  # just below
+    reported = v.get("remediation") in {"fail", "skip"} and surely_api(v)  # just below
     if not v.get("airflow_api_url") and not reported:
         problems.append("DUPGUARD_SOURCE=api needs DUPGUARD_AIRFLOW_API_URL")
     if not reported:

@@ -406,12 +406,28 @@ def _check_config(args: argparse.Namespace) -> int:
             shown = config.format_value(value) if value != () else None
         line = yaml.safe_dump({name: shown}, default_flow_style=True, width=10_000).strip()[1:-1]
         print(f"{line}  # {sources.get(name, 'default')}")
-    if cfg.remediation == "fail" and cfg.remediation_backend == "api":
-        from detector.actions.remediation.readback import NO_START_DATE
-
-        # issue 22 §5: what the api backend cannot do, said before it is deployed (docs/explanation/remediation.md)
-        print(f"# note: remediation_backend api{NO_START_DATE}")
+    if cfg.remediation in ("fail", "skip"):
+        print(f"# note: {_backend_note(cfg)}")
     return EXIT_OK
+
+
+def _backend_note(cfg: config.Config) -> str:
+    """What the backend will be and why it matters, without reading the database (check-config)."""
+    from detector.actions.remediation import choice
+    from detector.actions.remediation.readback import NO_START_DATE
+
+    backend = cfg.remediation_backend
+    settings = {"remediation_backend": backend, "source": cfg.source, "database_url": cfg.database_url}
+    if backend == "auto" and not config.surely_api(settings):
+        return (
+            "remediation_backend auto: db if the database role holds "
+            f"{', '.join(f'{p} on {t}' for t, p in choice.DB_BACKEND)} (checked at start; `dupguard doctor` "
+            f"says which), else api, where {choice.HARM}; {choice.WAY_OUT}"
+        )
+    if backend == "db":
+        return "remediation_backend db: a stopped run gets start_date = end_date"
+    shown = "auto uses api (no database it can write)" if backend == "auto" else "api"
+    return f"remediation_backend {shown}{NO_START_DATE if cfg.remediation == 'fail' else ''}"
 
 
 def _init_db(args: argparse.Namespace) -> int:

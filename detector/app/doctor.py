@@ -16,6 +16,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from detector import __version__, logs
+from detector.actions.remediation import choice
+from detector.actions.remediation.choice import DB_BACKEND
 from detector.app.ledger import SCHEMA
 from detector.app.scan import scan
 from detector.checks import enabled
@@ -62,12 +64,6 @@ CHECK_TABLES += ("asset_alias_asset_event", "deadline", "asset_trigger", "asset_
 REPAIR_STRANDED = (("asset_dag_run_queue", "INSERT"),)
 LEDGER_TABLES = tuple(f"{SCHEMA}.{name}" for name in ("claims", "notes", "state"))
 LEDGER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
-DB_BACKEND = (
-    ("dag_run", "UPDATE"),
-    ("task_instance", "UPDATE"),
-    ("dag_run_note", "INSERT"),
-    ("dag_run_note", "UPDATE"),
-)
 
 
 @dataclass
@@ -278,9 +274,15 @@ def _lock_database(cfg: Config) -> dict[str, Any] | None:
 
 def _remediation(cfg: Config, out: Findings, grants: dict[str, bool] | None) -> None:
     acting = cfg.remediation in ("fail", "skip")
+    dialect = "postgresql" if grants is not None and out.doc.get("database", {}).get("server") else None
+    picked = choice.choose(cfg.remediation_backend, source=cfg.source, dialect=dialect, held=grants)
     doc: dict[str, Any] = {"mode": cfg.remediation, "backend": cfg.remediation_backend, "problems": []}
-    if cfg.remediation_backend == "db" and cfg.source == "database":
-        lacking = [key.replace(":", " ") for t, p in DB_BACKEND if not (grants or {}).get(key := f"{t}:{p}", False)]
+    if cfg.remediation_backend == "auto":
+        # what auto takes on this role, and what that costs (docs/explanation/remediation.md)
+        doc["auto"] = {"picks": picked.backend, "why_not_db": picked.why_not_db}
+        doc["auto"]["consequence"] = choice.warning(picked) if picked.why_not_db else None
+    if picked.backend == "db":
+        lacking = choice.lacking(grants or {})
         standby = (out.doc.get("database", {}).get("server") or {}).get("role") == "standby"
         doc["problems"] += [f"the db backend lacks {', '.join(lacking)}"] if lacking else []
         doc["problems"] += ["the database URL reaches a standby: the db backend never writes there"] if standby else []

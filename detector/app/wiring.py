@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -13,19 +13,20 @@ from detector import logs
 from detector.actions.alerts import channels
 from detector.actions.alerts.channels.log import LOGGER as ALERTS_LOGGER
 from detector.actions.alerts.dispatch import Dispatcher, Undelivered
+from detector.actions.remediation import choice
 from detector.actions.remediation.guarded import Backend, GuardedRemediator, RunStates
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AdvisoryLock, AlwaysLeader
 from detector.app.ledger import FileLedger, MemoryLedger, open_ledger
 from detector.checks import enabled as checks
 from detector.checks.runner import CheckRunner
-from detector.config import Config
+from detector.config import Config, api_auth_problems
 from detector.core.detect import DagFilter
 from detector.core.fence import FenceSource
 from detector.core.plan import Mode
 from detector.core.ports import Ledger
-from detector.errors import DatabaseError, DupguardError
-from detector.metadb.engine import AirflowDb, make_engine, open_airflow_db, parse_url
+from detector.errors import ConfigError, DatabaseError, DupguardError
+from detector.metadb.engine import AirflowDb, connect, make_engine, open_airflow_db, parse_url
 from detector.metadb.schema import AirflowTables, Family
 from detector.metadb.versions import family_of_version
 from detector.metrics import Metrics
@@ -77,7 +78,7 @@ def takeover_wait(config: Config) -> timedelta:
     later). Nothing is written in modes off and dry-run: no wait."""
     if config.remediation not in (Mode.FAIL.value, Mode.SKIP.value):
         return timedelta(0)
-    write = config.airflow_timeout if config.remediation_backend == "api" else config.db_timeout
+    write = config.db_timeout if config.remediation_backend == "db" else config.airflow_timeout
     return config.leader_check_interval * 3 + write
 
 
@@ -99,8 +100,36 @@ def build_leadership(config: Config, engine: Engine) -> AdvisoryLock | AlwaysLea
     )
 
 
+def resolve_backend(config: Config, engine: Engine | None) -> Config:
+    """``config`` with DUPGUARD_REMEDIATION_BACKEND=auto replaced by the backend it takes here, chosen once
+    (a grant changed later counts at the next start); one warning line when auto could not take db.
+    ConfigError when auto falls back to api and the API is not configured."""
+    if config.remediation_backend != "auto" or config.remediation not in (Mode.FAIL.value, Mode.SKIP.value):
+        return config  # off and dry-run write nothing: no backend to choose
+    held = None
+    dialect = None if engine is None else engine.url.get_backend_name()
+    if engine is not None and dialect == "postgresql":
+        with connect(engine) as conn:
+            held = choice.held_grants(conn)
+    chosen = choice.choose("auto", source=config.source, dialect=dialect, held=held)
+    if chosen.why_not_db:
+        log.warning("remediation_backend_auto_api", reason=choice.warning(chosen))
+        missing = config_problems_for_api(config)
+        if missing:
+            raise ConfigError([f"{choice.warning(chosen)}; and {'; '.join(missing)}"])
+    return replace(config, remediation_backend=chosen.backend)
+
+
+def config_problems_for_api(config: Config) -> list[str]:
+    names = ("airflow_token", "airflow_token_command", "airflow_username", "airflow_password")
+    v = {name: getattr(config, name) for name in names}
+    problems = [] if config.airflow_api_url else ["the api backend needs DUPGUARD_AIRFLOW_API_URL"]
+    return problems + api_auth_problems(v, "the api backend")
+
+
 def build_parts(config: Config, db: AirflowDb, metrics: Metrics) -> Parts:
     engine = db.engine
+    config = resolve_backend(config, engine)
     leadership = build_leadership(config, engine)
     ledger = open_ledger(config.ledger, engine)
     remediator = build_remediator(config, engine, db.tables, metrics, fence=leadership.fence)
@@ -187,6 +216,7 @@ def build_remediator(
     API (``--source api``). ``fence``: the leader's permission to write, asked before every write (None:
     the only replica, unfenced). ``backend_options`` reach the backend's constructor (tests: clocks, back-off lengths).
     """
+    config = resolve_backend(config, engine)
     mode = Mode(config.remediation)
     common: dict[str, Any] = {
         "configured_mode": mode,
@@ -256,6 +286,7 @@ def build_api_parts(config: Config, reader: Reader, version: str, metrics: Metri
             "(remediation stays safe: the note on a stopped run keeps the decision)",
         )
     family = family_of_version(version)
+    config = resolve_backend(config, None)
     remediator = build_remediator(config, None, None, metrics, family=family, states=ApiRunStates(api_reader(config)))
     alerter = build_alerter(config, ledger, metrics)
     metrics.init_remediations(config.remediation, remediator.backend_name)

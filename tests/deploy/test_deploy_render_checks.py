@@ -310,7 +310,7 @@ SWEEP = {
     "mode": ["sidecar", "standalone"],
     "source": ["database", "api"],
     "remediation.mode": ["dry-run", "fail"],  # skip: checked as fail (config.py and the chart alike)
-    "remediation.backend": ["api", "db"],
+    "remediation.backend": ["auto", "api", "db"],
     "airflow.apiUrl": ["", "http://airflow-api-server:8080"],
     "auth": list(AUTH),
     "slack": list(SLACK),
@@ -354,6 +354,7 @@ def pod_settings(values: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+@pytest.mark.timeout(900)  # the sweep renders the chart ~1,150 times
 def test_check_config_refuses_exactly_what_the_render_refuses() -> None:
     """Over the sweep: check-config's every problem is a line of the render's error, after the chart
     values to change; a render that fails where check-config accepts fails only for the chart's own
@@ -384,7 +385,8 @@ def test_check_config_refuses_exactly_what_the_render_refuses() -> None:
 def test_an_existing_secret_read_whole_cannot_be_checked() -> None:
     """existingSecret is read with envFrom: the chart cannot see its keys, so it takes it to hold the
     credentials (what check-config would say depends on them); secretKeyRefs are seen and checked."""
-    fail = {"mode": "standalone", "remediation": {"mode": "fail"}, "airflow": {"apiUrl": "http://api:8080"}}
+    api = {"mode": "fail", "backend": "api"}
+    fail = {"mode": "standalone", "remediation": api, "airflow": {"apiUrl": "http://api:8080"}}
     assert render_error({**fail, "existingSecret": "corp-dupguard"}) is None
     error = render_error(fail)
     assert error is not None and "the api backend needs DUPGUARD_AIRFLOW_TOKEN" in error
@@ -394,7 +396,8 @@ def test_an_existing_secret_read_whole_cannot_be_checked() -> None:
 
 def test_every_problem_is_reported_at_once() -> None:
     """Like check-config, the render lists every problem, not the first one only."""
-    values = {"mode": "standalone", "ledger": "maybe", "remediation": {"mode": "fail"}, "slack": {"botToken": "x"}}
+    api = {"mode": "fail", "backend": "api"}
+    values = {"mode": "standalone", "ledger": "maybe", "remediation": api, "slack": {"botToken": "x"}}
     error = render_error(values) or ""
     assert len(problem_lines(error)) == 4, error
     assert "xoxb" not in error and 'botToken": "x' not in error

@@ -8,6 +8,8 @@ scheduler code start the kept runs (``start_queued_runs``), then read the views 
 
 - ``db``: the stopped duplicate gets ``start_date`` = ``end_date``; every view answers 200 and the
   events list the kept run and the duplicate.
+- the default (``auto``), dupguard reading the database as a role with the db backend's grants: it
+  takes ``db``, so the default does no harm to these views.
 - ``api``: no public endpoint can set a run's ``start_date`` (``DAGRunPatchBody`` is state and note
   only, 3.0.6-3.3.2), so Airflow's set-failed leaves it NULL and the events list answers 500: the
   documented limit (docs/explanation/remediation.md), asserted so that a change in Airflow shows here.
@@ -17,13 +19,15 @@ from __future__ import annotations
 
 import http.client
 import json
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import make_url, text
+from structlog.testing import capture_logs
 
 from detector.actions.alerts.group_text import status_of
 from detector.actions.remediation.api import ApiBackend
@@ -34,7 +38,7 @@ from detector.app.wiring import build_remediator
 from detector.config import Config
 from detector.core.plan import Action, Mode, Outcome, plan
 from detector.core.ports import Result
-from detector.errors import DatabaseError
+from detector.errors import ConfigError, DatabaseError
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metadb.queries import KeptRun, RunState
 from detector.metrics import Metrics
@@ -80,8 +84,8 @@ def _call(server: AirflowServer, method: str, path: str, body: dict[str, Any] | 
 USER = {"username": "admin", "password": "admin"}
 
 
-def _stop_duplicates(server: AirflowServer, backend: str) -> list[tuple[str, str, str]]:
-    """Every confirmed duplicate failed by ``backend``: (dag_id, kept run_id, stopped run_id)."""
+def _stop_duplicates(server: AirflowServer, backend: str | None) -> list[tuple[str, str, str]]:
+    """Every confirmed duplicate failed by ``backend`` (None: the default): (dag_id, kept run_id, stopped run_id)."""
     url = server.reset(SCENARIOS[server.version])
     engine = make_engine(parse_url(url))
     remediator: GuardedRemediator | None = None
@@ -93,11 +97,10 @@ def _stop_duplicates(server: AirflowServer, backend: str) -> list[tuple[str, str
         settings = {
             "database_url": url,
             "remediation": "fail",
-            "remediation_backend": backend,
             "airflow_api_url": server.url,
             "airflow_username": "admin",
             "airflow_password": "admin",
-        }
+        } | ({"remediation_backend": backend} if backend else {})
         made = build_remediator(Config.of(**settings), engine, db.tables, Metrics())
         assert isinstance(made, GuardedRemediator)
         remediator = made
@@ -126,8 +129,8 @@ def _runs_of_events(events: list[dict[str, Any]]) -> set[str]:
     return {str(run["run_id"]) for event in events for run in event.get("created_dagruns") or []}
 
 
-@pytest.mark.parametrize("backend", ["db", "api"])
-def test_asset_event_views_after_a_stop(server: AirflowServer, backend: str) -> None:
+@pytest.mark.parametrize("backend", ["db", "api", None], ids=["db", "api", "default"])
+def test_asset_event_views_after_a_stop(server: AirflowServer, backend: str | None) -> None:
     stopped = _stop_duplicates(server, backend)
     running = {run_id for _, run_id in start_queued_runs(server.version, server.db_url)}
     runs = _start_dates(server.db_url)
@@ -142,7 +145,7 @@ def test_asset_event_views_after_a_stop(server: AirflowServer, backend: str) -> 
         assert "start_date" in server.log_tail(200)
         return
 
-    for _, _, duplicate in stopped:
+    for _, _, duplicate in stopped:  # db, and the default
         _, start, end = runs[duplicate]
         assert start is not None and start == end  # ended without starting: started and ended at once
     assert status == 200, events
@@ -156,6 +159,41 @@ def test_asset_event_views_after_a_stop(server: AirflowServer, backend: str) -> 
             assert upstream["asset_events"], f"{run_id} consumed no event"
 
 
+def test_the_default_on_a_role_without_the_db_grants_says_why(server: AirflowServer) -> None:
+    """A read-only role: the default falls back to the api backend, and one start-up line names the
+    missing grant, the harm and the way out; without API settings it refuses to start instead."""
+    url = server.reset(SCENARIOS[server.version])
+    role = f"dupguard_ro_{uuid.uuid4().hex[:12]}"
+    admin = make_engine(parse_url(url))
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+        conn.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}"))
+    read_only = make_url(url).set(username=role).render_as_string(hide_password=False)
+    engine = make_engine(parse_url(read_only))
+    try:
+        db = open_airflow_db(engine)
+        api = {"airflow_api_url": server.url, "airflow_username": "admin", "airflow_password": "admin"}
+        with capture_logs() as logs:
+            made = build_remediator(
+                Config.of(database_url=read_only, remediation="fail", **api), engine, db.tables, None
+            )
+        made.close()
+        assert made.backend_name == "api"
+        lines = [e for e in logs if e["event"] == "remediation_backend_auto_api"]
+        assert len(lines) == 1, logs
+        said = lines[0]["reason"]
+        assert "lacks UPDATE on dag_run, UPDATE on task_instance, INSERT on dag_run_note" in said
+        assert "apache/airflow#71360" in said and "GRANT" in said and "docs/how-to/guard.md" in said
+        with pytest.raises(ConfigError, match="needs DUPGUARD_AIRFLOW_API_URL"):
+            build_remediator(Config.of(database_url=read_only, remediation="fail"), engine, db.tables, None)
+    finally:
+        engine.dispose()
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP OWNED BY {role}"))
+            conn.execute(text(f"DROP ROLE {role}"))
+        admin.dispose()
+
+
 # --- proof behind `done` with the api backend (issue 22 §4), on the same servers ---------------------
 
 
@@ -167,6 +205,7 @@ def _api_remediator(server: AirflowServer, url: str, api_url: str) -> tuple[Guar
     settings = {
         "database_url": url,
         "remediation": "fail",
+        "remediation_backend": "api",
         "airflow_api_url": api_url,
         "airflow_username": "admin",
         "airflow_password": "admin",

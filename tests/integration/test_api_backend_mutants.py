@@ -78,6 +78,7 @@ def _remediator(
     settings = Config.of(
         database_url=h.url,
         remediation=mode.value,
+        remediation_backend="api",
         airflow_api_url=url,
         airflow_username=user,
         airflow_password=user,

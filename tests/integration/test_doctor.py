@@ -206,6 +206,14 @@ def test_the_readme_grant_alone_detects_and_says_what_it_cannot_count(
     assert any("the db backend lacks" in p for p in doc["remediation"]["problems"])
     assert doc["repair_stranded"] == {"mode": "dry-run", "problems": [], "can_act": False}
     _, doc = doctor("--database-url", _as(url, read_only_role, grant), "--repair-stranded", "requeue")
+    # the default backend, auto, on this role: api, and doctor says why and what it costs
+    auto = doc["remediation"]["auto"]
+    assert doc["remediation"]["backend"] == "auto" and auto["picks"] == "api"
+    assert auto["why_not_db"] == (
+        "the database role lacks UPDATE on dag_run, UPDATE on task_instance, INSERT on dag_run_note, "
+        "UPDATE on dag_run_note"
+    )
+    assert "apache/airflow#71360" in auto["consequence"] and "GRANT" in auto["consequence"]
     assert doc["repair_stranded"] == {
         "mode": "requeue",
         "problems": ["DUPGUARD_REPAIR_STRANDED=requeue lacks asset_dag_run_queue INSERT: nothing is re-queued"],
@@ -262,7 +270,9 @@ def _api(af: AirflowServer, user: str, password: str, *args: str) -> tuple[int, 
 @pytest.mark.airflow
 def test_an_acting_remediation_protects_and_the_probe_writes_nothing(af: AirflowServer) -> None:
     before, audit = db_state(af.db_url), _audit_rows(af.db_url)
-    code, doc = _api(af, "admin", "admin", "--database-url", af.db_url, "--remediation", "fail")
+    code, doc = _api(
+        af, "admin", "admin", "--database-url", af.db_url, "--remediation", "fail", "--remediation-backend", "api"
+    )
     assert doc["remediation"]["api"] | {"url": None} == {
         "url": None, "reachable": True, "credentials": True, "permission": True, "error": None,
     }  # fmt: skip
@@ -274,11 +284,23 @@ def test_an_acting_remediation_protects_and_the_probe_writes_nothing(af: Airflow
 
 @pytest.mark.airflow
 def test_a_viewer_lacks_the_permission_and_a_wrong_password_the_credentials(af: AirflowServer) -> None:
-    code, doc = _api(af, "viewer", "viewer", "--database-url", af.db_url, "--remediation", "fail")
+    code, doc = _api(
+        af, "viewer", "viewer", "--database-url", af.db_url, "--remediation", "fail", "--remediation-backend", "api"
+    )
     api = doc["remediation"]["api"]
     assert (api["reachable"], api["credentials"], api["permission"]) == (True, True, False)
     assert "HTTP 403" in api["error"] and code == 1
-    code, doc = _api(af, "admin", "wrong-secret-pw", "--database-url", af.db_url, "--remediation", "fail")
+    code, doc = _api(
+        af,
+        "admin",
+        "wrong-secret-pw",
+        "--database-url",
+        af.db_url,
+        "--remediation",
+        "fail",
+        "--remediation-backend",
+        "api",
+    )
     api = doc["remediation"]["api"]
     assert (api["credentials"], api["permission"]) == (False, None)
     assert "wrong-secret-pw" not in json.dumps(doc)

@@ -368,6 +368,7 @@ def _api_settings(server: AirflowServer, url: str) -> Config:
     return Config.of(
         database_url=url,
         remediation="fail",
+        remediation_backend="api",
         airflow_api_url=server.url,
         airflow_username="admin",
         airflow_password="admin",

@@ -127,6 +127,7 @@ def test_api_restart_with_memory_ledger_keeps_the_kept_run(af312: AirflowServer,
     [dup_id] = [r for r in group["run_ids"] if r != kept_id]
     settings = {
         "remediation": "fail",
+        "remediation_backend": "api",
         "airflow_username": "admin",
         "airflow_password": "admin",
         "dags": ("orders_consumer_1",),

@@ -93,6 +93,7 @@ class Harness:
         settings: dict[str, Any] = {
             "database_url": self.url,
             "remediation": mode.value,
+            "remediation_backend": "api",
             "airflow_api_url": api_url or self.server.url,
             "airflow_username": "admin",
             "airflow_password": "admin",
@@ -160,6 +161,7 @@ def test_skip_through_the_api_is_refused_on_3_1_at_start_up(h: Harness, capsys: 
     env = {
         "DUPGUARD_DATABASE_URL": h.url,
         "DUPGUARD_REMEDIATION": "skip",
+        "DUPGUARD_REMEDIATION_BACKEND": "api",
         "DUPGUARD_AIRFLOW_API_URL": h.server.url,
         "DUPGUARD_AIRFLOW_USERNAME": "admin",
         "DUPGUARD_AIRFLOW_PASSWORD": "admin",

@@ -63,6 +63,7 @@ class Live:
         config = Config.of(
             database_url=self.url,
             remediation=mode.value,
+            remediation_backend=overrides.pop("remediation_backend", "api"),
             airflow_api_url=api_url,
             airflow_username="admin",
             airflow_password="admin",

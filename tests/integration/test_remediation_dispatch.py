@@ -110,6 +110,7 @@ def _group(dag_id: str) -> tuple[str, str]:
 def _settings(proxy: CountingProxy, dag_id: str, **more: Any) -> dict[str, Any]:
     return {
         "remediation": "fail",
+        "remediation_backend": "api",
         "airflow_api_url": proxy.url,
         "airflow_username": "admin",
         "airflow_password": "admin",

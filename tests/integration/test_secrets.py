@@ -97,6 +97,7 @@ def test_no_marker_secret_in_any_output(pg_templates: Templates, tmp_path: Path)
             "airflow_username: admin\n"
             f"airflow_api_url: {api_down}\n"
             "remediation: fail\n"
+            "remediation_backend: api\n"
         )
         port = _free_port()
         env = _clean_env(
@@ -224,6 +225,7 @@ def test_no_token_command_secret_in_any_output(pg_templates: Templates, tmp_path
             DUPGUARD_DATABASE_URL=server.db_url,
             DUPGUARD_AIRFLOW_API_URL=server.url,
             DUPGUARD_REMEDIATION="fail",
+            DUPGUARD_REMEDIATION_BACKEND="api",
             DUPGUARD_LOG_FORMAT="json",
             DUPGUARD_LOG_LEVEL="debug",
             DUPGUARD_HTTP_PORT="0",

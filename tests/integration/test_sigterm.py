@@ -47,6 +47,7 @@ def stuck_daemon(url: str, log: Path, hanging: HangingServer, slack: str) -> sub
         DUPGUARD_ALERTMANAGER_URLS=hanging.url,
         DUPGUARD_ALERT_TIMEOUT="30s",  # the longest a single delivery may take: shutdown must not wait it out
         DUPGUARD_REMEDIATION="fail",  # and the Airflow API hangs too: every outbound call is stuck
+        DUPGUARD_REMEDIATION_BACKEND="api",
         DUPGUARD_AIRFLOW_API_URL=hanging.url,
         DUPGUARD_AIRFLOW_TOKEN="static-token",
     )

@@ -215,6 +215,7 @@ def test_the_reread_before_a_write_never_comes_from_a_standby(af312: AirflowServ
         settings = {
             "database_url": paused,
             "remediation": "fail",
+            "remediation_backend": "api",
             "airflow_api_url": af312.url,
             "airflow_username": "admin",
             "airflow_password": "admin",

@@ -53,9 +53,10 @@ def test_every_problem_is_listed_and_no_secret_leaks() -> None:
 
 
 def test_remediation_needs_api_credentials() -> None:
-    """fail/skip through the API without a URL or credentials is a start-up error."""
+    """fail/skip through the API without a URL or credentials is a start-up error (auto on the database
+    decides at start: it may take db, tests/unit/test_backend_choice.py)."""
     with pytest.raises(ConfigError) as err:
-        load({}, {"DUPGUARD_DATABASE_URL": URL, "DUPGUARD_REMEDIATION": "fail"})
+        load({}, {"DUPGUARD_DATABASE_URL": URL, "DUPGUARD_REMEDIATION": "fail", "DUPGUARD_REMEDIATION_BACKEND": "api"})
     assert len(err.value.problems) == 2
 
 
@@ -81,6 +82,7 @@ def test_exactly_one_way_to_authenticate_to_the_api(auth: dict[str, str], proble
     """The api backend needs one way in; a token command next to a token or a password is ambiguous.
     (A static token next to username/password is accepted: the token wins, as before.)"""
     env = {"DUPGUARD_DATABASE_URL": URL, "DUPGUARD_REMEDIATION": "fail", "DUPGUARD_AIRFLOW_API_URL": "http://af:8080"}
+    env["DUPGUARD_REMEDIATION_BACKEND"] = "api"
     if problem is None:
         assert load({}, env | auth).remediation == "fail"
         return

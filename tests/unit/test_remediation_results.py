@@ -106,7 +106,17 @@ def test_check_config_says_what_the_api_backend_cannot_do(
         monkeypatch.delenv(s.env, raising=False)
     common = ["check-config", "--database-url", "postgresql://u@h/db", "--airflow-api-url", "http://af:8080"]
     auth = ["--airflow-username", "u", "--airflow-password", "p"]
-    assert main([*common, *auth, "--remediation", "fail"]) == 0
+    assert main([*common, *auth, "--remediation", "fail", "--remediation-backend", "api"]) == 0
     assert NO_START_DATE.lstrip("; ") in capsys.readouterr().out
     assert main([*common, *auth, "--remediation", "fail", "--remediation-backend", "db"]) == 0
     assert "71360" not in capsys.readouterr().out
+    # the default, auto: which backend depends on grants check-config cannot read; it says which and why
+    assert main([*common, *auth, "--remediation", "fail"]) == 0
+    note = capsys.readouterr().out.splitlines()[-1]
+    assert note.startswith("# note: remediation_backend auto: db if the database role holds UPDATE on dag_run")
+    assert "else api" in note and "71360" in note and "GRANT" in note and "docs/how-to/guard.md" in note
+    # auto where db cannot write (SQLite is opened read-only): api, said as such
+    sqlite = ["check-config", "--database-url", "sqlite:////x/airflow.db", "--airflow-api-url", "http://af:8080"]
+    assert main([*sqlite, *auth, "--remediation", "fail"]) == 0
+    note = capsys.readouterr().out.splitlines()[-1]
+    assert "auto uses api" in note and NO_START_DATE.lstrip("; ") in note

@@ -112,7 +112,7 @@ are reported at once, as check-config does. A few refusals are the chart's own (
   (include "dupguard.checkChoice" (dict "path" "log.level" "env" "DUPGUARD_LOG_LEVEL" "value" $v.log.level "allowed" (list "debug" "info" "warning" "error")))
   (include "dupguard.checkChoice" (dict "path" "log.format" "env" "DUPGUARD_LOG_FORMAT" "value" $v.log.format "allowed" (list "auto" "json" "console")))
   (include "dupguard.checkChoice" (dict "path" "remediation.mode" "env" "DUPGUARD_REMEDIATION" "value" $v.remediation.mode "allowed" (list "off" "dry-run" "fail" "skip")))
-  (include "dupguard.checkChoice" (dict "path" "remediation.backend" "env" "DUPGUARD_REMEDIATION_BACKEND" "value" $v.remediation.backend "allowed" (list "api" "db")))
+  (include "dupguard.checkChoice" (dict "path" "remediation.backend" "env" "DUPGUARD_REMEDIATION_BACKEND" "value" $v.remediation.backend "allowed" (list "auto" "api" "db")))
   (include "dupguard.checkChoice" (dict "path" "database.lockMode" "env" "DUPGUARD_LOCK_MODE" "value" $v.database.lockMode "allowed" (list "auto" "session" "transaction")))
   (include "dupguard.checkUrl" (dict "path" "airflow.apiUrl" "env" "DUPGUARD_AIRFLOW_API_URL" "value" $v.airflow.apiUrl))
   (include "dupguard.checkUrl" (dict "path" "airflow.uiUrl" "env" "DUPGUARD_AIRFLOW_UI_URL" "value" $v.airflow.uiUrl))
@@ -130,7 +130,8 @@ are reported at once, as check-config does. A few refusals are the chart's own (
 {{- $has := dict }}
 {{- range $env, $_ := merge (deepCopy $inline) $refs }}{{ $_ := set $has $env true }}{{ end }}
 {{- $maybe := not (not $v.existingSecret) }}
-{{- $fail := and (has $v.remediation.mode (list "fail" "skip")) (eq $v.remediation.backend "api") }}
+{{- /* The api backend for sure: api, or auto with the API source (auto on the database picks at start). */}}
+{{- $fail := and (has $v.remediation.mode (list "fail" "skip")) (or (eq $v.remediation.backend "api") (and (eq $v.remediation.backend "auto") $api)) }}
 {{- if $api }}
 {{- if and (not $v.airflow.apiUrl) (not $fail) }}
 {{- $checks = append $checks "airflow.apiUrl: DUPGUARD_SOURCE=api needs DUPGUARD_AIRFLOW_API_URL" }}
