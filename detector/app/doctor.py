@@ -146,7 +146,7 @@ def _from_database(cfg: Config, out: Findings, now: datetime) -> None:
                 out.seen["checks_on"] = tuple(c.kind for c in found_by)
                 report = scan(db, now=now, since=out.lookback, dag_filter=_filter(cfg), checks=found_by)
                 counts = {k: len(v) for k, v in report.observations.items()}  # the periodic checks', by kind
-                _duplicates(report.findings, len(report.splits), counts, out)
+                _duplicates(report.findings, len(report.observations.get("split_partition", [])), counts, out)
             except DatabaseError as exc:  # e.g. the grant lacks a table the scan reads: said, not fatal
                 out.problems.append(f"the scan of the look-back failed: {exc}")
         else:

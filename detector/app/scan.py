@@ -8,8 +8,6 @@ from datetime import datetime, timedelta
 
 from detector.checks.base import Check
 from detector.checks.runner import observe
-from detector.checks.split_partition.rule import KIND as SPLIT
-from detector.checks.split_partition.rule import SplitPartition
 from detector.core.checks import CheckContext, Observation
 from detector.core.decisions import decisions_from_notes
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
@@ -34,13 +32,8 @@ class ScanReport:
     note: str | None = None  # why nothing was examined (Airflow 2), shown in every format
     observations: dict[str, list[Observation]] = field(default_factory=dict)  # by check kind (detector.checks)
     check_errors: dict[str, str] = field(default_factory=dict)  # kind -> why that check has no answer
-    source: str = "database"  # or "api" (--source api: no dag_run ids, creating jobs or split keys)
+    source: str = "database"  # or "api" (--source api: no dag_run ids, creating jobs or partition rows)
     server: ServerRole | None = None  # the PostgreSQL server read: primary or standby (None: SQLite, the API)
-
-    @property
-    def splits(self) -> list[SplitPartition]:
-        """The split partition keys (the current state, whatever ``since``): format 1's own list."""
-        return [o.subject for o in self.observations.get(SPLIT, []) if isinstance(o.subject, SplitPartition)]
 
 
 def scan(
