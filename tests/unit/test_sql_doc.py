@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from detector.app.sql_doc import BEGIN, END, block, statements
+from detector.app.sql_doc import BEGIN, END, MODES, block, statements
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "sql.md"
 
@@ -33,3 +33,16 @@ def test_the_page_names_what_each_mode_touches() -> None:
     assert by["checks", "requeue_stranded"].written == ("asset_dag_run_queue",)
     assert all(t.startswith("dupguard.") for s in statements() if s.mode == "ledger" for t in s.written + s.read)
     assert not [s.name for s in statements() if s.mode == "detection" and s.written]
+
+
+def test_every_module_that_sends_a_statement_is_in_a_mode() -> None:
+    """A new module with ``conn.execute`` must join a mode, or the page would silently miss it. The demo
+    writes only its own throw-away SQLite file; the prepared probe sends ``max_run_id``'s statement."""
+    root = Path(__file__).resolve().parents[2] / "detector"
+    listed = {m for _, modules in MODES for m in modules}
+    sending = {
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if "conn.execute(" in p.read_text() and p.parts[len(root.parts)] != "guard"
+    }
+    assert sending - listed == {"app/demo.py"}
