@@ -1,6 +1,6 @@
 """What the leader's session-lock heartbeat costs, before and after issue 22 §3: before, one
-``pg_is_in_recovery()`` (``queries.in_recovery``); after, one statement that also reads ``pg_locks``
-for the lock still granted to its backend and whether it ran there (``queries.session_lock_status``).
+``pg_is_in_recovery()`` (``leader_lock.in_recovery``); after, one statement that also reads ``pg_locks``
+for the lock still granted to its backend and whether it ran there (``leader_lock.session_lock_status``).
 One heartbeat per ``DUPGUARD_LEADER_CHECK_INTERVAL`` (1 s by default) on the leader.
 
 Measured on a direct connection to a PostgreSQL server on this host holding the session lock: this
@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from detector.metadb import queries
+from detector.metadb import leader_lock
 from detector.metadb.engine import make_engine, parse_url
 
 KEY = 7_355_608_201  # the default DUPGUARD_LOCK_KEY
@@ -49,13 +49,13 @@ def main() -> None:
     samples: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT")
-        pid, got = queries.try_advisory_lock_unshared(conn, KEY, xact=False)
+        pid, got = leader_lock.try_advisory_lock_unshared(conn, KEY, xact=False)
         assert got, "the lock is taken elsewhere"
         variants: dict[str, Callable[[], Any]] = {
-            "before": lambda: queries.in_recovery(conn),
-            "after": lambda: queries.session_lock_status(conn, KEY, pid),
+            "before": lambda: leader_lock.in_recovery(conn),
+            "after": lambda: leader_lock.session_lock_status(conn, KEY, pid),
         }
-        assert queries.session_lock_status(conn, KEY, pid) == (False, True, True)
+        assert leader_lock.session_lock_status(conn, KEY, pid) == (False, True, True)
         for _ in range(args.repeats):
             for name, call in variants.items():
                 for _ in range(200):  # warm: SQLAlchemy's statement cache, the server's catalog cache

@@ -38,20 +38,20 @@ import history
 from sqlalchemy import event, select, union
 
 from detector.core.model import ASSET_TRIGGERED, Run
-from detector.metadb import queries
+from detector.metadb import consumption, dag_runs
 from detector.metadb.engine import AirflowDb, connect, make_engine, open_airflow_db, parse_url
 from detector.sources.database.poll import IncrementalDetector, NewRowTracker
 
 SCENARIOS = ("idle", "ordinary", "duplicate", "overlap")
 PLANS = history.RESULTS / "plans" / "poll"
-SHIPPED_SIBLING_RUNS = queries.sibling_runs
+SHIPPED_SIBLING_RUNS = dag_runs.sibling_runs
 TARGET_MS = 5.0
 TARGET_RATIO = 1.5
 
 
 @dataclass
 class Capture:
-    """Statements the poll sends, with the name of the ``detector.metadb.queries`` function that sent them."""
+    """Statements the poll sends, with the name of the ``detector.metadb`` statement function that sent them."""
 
     on: bool = False
     statements: list[tuple[str, str, Any]] = field(default_factory=list)
@@ -63,7 +63,8 @@ class Capture:
         name = "?"
         while frame is not None:
             if (
-                frame.f_globals.get("__name__") == "detector.metadb.queries"
+                frame.f_globals.get("__name__")
+                in ("detector.metadb.dag_runs", "detector.metadb.consumption", "detector.metadb.partitions")
                 or frame.f_code.co_name == "sibling_runs_union"
             ):
                 name = frame.f_code.co_name
@@ -240,7 +241,7 @@ def save_plans(size: str, scenario: str, conn: Any, statements: list[tuple[str, 
 
 
 def sibling_runs_union(conn: Any, t: Any, run: Run, event_ids: list[int], window: timedelta) -> list[Run]:
-    """The rewrite we suggest for ``queries.sibling_runs``: one UNION arm per way of being a sibling.
+    """The rewrite we suggest for ``dag_runs.sibling_runs``: one UNION arm per way of being a sibling.
 
     ``run_after = X OR id IN (subquery)`` cannot be answered from an index, so PostgreSQL reads every
     run of the DAG (idx_dag_run_dag_id) and filters: cost grows with history. Each arm here has its
@@ -248,7 +249,7 @@ def sibling_runs_union(conn: Any, t: Any, run: Run, event_ids: list[int], window
     is portable to SQLite.
     """
     dr, rev = t.dag_run, t.run_events
-    base = queries._run_select(t).where(dr.c.dag_id == run.dag_id, dr.c.run_type == ASSET_TRIGGERED)
+    base = dag_runs._run_select(t).where(dr.c.dag_id == run.dag_id, dr.c.run_type == ASSET_TRIGGERED)
     arms = [base.where(dr.c.run_after == run.run_after)]
     if event_ids:
         arms.append(base.where(dr.c.id.in_(select(rev.c.dag_run_id).where(rev.c.event_id.in_(sorted(event_ids))))))
@@ -259,7 +260,7 @@ def sibling_runs_union(conn: Any, t: Any, run: Run, event_ids: list[int], window
                 dr.c.partition_key == run.partition_key,
             )
         )
-    return [queries._run(r) for r in conn.execute(union(*arms))]
+    return [dag_runs._run(r) for r in conn.execute(union(*arms))]
 
 
 def compare_sibling_rewrite(size: str, engine: Any, db: AirflowDb, capture: Capture, samples: int) -> dict[str, Any]:
@@ -268,10 +269,10 @@ def compare_sibling_rewrite(size: str, engine: Any, db: AirflowDb, capture: Capt
     out: dict[str, list[float]] = {"shipped": [], "union": []}
     folder = PLANS / size
     with connect(engine) as conn:
-        top = queries.max_run_id(conn, t)
+        top = dag_runs.max_run_id(conn, t)
         ids = [top - k * max(1, top // samples) for k in range(samples)]
-        runs = [r for r in queries.new_runs(conn, t, top, ids, samples) if r.run_type == ASSET_TRIGGERED]
-        events = queries.consumed_events(conn, t, [r.id for r in runs])
+        runs = [r for r in dag_runs.new_runs(conn, t, top, ids, samples) if r.run_type == ASSET_TRIGGERED]
+        events = consumption.consumed_events(conn, t, [r.id for r in runs])
         for n, run in enumerate(runs):
             got = {}
             for label, fn in (("shipped", SHIPPED_SIBLING_RUNS), ("union", sibling_runs_union)):
@@ -300,7 +301,7 @@ def measure(size: str, iterations: int, warmup: int, log: Any = print) -> dict[s
     admin = history.connect()
     pgss = reset_stat_statements(admin)
     with connect(engine) as conn:
-        high = queries.max_run_id(conn, db.tables)
+        high = dag_runs.max_run_id(conn, db.tables)
     detector = IncrementalDetector(tables=db.tables, tracker=NewRowTracker(high=high))
     results: dict[str, Any] = {
         "runs": meta.runs,
@@ -490,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sibling_rewrite:
         global PLANS
         PLANS = history.RESULTS / "plans" / "poll_rewrite"
-        queries.sibling_runs = sibling_runs_union  # type: ignore[assignment]  # benchmark what-if only
+        dag_runs.sibling_runs = sibling_runs_union  # type: ignore[assignment]  # benchmark what-if only
         name = "poll_cost_rewrite"
     done = {size: measure(size, args.iterations, args.warmup) for size in history.parse_sizes(args.sizes)}
     print(history.save(name, done, render, args.tag))

@@ -7,7 +7,7 @@ planning of a statement sent as fresh text every poll. This benchmark measures t
 side, on one long-lived autocommit connection made by ``detector.metadb.engine.make_engine`` (the
 daemon's wait callback and deadline included), against the real Airflow 3.1.2 schema with a history:
 
-- ``core_new_runs``: the full poll statement (``queries.new_runs``) through SQLAlchemy Core (before);
+- ``core_new_runs``: the full poll statement (``dag_runs.new_runs``) through SQLAlchemy Core (before);
 - ``core_max_id``: ``SELECT max(id) FROM dag_run`` through SQLAlchemy Core: a cheaper probe, still
   parsed and planned every call;
 - ``raw_max_id``: the same text on the driver's own cursor (no SQLAlchemy execution path);
@@ -41,7 +41,7 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql
 
 from benchmarks.detection_latency import admin, cpu_seconds, fresh_db
-from detector.metadb import queries
+from detector.metadb import dag_runs
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,9 +66,9 @@ def variants(conn: Connection, t: Any, high: int) -> dict[str, Callable[[], obje
     raw = conn.connection.dbapi_connection
     assert raw is not None
     cur = raw.cursor()
-    probe_sql = str(queries.top_run_id_statement(t).compile(dialect=conn.dialect))
+    probe_sql = str(dag_runs.top_run_id_statement(t).compile(dialect=conn.dialect))
     dollar = postgresql.psycopg2.dialect(paramstyle="numeric_dollar")  # type: ignore[attr-defined]
-    prepared_new = str(queries._new_runs_statement(t, False).compile(dialect=dollar))
+    prepared_new = str(dag_runs._new_runs_statement(t, False).compile(dialect=dollar))
     cur.execute(f"PREPARE bench_probe AS {probe_sql}")
     cur.execute(f"PREPARE bench_new_runs AS {prepared_new}")
 
@@ -85,8 +85,8 @@ def variants(conn: Connection, t: Any, high: int) -> dict[str, Callable[[], obje
         return cur.fetchall()
 
     return {
-        "core_new_runs": lambda: queries.new_runs(conn, t, high, [], 1000),
-        "core_max_id": lambda: queries.max_run_id(conn, t),
+        "core_new_runs": lambda: dag_runs.new_runs(conn, t, high, [], 1000),
+        "core_max_id": lambda: dag_runs.max_run_id(conn, t),
         "raw_max_id": raw_probe,
         "prepared_max_id": prepared_probe,
         "prepared_max_id_sa": lambda: conn.exec_driver_sql("EXECUTE bench_probe").scalar(),
@@ -110,7 +110,7 @@ def main() -> None:
     try:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             backend = int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
-            high = queries.max_run_id(conn, db.tables)
+            high = dag_runs.max_run_id(conn, db.tables)
             calls = variants(conn, db.tables, high)
             for fn in calls.values():  # warm: caches, and PostgreSQL's choice of a generic plan (after 5)
                 for _ in range(50):

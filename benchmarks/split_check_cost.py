@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine, parse_sizes  # noqa: E402
-from detector import queries  # noqa: E402
 from detector.checks.split_partition import statements  # noqa: E402
 from detector.checks.split_partition.rule import find_split_partitions  # noqa: E402
+from detector.metadb import partitions  # noqa: E402
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
 from tests.pg import fixture_sql  # noqa: E402
 
@@ -130,7 +130,7 @@ def measure(url: str, repeat: int) -> dict[str, Any]:
         ms_rows, rows = timed(lambda: statements.partition_rows_with_pending(conn, t), repeat)
         ids = [r.id for r in rows]
         ms_events, events = timed(lambda: statements.partition_row_events(conn, t, ids), repeat)
-        ms_origins, _ = timed(lambda: queries.partition_rows_for_runs(conn, t, [1000, 1001]), repeat)
+        ms_origins, _ = timed(lambda: partitions.partition_rows_for_runs(conn, t, [1000, 1001]), repeat)
     splits = find_split_partitions(rows, events, datetime.now(UTC))
     db.engine.dispose()
     return {

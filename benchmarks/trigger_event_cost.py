@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import stranded_check_cost as base  # noqa: E402
 from benchmarks.history import admin_url, connect, machine, parse_sizes  # noqa: E402
 from detector.core.trigger_event import find_trigger_event_duplicates  # noqa: E402
-from detector.metadb import queries  # noqa: E402
+from detector.metadb import consumption, dag_runs  # noqa: E402
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
 from detector.sources.database import copies  # noqa: E402
 from tests.pg import fixture_sql  # noqa: E402
@@ -114,9 +114,9 @@ def measure(url: str, repeat: int, window: timedelta) -> dict[str, Any]:
             for name in ("asset_event", "dag_run", "dagrun_asset_event")
         }
         newest = conn.exec_driver_sql("SELECT max(timestamp) FROM asset_event").scalar_one()
-        runs = queries.new_runs(conn, t, 100_000_000 - 1, [], 100)
+        runs = dag_runs.new_runs(conn, t, 100_000_000 - 1, [], 100)
         latest = max(runs, key=lambda r: r.id)  # dag_2's second copy: the poll's newest run
-        events = queries.consumed_events(conn, t, [latest.id])
+        events = consumption.consumed_events(conn, t, [latest.id])
         for _ in range(repeat):
             start = time.perf_counter()
             found, consumers = copies.near_runs(conn, t, [latest], events, window)
@@ -128,7 +128,7 @@ def measure(url: str, repeat: int, window: timedelta) -> dict[str, Any]:
                 all_found, all_consumers = copies.since(conn, t, since, window)
                 out.append(time.perf_counter() - start)
                 conn.rollback()
-        all_events = queries.consumed_events(conn, t, [r.id for r in all_consumers])
+        all_events = consumption.consumed_events(conn, t, [r.id for r in all_consumers])
         trigger_events = conn.exec_driver_sql(
             "SELECT count(*) FROM asset_event WHERE source_dag_id IS NULL"
         ).scalar_one()

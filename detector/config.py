@@ -18,6 +18,7 @@ import yaml
 
 from detector import __version__
 from detector import redact as _redact
+from detector.checks.registry import KINDS as CHECK_KINDS
 from detector.checks.registry import SETTINGS as CHECK_SETTINGS
 from detector.durations import parse_duration
 from detector.errors import ConfigError
@@ -368,12 +369,10 @@ def load(
     env: Mapping[str, str] | None = None,
     config_file: str | None = None,
     sources: dict[str, str] | None = None,
-    check_kinds: Sequence[str] | None = None,
 ) -> Config:
     """Build the Config; raises ConfigError listing every problem (never a secret value).
 
-    ``check_kinds``: the periodic checks that exist (``detector.checks.registry.KINDS``), which
-    ``disabled_checks`` may name; the entrypoints pass it (tests load without it).
+    ``disabled_checks`` may name only the periodic checks that exist (``detector.checks.registry.KINDS``).
 
     ``sources``, when given, receives where each setting came from (flag, env var, file, default).
     """
@@ -404,10 +403,10 @@ def load(
     if values.get("source") == "api" and sources.get("poll_interval") == "default":
         values["poll_interval"] = API_POLL_INTERVAL  # a 10 ms HTTP poll would be 6,000 requests a minute
     problems.extend(_cross_checks(values))
-    unknown = [k for k in values.get("disabled_checks", ()) if check_kinds is not None and k not in check_kinds]
+    unknown = [k for k in values.get("disabled_checks", ()) if k not in CHECK_KINDS]
     if unknown:
         problems.append(
-            f"DUPGUARD_DISABLED_CHECKS: unknown check {', '.join(unknown)} (known: {', '.join(check_kinds or ())})"
+            f"DUPGUARD_DISABLED_CHECKS: unknown check {', '.join(unknown)} (known: {', '.join(CHECK_KINDS)})"
         )
     if problems:
         raise ConfigError(problems)

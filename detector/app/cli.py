@@ -299,7 +299,7 @@ def _scan_checks(args: argparse.Namespace, db: AirflowDb) -> list[enabled.Check]
         "split_grace": f"{args.split_grace.total_seconds()}s",
         "disabled_checks": ",".join(args.disable_check) or None,
     }
-    return enabled.build(config.load(flags, None, args.config, check_kinds=enabled.KINDS), db, Metrics())
+    return enabled.build(config.load(flags, None, args.config), db, Metrics())
 
 
 def _scan_api(args: argparse.Namespace) -> int:
@@ -311,7 +311,7 @@ def _scan_api(args: argparse.Namespace) -> int:
     from detector.sources.api.scan import scan_api
 
     flags: dict[str, str | None] = {"source": "api", "airflow_api_url": args.airflow_api_url}
-    cfg = config.load(flags, None, args.config, check_kinds=enabled.KINDS)
+    cfg = config.load(flags, None, args.config)
     reader = Reader(Session.from_config(cfg))
     now = datetime.now(UTC)
     try:
@@ -384,7 +384,7 @@ def _doctor(args: argparse.Namespace) -> int:
     """``dupguard doctor``: exit 0 nothing at risk or protected, 1 at risk without protection."""
     from detector.app import doctor
 
-    cfg = config.load(_flags(args), None, args.config, check_kinds=enabled.KINDS)
+    cfg = config.load(_flags(args), None, args.config)
     doc = doctor.doctor(cfg, now=datetime.now(UTC), lookback=args.since)
     print(
         doctor.as_json(doc) if args.format == "json" else doctor.as_table(doc),
@@ -399,7 +399,7 @@ def _check_config(args: argparse.Namespace) -> int:
     import yaml
 
     sources: dict[str, str] = {}
-    cfg = config.load(_flags(args), None, args.config, sources, check_kinds=enabled.KINDS)
+    cfg = config.load(_flags(args), None, args.config, sources)
     for name, shown in cfg.redacted().items():
         value = getattr(cfg, name)
         if isinstance(value, timedelta | tuple):  # as a user writes them: 10ms, a,b

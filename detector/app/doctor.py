@@ -26,7 +26,7 @@ from detector.core.detect import DagFilter
 from detector.core.exposure import Observed, PathRisk, assess, assess_family, unprotected
 from detector.core.model import Finding, Kind
 from detector.errors import AirflowApiError, AirflowAuthError, DatabaseError
-from detector.metadb import queries
+from detector.metadb import catalog, doctor_reads
 from detector.metadb.engine import AirflowDb, connect, is_pinned, make_engine, open_airflow_db, parse_url, server_role
 from detector.metrics import Metrics
 
@@ -142,7 +142,7 @@ def _from_database(cfg: Config, out: Findings, now: datetime) -> None:
                 out.seen["checks_on"] = tuple(c.kind for c in found_by)
                 report = scan(db, now=now, since=out.lookback, dag_filter=_filter(cfg), checks=found_by)
                 counts = {k: len(v) for k, v in report.observations.items()}  # the periodic checks', by kind
-                _duplicates(report.findings, len(report.splits), counts, out)
+                _duplicates(report.findings, len(report.observations.get("split_partition", [])), counts, out)
             except DatabaseError as exc:  # e.g. the grant lacks a table the scan reads: said, not fatal
                 out.problems.append(f"the scan of the look-back failed: {exc}")
         else:
@@ -174,32 +174,32 @@ def _read_database(cfg: Config, db: AirflowDb, conn: Connection, out: Findings, 
         # False: a pooler in transaction or statement mode (PgBouncer) between dupguard and PostgreSQL
         "session_pinned": is_pinned(conn) if postgres else None,
     }
-    wanted = {*DETECT_TABLES, *PARTITION_TABLES, *LEDGER_TABLES, "dag", *queries.SCHEDULE_TABLES}
+    wanted = {*DETECT_TABLES, *PARTITION_TABLES, *LEDGER_TABLES, "dag", *doctor_reads.SCHEDULE_TABLES}
     wanted |= {*CHECK_TABLES, *(t for t, _ in REPAIR_STRANDED)}  # else their grants are never checked
-    present = queries.existing_tables(conn, wanted | set(queries.ALIAS_TABLES) | set(queries.WATCHER_TABLES))
+    present = catalog.existing_tables(conn, wanted | set(doctor_reads.ALIAS_TABLES) | set(doctor_reads.WATCHER_TABLES))
     ledger = set(LEDGER_TABLES) <= present
     grants = _grants(conn, _grant_checks(db, present, ledger), out)
     tables = sorted(present)
-    selectable = queries.table_privileges(conn, [(t, "SELECT") for t in tables])
+    selectable = catalog.table_privileges(conn, [(t, "SELECT") for t in tables])
     readable = {t for t, held in zip(tables, selectable, strict=True) if held}
     ledger_doc: dict[str, Any] = {"setting": cfg.ledger, "exists": ledger if postgres else None}
     if postgres and not ledger:
-        ledger_doc["can_create"] = queries.can_create_schema(conn)
+        ledger_doc["can_create"] = doctor_reads.can_create_schema(conn)
     elif postgres:
-        ledger_doc["schema_usage"] = queries.can_use_schema(conn, SCHEMA)
+        ledger_doc["schema_usage"] = doctor_reads.can_use_schema(conn, SCHEMA)
     out.doc["ledger"] = ledger_doc
-    db_now = queries.database_now(conn)
+    db_now = catalog.database_now(conn)
     alive = None
     if "job" in readable:
-        alive = queries.schedulers_alive(conn, db_now - SCHEDULER_HEALTH_THRESHOLD)
+        alive = doctor_reads.schedulers_alive(conn, db_now - SCHEDULER_HEALTH_THRESHOLD)
     out.seen["schedulers_alive"] = alive
     out.doc["schedulers_alive"] = alive
-    triggerers = queries.triggerers_alive(conn, db_now - TRIGGERER_HEALTH_THRESHOLD) if "job" in readable else None
+    triggerers = doctor_reads.triggerers_alive(conn, db_now - TRIGGERER_HEALTH_THRESHOLD) if "job" in readable else None
     out.seen["triggerers_alive"] = out.doc["triggerers_alive"] = triggerers
     out.doc["dags"] = _dag_counts(conn, readable, out)
     notes = None
     if db.info.can_duplicate and "dag_run_note" in readable:
-        notes = queries.guard_notes_since(conn, db.tables, db_now - out.lookback)
+        notes = doctor_reads.guard_notes_since(conn, db.tables, db_now - out.lookback)
     out.seen["guard_notes"] = notes
     out.doc["guard"] = _guard(notes)
     return grants
@@ -207,7 +207,7 @@ def _read_database(cfg: Config, db: AirflowDb, conn: Connection, out: Findings, 
 
 def _grants(conn: Connection, checks: list[tuple[str, str, str]], out: Findings) -> dict[str, bool]:
     """Each needed privilege, held or not, into the document; ``{"table:PRIVILEGE": held}``."""
-    held = queries.table_privileges(conn, [(t, p) for _, t, p in checks])
+    held = catalog.table_privileges(conn, [(t, p) for _, t, p in checks])
     rows = [(n, t, p, h) for (n, t, p), h in zip(checks, held, strict=True)]
     out.doc["grants"] = [{"need": n, "table": t, "privilege": p, "held": h} for n, t, p, h in rows]
     for need in ("detection", "checks"):
@@ -221,22 +221,22 @@ def _dag_counts(conn: Connection, readable: set[str], out: Findings) -> dict[str
     """Live (unpaused, not stale) DAGs per kind; None where a table is missing from the grant."""
     counts: dict[str, int | None] = {"asset_scheduled": None, "partitioned": None}
     counts |= {"partitioned_multi_asset": None, "watcher_fed": None}
-    refs = [t for t in queries.SCHEDULE_TABLES if t in readable]
-    aliases = [t for t in queries.ALIAS_TABLES if t in readable]
+    refs = [t for t in doctor_reads.SCHEDULE_TABLES if t in readable]
+    aliases = [t for t in doctor_reads.ALIAS_TABLES if t in readable]
     if "dag" not in readable or not refs:
         out.problems.append("DAG counts need SELECT on dag and dag_schedule_asset_reference (docs/reference/doctor.md)")
     else:
-        columns = queries.table_columns(conn, ["dag"])["dag"]
-        counts["asset_scheduled"] = queries.scheduled_dag_count(conn, columns, [*refs, *aliases])
+        columns = catalog.table_columns(conn, ["dag"])["dag"]
+        counts["asset_scheduled"] = doctor_reads.scheduled_dag_count(conn, columns, [*refs, *aliases])
         counts["partitioned"] = counts["partitioned_multi_asset"] = 0  # no partitioned assets before 3.2
         if "timetable_partitioned" in columns:
-            partitioned = queries.partitioned_dag_counts(conn, columns, refs[0])
+            partitioned = doctor_reads.partitioned_dag_counts(conn, columns, refs[0])
             counts["partitioned"], counts["partitioned_multi_asset"] = partitioned
-        watchers = [t for t in queries.WATCHER_TABLES if t in readable]
+        watchers = [t for t in doctor_reads.WATCHER_TABLES if t in readable]
         if "dataset" in refs[0]:
             counts["watcher_fed"] = 0  # Airflow 2 has no asset watchers
         elif watchers:
-            counts["watcher_fed"] = queries.watcher_fed_dag_count(conn, columns, refs[0], watchers[0])
+            counts["watcher_fed"] = doctor_reads.watcher_fed_dag_count(conn, columns, refs[0], watchers[0])
     out.seen |= {
         "asset_dags": counts["asset_scheduled"],
         "partitioned_dags": counts["partitioned"],

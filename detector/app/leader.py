@@ -22,14 +22,14 @@ The proof is strong, not absolute: behind transaction pooling a busy neighbour c
 in CI). A fooled proof must still never give two leaders, so the session lock does not trust it alone:
 
 - Acquisition is one statement that takes the lock only if this server session does not already hold
-  the key (``queries.try_advisory_lock_unshared``): advisory locks are re-entrant per server session,
+  the key (``leader_lock.try_advisory_lock_unshared``): advisory locks are re-entrant per server session,
   so a standby landing on the leader's pooled session was granted the lock too. "Already held here"
   means a pooler shares server sessions: not taken, ``LOCK_POOLED`` (reason naming
   DUPGUARD_LOCK_MODE=transaction and DUPGUARD_LOCK_DATABASE_URL), and this replica takes no session
   lock again (``auto``: the transaction lock; ``session``: refused, ``LOCK_REFUSED``). The transaction lock's attempt is
   guarded the same way (re-entrancy holds across levels: a fooled replica's session lock on the
   session a transaction lands on). The backend pid comes from the same statement.
-- The heartbeat stays one statement (``queries.session_lock_status``): not in recovery, the lock still
+- The heartbeat stays one statement (``leader_lock.session_lock_status``): not in recovery, the lock still
   granted to the backend read at acquisition, and whether the statement ran there. Not granted any
   more (the pooler closed that server session, ``pg_terminate_backend``): leadership lost as with a
   lost connection, where before a heartbeat landing elsewhere succeeded and the replica led on beside
@@ -85,7 +85,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
 from detector.core.fence import UNFENCED, Fence
-from detector.metadb import queries
+from detector.metadb import leader_lock
 from detector.metadb.engine import describe_error, is_pinned
 
 log = logs.get("dupguard.leader")
@@ -242,10 +242,10 @@ class AdvisoryLock:
             xact = kind == "transaction"
             if xact:
                 conn.begin()
-                queries.set_local_idle_in_transaction_timeout(conn, 2 * self.lease)
+                leader_lock.set_local_idle_in_transaction_timeout(conn, 2 * self.lease)
             # The pid in the same statement: behind a pooler a second one may run on another backend.
-            pid, got = queries.try_advisory_lock_unshared(conn, self.key, xact=xact)
-            idle = None if got is not False else queries.advisory_lock_holder_idle(conn, self.key)
+            pid, got = leader_lock.try_advisory_lock_unshared(conn, self.key, xact=xact)
+            idle = None if got is not False else leader_lock.advisory_lock_holder_idle(conn, self.key)
             if xact and not got:
                 conn.rollback()  # end the attempt's transaction: nothing held, connection kept
         except SQLAlchemyError as exc:
@@ -307,7 +307,7 @@ class AdvisoryLock:
     def _lock_kind(self, conn: Connection) -> str | None:
         """The lock to take on this connection, or None (and a problem) on a standby or when ``session``
         must refuse."""
-        if queries.in_recovery(conn):
+        if leader_lock.in_recovery(conn):
             self._report(STANDBY_PROBLEM)
             return None
         if self.mode == "transaction":
@@ -334,10 +334,10 @@ class AdvisoryLock:
         another server session while the lock's own had ended (module docstring)."""
         pid = self._backend_pid
         if self.lock_kind == "transaction" or pid is None:  # the open transaction pins the connection
-            if queries.in_recovery(conn):
+            if leader_lock.in_recovery(conn):
                 raise InRecovery(STANDBY_PROBLEM.reason)  # ``ensure`` reports it as lock_on_standby
             return
-        recovery, held, here = queries.session_lock_status(conn, self.key, pid)
+        recovery, held, here = leader_lock.session_lock_status(conn, self.key, pid)
         if recovery:
             raise InRecovery(STANDBY_PROBLEM.reason)
         if not here:
@@ -393,7 +393,7 @@ class AdvisoryLock:
         if pid is None:
             return
         for _ in range(RELEASE_ATTEMPTS):
-            if queries.advisory_unlock_on(conn, self.key, pid) is not None:
+            if leader_lock.advisory_unlock_on(conn, self.key, pid) is not None:
                 return
         log.warning(
             "leader_lock_left_on_server_session",

@@ -306,6 +306,7 @@ class DbLedger:
             raise DatabaseError(describe_error(exc, self.engine.url)) from None
 
     def claim(self, group_key: str, subject: str) -> bool:
+        """Claim ``subject`` of ``group_key`` for this replica (claims pkey): True when no one had."""
         stmt = (
             pg_insert(claims)
             .values(group_key=group_key, subject=subject, claimed_at=datetime.now(UTC), owner=self.owner)
@@ -326,22 +327,26 @@ class DbLedger:
             return {row.subject for row in conn.execute(stmt)}
 
     def remember(self, group_key: str, name: str, value: str) -> None:
+        """Store one named value of a group (notes pkey), replacing the old one."""
         stmt = pg_insert(notes).values(group_key=group_key, name=name, value=value)
         stmt = stmt.on_conflict_do_update(index_elements=[notes.c.group_key, notes.c.name], set_={"value": value})
         with self._session(write=True) as conn:
             conn.execute(stmt)
 
     def recall(self, group_key: str, name: str) -> str | None:
+        """One named value of a group (notes pkey), or None."""
         query = select(notes.c.value).where(notes.c.group_key == group_key, notes.c.name == name)
         with self._session(write=False) as conn:
             return conn.execute(query).scalar_one_or_none()
 
     def watermark(self) -> int | None:
+        """The highest dag_run id judged, as saved (state pkey), or None."""
         with self._session(write=False) as conn:
             value = conn.execute(select(state.c.value).where(state.c.name == WATERMARK)).scalar_one_or_none()
         return None if value is None else int(value)
 
     def save_watermark(self, high: int) -> None:
+        """Save the highest dag_run id judged (state pkey): a restart resumes above it."""
         stmt = pg_insert(state).values(name=WATERMARK, value=str(high))
         stmt = stmt.on_conflict_do_update(index_elements=[state.c.name], set_={"value": str(high)})
         with self._session(write=True) as conn:
@@ -377,11 +382,13 @@ class DbLedger:
         self.remember(pending_key(item.dag_id, item.run_id), PENDING, item.finding_key)
 
     def drop_pending(self, dag_id: str, run_id: str) -> None:
+        """Forget a run whose action is done (notes pkey)."""
         stmt = delete(notes).where(notes.c.group_key == pending_key(dag_id, run_id), notes.c.name == PENDING)
         with self._session(write=True) as conn:
             conn.execute(stmt)
 
     def pending(self) -> list[Pending]:
+        """The actions still due: every pending note (notes, by name)."""
         with self._session(write=False) as conn:
             rows = conn.execute(select(notes.c.group_key, notes.c.value).where(notes.c.name == PENDING)).all()
         return [_pending(r.group_key, r.value) for r in rows]

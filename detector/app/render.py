@@ -17,24 +17,23 @@ also printed on stderr; fields not known yet are null). ``--format csv`` always 
                            "stuck_row_ids", "rows": [{"id", "created_at", "age_seconds", "pending",
                            "created_dag_run_id", "event_ids"}]}]}
 
-``split_partitions`` (added in 0.x, still ``format_version`` 1: v1 readers ignore unknown keys) lists
-partition keys split into two ``asset_partition_dag_run`` rows (Airflow 3.2+, apache/airflow#71070)
-that lasted ``--split-grace``; it is the current state, whatever ``--since``. They are not duplicate
-groups (no run may exist yet), so ``groups`` and ``summary.groups`` never count them;
-``summary.split_partitions`` does (0 and ``[]`` in an error document). CSV lists groups only.
+``split_partitions`` and ``summary.split_partitions`` (deprecated, ``DEPRECATED``): the facts of
+``checks.split_partition`` and their count, as format 1 had them before split partitions became a check
+like the others; kept until 1.2.0 (CHANGELOG), read ``checks.split_partition`` instead. Split keys are not
+duplicate groups (no run may exist yet), so ``groups`` and ``summary.groups`` never count them. CSV lists
+groups only.
 
 ``source`` (added with ``--source api``, still ``format_version`` 1): ``database`` or ``api``. With
 ``api`` the REST API shows no ``dag_run.id``, creating job or host (``runs[].id``,
 ``creating_job_ids``, ``creator_hostnames`` are null) and no ``asset_partition_dag_run`` rows
-(``split_partitions`` is empty; a suspected partitioned group is never refined by them).
+(no ``split_partition`` check; a suspected partitioned group is never refined by them).
 
 ``checks`` (added with issue 25, still ``format_version`` 1): what each periodic check that ran found, by
 kind (``{"split_partition": [...], ...}``; a check that does not apply to this Airflow or is switched off
 has no key). Every entry has ``key``, ``kind``, ``confidence`` (``confirmed``, ``suspected`` or
 ``exposure``: a risk inferred from the database, not a thing seen), ``severity``, ``dag_ids``, ``title``,
 ``lines``, ``advice``, ``seen_at`` and the kind's own fields (the README's "What counts" table).
-``summary.checks`` counts them by kind. A split partition is in both ``split_partitions`` (as before) and
-``checks.split_partition``.
+``summary.checks`` counts them by kind.
 
 ``check_errors`` (added with issue 25's 100M-row measurement, still ``format_version`` 1): ``{kind:
 message}`` for each check that failed (e.g. its statement outlasted ``--db-timeout``); that kind then has
@@ -58,11 +57,13 @@ from typing import Any
 
 from detector import __version__
 from detector.app.scan import ScanReport
-from detector.checks.split_partition.rule import KIND as SPLIT
-from detector.checks.split_partition.rule import SplitPartition, split_dict
 from detector.core.checks import Observation
 from detector.core.model import NO_PROGRESS, Confidence, Finding
 from detector.logs import printable  # also escapes the console log's values
+
+# Keys of format 1 deprecated when their check became a check like the others: key -> the kind whose
+# observations' facts it repeats. Removed in 1.2.0 (CHANGELOG); readers move to ``checks.<kind>``.
+DEPRECATED = {"split_partitions": "split_partition"}
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -112,8 +113,14 @@ def summary(findings: Sequence[Finding]) -> dict[str, Any]:
     }
 
 
+def _deprecated(report: ScanReport) -> dict[str, list[dict[str, Any]]]:
+    """Each deprecated key of format 1 with its check's facts (empty when the check did not run)."""
+    return {key: [dict(o.facts) for o in report.observations.get(kind, [])] for key, kind in DEPRECATED.items()}
+
+
 def as_json(report: ScanReport) -> str:
-    doc = {
+    deprecated = _deprecated(report)
+    doc: dict[str, Any] = {
         "format_version": 1,
         "dupguard_version": __version__,
         "airflow_version": report.info.airflow_version,
@@ -124,9 +131,10 @@ def as_json(report: ScanReport) -> str:
         "note": report.note,
         "error": None,
         "summary": summary(report.findings)
-        | {"split_partitions": len(report.splits), "checks": {k: len(v) for k, v in report.observations.items()}},
+        | {k: len(v) for k, v in deprecated.items()}
+        | {"checks": {k: len(v) for k, v in report.observations.items()}},
         "groups": [finding_dict(f, ids=report.source == "database") for f in report.findings],
-        "split_partitions": [split_dict(s) for s in report.splits],
+        **deprecated,
         "checks": {k: [o.as_dict() for o in v] for k, v in report.observations.items()},
         "check_errors": dict(report.check_errors),
         "source": report.source,
@@ -137,7 +145,7 @@ def as_json(report: ScanReport) -> str:
 
 def error_json(exit_code: int, message: str) -> str:
     """The document of a scan that stopped before it could examine anything."""
-    doc = {
+    doc: dict[str, Any] = {
         "format_version": 1,
         "dupguard_version": __version__,
         "airflow_version": None,
@@ -147,9 +155,9 @@ def error_json(exit_code: int, message: str) -> str:
         "runs_examined": 0,
         "note": None,
         "error": {"exit_code": exit_code, "message": message},
-        "summary": summary([]) | {"split_partitions": 0, "checks": {}},
+        "summary": summary([]) | dict.fromkeys(DEPRECATED, 0) | {"checks": {}},
         "groups": [],
-        "split_partitions": [],
+        **{key: [] for key in DEPRECATED},
         "checks": {},
         "check_errors": {},
         "server": None,
@@ -212,8 +220,7 @@ def _table_lines(report: ScanReport) -> list[str]:
         + (f" since {report.since.isoformat()}" if report.since else " over all history")
         + (f"; read from the {report.server.describe()}" if report.server is not None else ""),
     ]
-    lines.extend(_split_lines(report.splits))
-    lines.extend(_observation_lines([o for k, v in report.observations.items() if k != SPLIT for o in v]))
+    lines.extend(_observation_lines([o for v in report.observations.values() for o in v]))
     lines.extend(
         f"Check {kind} failed, so its findings are missing: {why}" for kind, why in report.check_errors.items()
     )
@@ -244,29 +251,11 @@ def _table_lines(report: ScanReport) -> list[str]:
 
 
 def _observation_lines(observations: Sequence[Observation]) -> list[str]:
-    """What the other periodic checks found, after the splits (which keep their own lines above)."""
+    """What the periodic checks found, kind by kind in the registry's order."""
     lines: list[str] = []
     for obs in observations:
         lines.append(f"[{obs.kind.replace('_', ' ').upper()}, {obs.confidence}] {obs.title}")
         lines.extend(f"  {line}" for line in obs.lines)
         lines.append(f"  what to do: {obs.advice}")
-        lines.append("")
-    return lines
-
-
-def _split_lines(splits: Sequence[SplitPartition]) -> list[str]:
-    """Split partition keys first: a waiting one means a consumer that may never run."""
-    lines: list[str] = []
-    for split in splits:
-        state = "consumer waiting, may never run" if split.waiting else "a row will never be consumed"
-        lines.append(
-            f"[SPLIT PARTITION] {split.dag_id}  partition {split.partition_key!r}  "
-            f"since {_iso(split.split_at)} ({state})"
-        )
-        for r in split.rows:
-            made = "pending" if r.pending else f"made run id {r.created_dag_run_id}"
-            events = ", ".join(map(str, r.event_ids)) or "(none)"
-            age = f"{r.age_seconds:.0f}s ago"
-            lines.append(f"  row {r.id}  created {_iso(r.created_at)} ({age})  {made}  events {events}")
         lines.append("")
     return lines

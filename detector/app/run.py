@@ -15,7 +15,6 @@ from detector import __version__, config, logs
 from detector.app.daemon import Daemon
 from detector.app.health import HealthServer
 from detector.app.wiring import Startup, api_reader, build_api_parts, build_parts, connect_with_backoff, wait_for_api
-from detector.checks import enabled
 from detector.config import Config
 from detector.errors import AirflowApiError, AirflowUnreachable, ConfigError, DatabaseError
 from detector.metadb.engine import connect, make_engine, open_airflow_db, parse_url, server_role
@@ -74,7 +73,7 @@ def _run(
     install_signals: bool,
     stop: threading.Event | None,
 ) -> int:
-    cfg = config.load(flags, os.environ if env is None else env, config_file, check_kinds=enabled.KINDS)
+    cfg = config.load(flags, os.environ if env is None else env, config_file)
     logs.configure(cfg.log_level, cfg.log_format)
     log = logs.get("dupguard.main")
     log.info("config_loaded", version=__version__, settings=cfg.redacted())

@@ -8,15 +8,13 @@ from datetime import datetime, timedelta
 
 from detector.checks.base import Check
 from detector.checks.runner import observe
-from detector.checks.split_partition.rule import KIND as SPLIT
-from detector.checks.split_partition.rule import SplitPartition
 from detector.core.checks import CheckContext, Observation
 from detector.core.decisions import decisions_from_notes
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
 from detector.core.model import Finding
 from detector.core.reprocess import needs_origins, refine_partitioned
 from detector.core.trigger_event import find_trigger_event_duplicates
-from detector.metadb import queries
+from detector.metadb import batches, catalog, consumption, dag_runs, partitions
 from detector.metadb.engine import AirflowDb, ServerRole, connect, server_role
 from detector.metadb.versions import SchemaInfo
 from detector.sources.database import copies
@@ -34,13 +32,8 @@ class ScanReport:
     note: str | None = None  # why nothing was examined (Airflow 2), shown in every format
     observations: dict[str, list[Observation]] = field(default_factory=dict)  # by check kind (detector.checks)
     check_errors: dict[str, str] = field(default_factory=dict)  # kind -> why that check has no answer
-    source: str = "database"  # or "api" (--source api: no dag_run ids, creating jobs or split keys)
+    source: str = "database"  # or "api" (--source api: no dag_run ids, creating jobs or partition rows)
     server: ServerRole | None = None  # the PostgreSQL server read: primary or standby (None: SQLite, the API)
-
-    @property
-    def splits(self) -> list[SplitPartition]:
-        """The split partition keys (the current state, whatever ``since``): format 1's own list."""
-        return [o.subject for o in self.observations.get(SPLIT, []) if isinstance(o.subject, SplitPartition)]
 
 
 def scan(
@@ -65,13 +58,13 @@ def scan(
         server = server_role(conn)
         # ``since`` and the split grace are ages of Airflow's timestamps: on the clock that wrote them
         # (issue 23 §6); ``now`` (this host's) dates the report.
-        db_now = queries.database_now(conn)
+        db_now = catalog.database_now(conn)
         start = None if since is None else db_now - since
-        asset_keys = [k for k in queries.candidate_asset_keys(conn, t, start) if dag_filter.selects(k[0])]
-        part_keys = [k for k in queries.candidate_partition_keys(conn, t, start) if dag_filter.selects(k[0])]
-        found = queries.runs_for_asset_keys(conn, t, asset_keys)
-        found += queries.runs_sharing_events(conn, t, start)  # the overlap race: other run_after
-        found += queries.runs_for_partition_keys(conn, t, part_keys, start)
+        asset_keys = [k for k in dag_runs.candidate_asset_keys(conn, t, start) if dag_filter.selects(k[0])]
+        part_keys = [k for k in dag_runs.candidate_partition_keys(conn, t, start) if dag_filter.selects(k[0])]
+        found = dag_runs.runs_for_asset_keys(conn, t, asset_keys)
+        found += dag_runs.runs_sharing_events(conn, t, start)  # the overlap race: other run_after
+        found += dag_runs.runs_for_partition_keys(conn, t, part_keys, start)
         found_copies, consumers = copies.since(conn, t, start, suspect_window)  # the trigger_event kind
         found += consumers
         runs = list({r.id: r for r in found if dag_filter.selects(r.dag_id)}.values())
@@ -79,19 +72,19 @@ def scan(
         events: dict[int, frozenset[int]] = {}
         task_progress = {}
         notes: dict[int, str] = {}
-        for done, part in enumerate(queries.chunks(ids), start=1):
-            events.update(queries.consumed_events(conn, t, part))
-            task_progress.update(queries.task_progress(conn, t, part, now))
-            notes.update(queries.run_notes(conn, t, part))  # a run dupguard stopped is never the kept one
+        for done, part in enumerate(batches.chunks(ids), start=1):
+            events.update(consumption.consumed_events(conn, t, part))
+            task_progress.update(consumption.task_progress(conn, t, part, now))
+            notes.update(consumption.run_notes(conn, t, part))  # a run dupguard stopped is never the kept one
             if progress is not None:
-                progress(min(done * queries.CHUNK, len(ids)), len(ids))
+                progress(min(done * batches.CHUNK, len(ids)), len(ids))
         prior = decisions_from_notes(runs, notes, task_progress)  # a run dupguard stopped is never kept
         findings = find_duplicates(
             runs, events, task_progress, dag_filter=dag_filter, suspect_window=suspect_window, prior=prior
         )
         suspects = [r.id for f in findings if needs_origins(f) for r in f.runs]
         if suspects:
-            origins = queries.partition_rows_for_runs(conn, t, suspects)
+            origins = partitions.partition_rows_for_runs(conn, t, suspects)
             findings = refine_partitioned(findings, origins, events, task_progress, suspect_window=suspect_window)
         if found_copies:
             findings += find_trigger_event_duplicates(

@@ -5,7 +5,13 @@ its ``settings``, its ``check`` (the ``CheckBase`` class, exported as ``CHECK``)
 uses (an alert text, a repair step). Its light ``__init__`` declares ``ENTRY = Kind.of(__name__, SETTINGS)``
 and imports nothing but its settings, so this module sits low: ``detector.config`` reads every kind's
 settings here (``SETTINGS``, spliced into its own in this order), and ``detector.checks.enabled`` (above
-the actions and the database layer) loads each kind's check class from ``Kind.check_module``. The order
+the actions and the database layer) loads each kind's check class from ``Kind.check_module``.
+
+Why ``importlib`` there and not a plain import table: this module cannot import the check classes (they
+sit above the database layer, and config imports this module), so a table of
+``from detector.checks.<kind>.check import CHECK`` lines would live in ``enabled`` as a second line per
+kind, kept in step with this one by hand. Loading by the module name the entry already carries keeps
+registering a kind one line; ``enabled`` checks each loaded class is its kind's ``CheckBase``. The order
 below is the order of the settings in ``--help`` and the README, and the order the checks run in ``scan``.
 """
 

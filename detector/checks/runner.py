@@ -25,7 +25,7 @@ from detector.core.checks import CheckContext, Observation
 from detector.core.detect import ALL_DAGS, DagFilter
 from detector.core.fence import UNFENCED, FenceSource
 from detector.core.ports import Ledger
-from detector.metadb import queries
+from detector.metadb import catalog
 from detector.metadb.engine import AirflowDb, connect
 from detector.metrics import Metrics
 
@@ -64,7 +64,7 @@ class CheckRunner:
         check = self.checks[kind]
         started = time.monotonic()
         with connect(self.db.engine) as conn:
-            ctx = CheckContext(db_now=queries.database_now(conn), now=now, dag_filter=self.dag_filter)
+            ctx = CheckContext(db_now=catalog.database_now(conn), now=now, dag_filter=self.dag_filter)
             found = check.collect(conn, self.db, ctx)
         new, failed = [], None
         for obs in found:

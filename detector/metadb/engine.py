@@ -22,7 +22,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from detector import redact as _redact
 from detector.errors import ConfigError, DatabaseError
-from detector.metadb import queries
+from detector.metadb import catalog, leader_lock
 from detector.metadb.schema import AirflowTables, airflow_tables
 from detector.metadb.versions import SchemaInfo, identify
 
@@ -243,8 +243,8 @@ class AirflowDb:
 def open_airflow_db(engine: Engine) -> AirflowDb:
     """Identify the schema behind ``engine``; raises DatabaseError / UnsupportedSchema."""
     with connect(engine) as conn:
-        revision = queries.alembic_revision(conn)
-        columns = queries.table_columns(conn, _FAMILY_TABLES)
+        revision = catalog.alembic_revision(conn)
+        columns = catalog.table_columns(conn, _FAMILY_TABLES)
     info = identify(revision, columns)
     return AirflowDb(engine=engine, info=info, tables=airflow_tables(info.family))
 
@@ -261,7 +261,7 @@ def is_pinned(conn: Connection) -> bool:
     proxy, PgBouncer's session pooling); False behind transaction or statement pooling.
 
     Proof, not inference from addresses (issue 22 §3: on one host a pooler's ephemeral port can equal
-    the client's): a session variable (``queries.mark_session``) is set with a fresh nonce in one
+    the client's): a session variable (``leader_lock.mark_session``) is set with a fresh nonce in one
     transaction; then, ``PIN_ROUNDS`` times, a second client of the same URL runs a transaction, and
     ``conn`` runs another. Pinned only if ``conn`` always finds its backend pid and nonce and the other
     client never does. A pooler that hands server sessions out per transaction gives the session ``conn``
@@ -272,7 +272,7 @@ def is_pinned(conn: Connection) -> bool:
     session Airflow may use, where nothing reads it. Commits ``conn``'s current transaction.
     """
     nonce = secrets.token_hex(8)
-    pid = queries.mark_session(conn, nonce)
+    pid = leader_lock.mark_session(conn, nonce)
     conn.commit()
     try:
         other = conn.engine.connect()
@@ -281,13 +281,13 @@ def is_pinned(conn: Connection) -> bool:
     try:
         for _ in range(PIN_ROUNDS):
             try:
-                seen = queries.session_mark(other)
+                seen = leader_lock.session_mark(other)
                 other.commit()
             except SQLAlchemyError:
                 return False
             if seen[0] == pid or seen[1] == nonce:
                 return False  # our server session served another client
-            again = queries.session_mark(conn)
+            again = leader_lock.session_mark(conn)
             conn.commit()
             if again != (pid, nonce):
                 return False  # our next transaction ran in another server session
@@ -316,17 +316,17 @@ class ServerRole:
 
 
 def server_role(conn: Connection) -> ServerRole | None:
-    """The server ``conn`` reached (``queries.recovery_status``); None for SQLite, which has no standby."""
+    """The server ``conn`` reached (``leader_lock.recovery_status``); None for SQLite, which has no standby."""
     if conn.dialect.name != "postgresql":
         return None
-    standby, lag = queries.recovery_status(conn)
+    standby, lag = leader_lock.recovery_status(conn)
     return ServerRole(standby=standby, replay_lag_seconds=None if lag is None else round(lag, 3))
 
 
 def refuse_standby(conn: Connection, setting: str, use: str) -> None:
     """Raise ``DatabaseError`` when ``conn`` reached a server in recovery: ``use`` (what dupguard was about
     to do) must never rely on a copy that may lag the primary. The message names ``setting``."""
-    if conn.dialect.name == "postgresql" and queries.in_recovery(conn):
+    if conn.dialect.name == "postgresql" and leader_lock.in_recovery(conn):
         raise DatabaseError(
             f"database {redact(conn.engine.url)} is a hot standby (in recovery, it may lag the primary): "
             f"dupguard never {use} there; set {setting} to the primary (a writer endpoint, not a reader "

@@ -3,7 +3,7 @@
 At the default 30 ms poll the daemon asks this about thirty times a second and the answer is almost
 always "no". Sent as text, every statement is parsed, analysed and planned again: two thirds of its
 backend's CPU (``perf`` on the backend, benchmarks/results/measurements.md), and SQLAlchemy's execution path was most
-of dupguard's own CPU per poll. So, on PostgreSQL, the probe (``queries.top_run_id_statement``,
+of dupguard's own CPU per poll. So, on PostgreSQL, the probe (``dag_runs.top_run_id_statement``,
 compiled once) is ``PREPARE``d once per poll connection and then ``EXECUTE``d on one psycopg2 cursor
 held with it: a statement without parameters is planned once (PostgreSQL uses its generic plan at
 once), and the client path is libpq's. The driver's wait callback still bounds every call
@@ -24,7 +24,7 @@ from psycopg2 import sql as pgsql
 from sqlalchemy import Connection
 
 from detector.errors import DatabaseError
-from detector.metadb import queries
+from detector.metadb import dag_runs
 from detector.metadb.engine import describe_error, is_pinned
 from detector.metadb.schema import AirflowTables
 
@@ -37,10 +37,10 @@ def top_run_id_probe(conn: Connection, t: AirflowTables) -> tuple[TopRunId, bool
     """A probe bound to ``conn`` (which must stay open as long as the probe is used), and whether it
     is prepared on the server."""
     if conn.dialect.name != "postgresql" or not is_pinned(conn):
-        return (lambda: queries.max_run_id(conn, t)), False
+        return (lambda: dag_runs.max_run_id(conn, t)), False
     raw = conn.connection.dbapi_connection
     assert raw is not None  # an open Connection always has its driver connection
-    statement = str(queries.top_run_id_statement(t).compile(dialect=conn.dialect))
+    statement = str(dag_runs.top_run_id_statement(t).compile(dialect=conn.dialect))
     cursor = raw.cursor()
     name = pgsql.Identifier(PROBE_NAME)
     url = conn.engine.url

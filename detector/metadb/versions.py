@@ -1,6 +1,6 @@
 """Which Airflow a metadata database belongs to, from its alembic head or, failing that, its columns.
 
-Pure functions: the queries that feed them live in ``detector.metadb.queries``.
+Pure functions: the statements that feed them live in ``detector.metadb.catalog``.
 """
 
 from __future__ import annotations

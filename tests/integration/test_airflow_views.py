@@ -40,7 +40,7 @@ from detector.core.plan import Action, Mode, Outcome, plan
 from detector.core.ports import Result
 from detector.errors import ConfigError, DatabaseError
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
-from detector.metadb.queries import KeptRun, RunState
+from detector.metadb.run_state import KeptRun, RunState
 from detector.metrics import Metrics
 from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server, start_queued_runs
 from tests.pg import Templates

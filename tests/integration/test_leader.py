@@ -118,7 +118,7 @@ def test_a_new_leader_waits_before_its_first_write(mode: str, pg_templates: Temp
     """Just after taking the lock a replica leads (it detects and alerts) but holds no fence until its
     takeover wait is over; the fence then names the lock backend that holds the lock (checked in
     pg_locks), ends with the lease, and a terminated lock backend no longer holds it there."""
-    from detector.metadb import queries
+    from detector.metadb import leader_lock
 
     url = pg_templates.clone("3.1.2")
     clock = _Clock()
@@ -138,13 +138,13 @@ def test_a_new_leader_waits_before_its_first_write(mode: str, pg_templates: Temp
         assert fence.ends == pytest.approx(clock.now - 0.1 + LEASE.total_seconds())
         assert fence.key == 4242 and fence.backend_pid is not None
         with checker.connect() as conn:
-            assert queries.advisory_lock_granted_to(conn, 4242, fence.backend_pid)
-            assert not queries.advisory_lock_granted_to(conn, 4242, fence.backend_pid + 1)
+            assert leader_lock.advisory_lock_granted_to(conn, 4242, fence.backend_pid)
+            assert not leader_lock.advisory_lock_granted_to(conn, 4242, fence.backend_pid + 1)
             gone = conn.execute(
                 text("SELECT pg_terminate_backend(:p, :ms)"), {"p": fence.backend_pid, "ms": EXIT_WAIT_MS}
             )
             assert gone.scalar() is True
-            assert not queries.advisory_lock_granted_to(conn, 4242, fence.backend_pid)
+            assert not leader_lock.advisory_lock_granted_to(conn, 4242, fence.backend_pid)
         assert a.ensure(datetime.now(UTC)) is False and a.fence() is None
     finally:
         a.release()

@@ -26,7 +26,7 @@ from detector.app.leader import (
     AdvisoryLock,
     LockProblem,
 )
-from detector.metadb import queries
+from detector.metadb import leader_lock
 from detector.metadb.engine import make_engine, parse_url, redact
 from tests.integration.test_leader import EXIT_WAIT_MS, _Clock
 from tests.pg import Templates
@@ -56,7 +56,7 @@ def _granted(url: str, pid: int) -> bool:
     engine = make_engine(parse_url(url))
     try:
         with engine.connect() as conn:
-            return queries.advisory_lock_granted_to(conn, KEY, pid)
+            return leader_lock.advisory_lock_granted_to(conn, KEY, pid)
     finally:
         engine.dispose()
 
@@ -246,8 +246,10 @@ def test_a_lock_server_in_recovery_is_reported_in_the_standby_words(
     lock = _lock(url, mode)
     try:
         assert lock.ensure(NOW) is True
-        monkeypatch.setattr(queries, "in_recovery", lambda conn: True)
-        monkeypatch.setattr(queries, "session_lock_status", lambda conn, key, pid: (True, True, True))  # the heartbeat
+        monkeypatch.setattr(leader_lock, "in_recovery", lambda conn: True)
+        monkeypatch.setattr(
+            leader_lock, "session_lock_status", lambda conn, key, pid: (True, True, True)
+        )  # the heartbeat
         with capture_logs() as logs:
             for _ in range(3):
                 assert lock.ensure(NOW) is False
@@ -287,7 +289,7 @@ def test_a_standby_leaves_no_connection_open_once_it_stops_or_an_attempt_fails(
         def broken(conn: Any) -> bool:
             raise OperationalError("SELECT pg_is_in_recovery()", {}, Exception("server closed the connection"))
 
-        monkeypatch.setattr(queries, "in_recovery", broken)
+        monkeypatch.setattr(leader_lock, "in_recovery", broken)
         assert standby.ensure(NOW) is False
         assert standby.problem == LockProblem(
             LOCK_UNAVAILABLE, f"database {redact(standby.engine.url)}: server closed the connection"
@@ -383,7 +385,7 @@ def _holder_idle(url: str) -> float:
     engine = make_engine(parse_url(url))
     try:
         with engine.connect() as conn:
-            idle = queries.advisory_lock_holder_idle(conn, KEY)
+            idle = leader_lock.advisory_lock_holder_idle(conn, KEY)
     finally:
         engine.dispose()
     assert idle is not None

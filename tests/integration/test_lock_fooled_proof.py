@@ -24,7 +24,7 @@ from structlog.testing import capture_logs
 from detector.app import leader
 from detector.app.leader import LOCK_POOLED, LOCK_REFUSED, AdvisoryLock
 from detector.config import SETTINGS_BY_NAME
-from detector.metadb import queries
+from detector.metadb import leader_lock
 from detector.metadb.engine import make_engine, parse_url
 from tests.integration.test_leader import EXIT_WAIT_MS
 from tests.pg import Templates
@@ -257,15 +257,15 @@ def test_a_pooled_session_lock_held_by_another_replica_refuses_the_transaction_l
 
 def test_a_direct_session_lock_heartbeats_on_its_own_backend(db_url: str) -> None:
     """No pooler: the session lock's heartbeat runs on the lock's backend and finds the lock there
-    (one statement), with no problem; queries.session_lock_status says so."""
+    (one statement), with no problem; leader_lock.session_lock_status says so."""
     a = _lock(db_url)
     try:
         assert a.ensure(NOW) is True and a.lock_kind == "session"
         for _ in range(3):
             assert a.ensure(NOW) is True and a.problem is None
         assert a._conn is not None
-        assert queries.session_lock_status(a._conn, KEY, _pid(a)) == (False, True, True)
-        assert queries.session_lock_status(a._conn, KEY, _pid(a) + 1) == (False, False, False)
+        assert leader_lock.session_lock_status(a._conn, KEY, _pid(a)) == (False, True, True)
+        assert leader_lock.session_lock_status(a._conn, KEY, _pid(a) + 1) == (False, False, False)
     finally:
         a.release()
 

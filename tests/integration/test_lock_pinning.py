@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 
 from detector.app.leader import LOCK_REFUSED, LOCK_UNAVAILABLE, AdvisoryLock
 from detector.config import SETTINGS_BY_NAME
-from detector.metadb import queries
+from detector.metadb import catalog, leader_lock
 from detector.metadb.engine import make_engine, parse_url
 from tests.pg import Templates
 from tests.pgbouncer import pgbouncer
@@ -51,7 +51,7 @@ def coinciding_address(monkeypatch: pytest.MonkeyPatch) -> None:
             host, port = own.getsockname()[:2]
         return str(host), int(port)
 
-    monkeypatch.setattr(queries, "client_endpoint", own_endpoint, raising=False)
+    monkeypatch.setattr(leader_lock, "client_endpoint", own_endpoint, raising=False)
 
 
 @pytest.mark.usefixtures("coinciding_address")
@@ -82,7 +82,7 @@ def busy_neighbour(url: str) -> Iterator[None]:
     def traffic() -> None:
         while not stop.is_set():
             with engine.connect() as conn:
-                queries.ping(conn)
+                catalog.ping(conn)
                 conn.commit()
 
     thread = threading.Thread(target=traffic, daemon=True)

@@ -140,8 +140,8 @@ def test_run_alerts_a_split_once_and_never_remediates(pg_templates: Templates) -
     assert notice.payload["split"]["dag_id"] == expected["dag_id"]
     assert {r["id"]: r["event_ids"] for r in notice.payload["split"]["rows"]} == expected["rows"]
     assert first.parts.remediator.actions == []  # type: ignore[attr-defined]
-    assert metrics.registry.get_sample_value("dupguard_split_partitions_detected_total") == 1
-    assert metrics.registry.get_sample_value("dupguard_split_partitions") == 1
+    assert metrics.registry.get_sample_value("dupguard_check_detected_total", {"kind": "split_partition"}) == 1
+    assert metrics.registry.get_sample_value("dupguard_check_observations", {"kind": "split_partition"}) == 1
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from detector.app.wiring import build_remediator
 from detector.config import SETTINGS_BY_NAME, Config
 from detector.core.plan import Mode, Outcome, plan
 from detector.core.ports import Result
-from detector.metadb import queries
+from detector.metadb import leader_lock
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from tests.airflow_server import AirflowServer, airflow_api_server, db_state, start_task, warm_execution_api
@@ -91,8 +91,10 @@ def test_a_leader_whose_server_reports_recovery_at_a_heartbeat_stops_leading(
     lock = _lock(primary_url)
     try:
         assert lock.ensure(datetime.now(UTC)) is True
-        monkeypatch.setattr(queries, "in_recovery", lambda conn: True)
-        monkeypatch.setattr(queries, "session_lock_status", lambda conn, key, pid: (True, True, True))  # the heartbeat
+        monkeypatch.setattr(leader_lock, "in_recovery", lambda conn: True)
+        monkeypatch.setattr(
+            leader_lock, "session_lock_status", lambda conn, key, pid: (True, True, True)
+        )  # the heartbeat
         assert lock.ensure(datetime.now(UTC)) is False
         assert not lock.is_leader(datetime.now(UTC))
         assert lock.problem is not None and lock.problem.code == LOCK_ON_STANDBY

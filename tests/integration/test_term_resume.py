@@ -70,7 +70,7 @@ class Rig:
         )
 
     def count_fetches(self, d: Running) -> None:
-        """Record the tail's fetches (``queries.new_runs``): where each starts and how many rows it read."""
+        """Record the tail's fetches (``dag_runs.new_runs``): where each starts and how many rows it read."""
         source = d.daemon.parts.source
         assert isinstance(source, DatabaseSource)
 

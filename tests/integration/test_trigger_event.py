@@ -14,7 +14,7 @@ import pytest
 from detector.app.cli import main
 from detector.core.model import Kind
 from detector.core.ports import Result
-from detector.metadb import queries
+from detector.metadb import dag_runs
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.sources.database.poll import IncrementalDetector, NewRowTracker
 from tests.airflow_server import db_state
@@ -57,7 +57,7 @@ def test_the_poll_path_finds_exactly_the_runs_airflow_made_from_one_message(
         t = open_airflow_db(engine).tables
         detector = IncrementalDetector(tables=t, tracker=NewRowTracker(high=0))
         with engine.connect() as conn:
-            runs = queries.new_runs(conn, t, 0, [], 1000)
+            runs = dag_runs.new_runs(conn, t, 0, [], 1000)
             findings = detector.judge(conn, runs, datetime.now(UTC))
     finally:
         engine.dispose()

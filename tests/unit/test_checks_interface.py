@@ -182,7 +182,7 @@ def test_unknown_disabled_check_is_a_config_problem_listed_with_the_others() -> 
         "DUPGUARD_HTTP_PORT": "x",
     }
     with pytest.raises(ConfigError) as caught:
-        load({}, env, check_kinds=checks.KINDS)
+        load({}, env)
     problems = "\n".join(caught.value.problems)
     assert "unknown check nope" in problems and "split_partition" in problems.split("known:")[1]
     assert "DUPGUARD_HTTP_PORT" in problems  # every problem at once

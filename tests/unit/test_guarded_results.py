@@ -24,7 +24,7 @@ from detector.actions.remediation.guarded import (
 )
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import RemediationResult, Result
-from detector.metadb.queries import RunState, TaskState
+from detector.metadb.run_state import RunState, TaskState
 from detector.metrics import Metrics
 from tests.factories import run
 

@@ -15,7 +15,7 @@ from detector.core.decisions import REMEDIATION_NOTE_PREFIX
 from detector.core.model import GUARD_NOTE_PREFIX
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import Result
-from detector.metadb.queries import KeptRun, RunState, TaskState
+from detector.metadb.run_state import KeptRun, RunState, TaskState
 from tests.factories import run
 
 BEAT = datetime(2026, 11, 30, 4, 10, 29, tzinfo=UTC)

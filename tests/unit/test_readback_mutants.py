@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from detector.actions.remediation.readback import read_back
 from detector.core.plan import Mode
 from detector.core.ports import Result, StartedTask
-from detector.metadb.queries import RunState, TaskState
+from detector.metadb.run_state import RunState, TaskState
 
 BEAT = datetime(2026, 11, 30, 4, 10, 29, tzinfo=UTC)
 QUEUED = (TaskState("extract", -1, "queued"),)

@@ -14,7 +14,7 @@ from detector.core.detect import find_duplicates
 from detector.core.model import Run, ti_started
 from detector.core.plan import Action, Mode, plan
 from detector.core.ports import Result, StartedTask
-from detector.metadb.queries import RunState, TaskState
+from detector.metadb.run_state import RunState, TaskState
 from tests.factories import T0, run
 
 BEAT = datetime(2026, 11, 30, 4, 10, 29, tzinfo=UTC)

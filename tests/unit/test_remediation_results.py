@@ -19,7 +19,7 @@ from detector.core.detect import find_duplicates
 from detector.core.model import Finding, TaskProgress
 from detector.core.plan import Action, Mode, Outcome, note_for, plan
 from detector.core.ports import RemediationResult, Result
-from detector.metadb.queries import RunState, TaskState
+from detector.metadb.run_state import RunState, TaskState
 from tests.factories import T0, run
 
 EVENTS = {1: frozenset({7}), 2: frozenset({7})}

@@ -58,7 +58,7 @@ from detector.core.fence import UNFENCED, FenceSource, LeadershipLost
 from detector.core.plan import Action, Mode
 from detector.core.ports import Result
 from detector.errors import AirflowApiError, AirflowAuthError, ConfigError, DupguardError
-from detector.metadb.queries import RunState
+from detector.metadb.run_state import RunState
 from detector.metadb.schema import AirflowTables, Family
 
 log = logs.get("dupguard.remediation.api")

@@ -59,9 +59,9 @@ from detector.core.fence import UNFENCED, Fence, FenceSource, LeadershipLost
 from detector.core.model import STARTED_TI_STATES
 from detector.core.plan import Action
 from detector.core.ports import Result
-from detector.metadb import queries
+from detector.metadb import leader_lock, run_state
 from detector.metadb.engine import refuse_standby
-from detector.metadb.queries import TaskState
+from detector.metadb.run_state import TaskState
 from detector.metadb.schema import AirflowTables
 
 
@@ -93,7 +93,7 @@ class DbBackend:
         with self.engine.begin() as conn:
             self._set_timeouts(conn)
             refuse_standby(conn, "DUPGUARD_DATABASE_URL", "writes")  # loud and retryable (not read-only errors)
-            current = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id, lock=True)
+            current = run_state.run_state(conn, self.tables, action.dag_id, action.run.run_id, lock=True)
             verdict = judge(action, current, remediate_started=self.remediate_started)
             if verdict.work is not None:  # the kept run too, its row held until the commit
                 verdict = judge_kept(action, read_kept(conn, self.tables, action, lock=True)) or verdict
@@ -106,7 +106,7 @@ class DbBackend:
             # The same read-back as the api backend, inside the transaction: under the row locks no task
             # can start between the judgement and the write, so a started task here is one the operator
             # chose to stop (remediate_started), and an unfinished one means a write missed it.
-            after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
+            after = run_state.run_state(conn, self.tables, action.dag_id, action.run.run_id)
             checked = read_back(
                 action.mode, (*locked.to_fail, *locked.to_skip), locked.describe(), after, ran=locked.ran
             )
@@ -126,12 +126,13 @@ class DbBackend:
         """Still the leader, in this very transaction: the lease has not ended and the lock is still
         granted to the backend that took it (a terminated lock backend frees it at once)."""
         pid = fence.backend_pid
-        if fence.key is not None and pid is not None and not queries.advisory_lock_granted_to(conn, fence.key, pid):
+        if fence.key is not None and pid is not None and not leader_lock.advisory_lock_granted_to(conn, fence.key, pid):
             raise LeadershipLost(f"the leader lock is no longer granted to this replica's lock backend (pid {pid})")
         if not fence.valid():
             raise LeadershipLost("the leader lease ended during the write: rolled back")
 
     def _set_timeouts(self, conn: Connection) -> None:
+        """``SET LOCAL lock_timeout, statement_timeout``: a blocked write gives up instead of queueing."""
         if conn.dialect.name != "postgresql":
             return
         # set_config(..., is_local => true) is SET LOCAL: it ends with this transaction.
@@ -143,6 +144,7 @@ class DbBackend:
         )
 
     def _write(self, conn: Connection, action: Action, work: Work, now: datetime) -> None:
+        """Fail or skip the duplicate's unstarted task instances, fail the run, note why."""
         t = self.tables
         dr = t.dag_run
         if work.to_fail:
@@ -170,6 +172,8 @@ class DbBackend:
         only_from: frozenset[str] | None,
         now: datetime,
     ) -> None:
+        """Set these task instances of the duplicate to ``state``: never a finished one, nor a started
+        one unless allowed."""
         ti = self.tables.task_instance
         keys = [(x.task_id, x.map_index) for x in tis]
         # Never touch a finished TI, and never one that started unless the operator opted in.
@@ -202,6 +206,7 @@ class DbBackend:
         )
 
     def _upsert_note(self, conn: Connection, run_pk: int, note: str, now: datetime) -> None:
+        """The run's note (dag_run_note pkey): what the operator sees on the run page."""
         table = self.tables.dag_run_note
         row = {"dag_run_id": run_pk, "user_id": None, "content": note, "created_at": now, "updated_at": now}
         dialect = postgresql if conn.dialect.name == "postgresql" else sqlite

@@ -6,7 +6,7 @@ the last look before a write and everything around it, for every backend alike:
 - only ``Action.writes`` actions (outcome ``remediate``) of mode ``fail``/``skip`` are ever written,
   and never the kept run (checked again here, defence in depth);
 - right before acting the duplicate's run and task-instance states are re-read from the metadata
-  DB (``queries.run_state``) and judged by ``judge``: gone -> GONE, a task started -> TOO_LATE
+  DB (``run_state.run_state``) and judged by ``judge``: gone -> GONE, a task started -> TOO_LATE
   (unless ``remediate_started``), already stopped -> ALREADY;
 - and the kept run is re-read too (``judge_kept``): a duplicate is never stopped once its kept run is
   gone or was itself stopped, before it ran or as a duplicate (another writer acted on a judgement
@@ -35,9 +35,9 @@ from detector.core.fence import LeadershipLost
 from detector.core.model import ti_started
 from detector.core.plan import Action, Mode, Outcome
 from detector.core.ports import RemediationResult, Result, StartedTask
-from detector.metadb import queries
+from detector.metadb import run_state
 from detector.metadb.engine import connect, refuse_standby
-from detector.metadb.queries import KeptRun, RunState, TaskState
+from detector.metadb.run_state import KeptRun, RunState, TaskState
 from detector.metadb.schema import AirflowTables
 from detector.metrics import Metrics
 
@@ -199,7 +199,7 @@ def read_state(engine: Engine, tables: AirflowTables, action: Action) -> RunStat
     which also pins it to one server connection behind a pooler."""
     with connect(engine) as conn:
         refuse_standby(conn, "DUPGUARD_DATABASE_URL", "re-reads a run before a write")
-        return queries.run_state(conn, tables, action.dag_id, action.run.run_id)
+        return run_state.run_state(conn, tables, action.dag_id, action.run.run_id)
 
 
 class RunStates(Protocol):
@@ -227,8 +227,8 @@ class DbRunStates:
     def note(self, action: Action) -> str | None:
         with connect(self.engine) as conn:
             refuse_standby(conn, "DUPGUARD_DATABASE_URL", "reads a write back")
-            after = queries.run_state(conn, self.tables, action.dag_id, action.run.run_id)
-            return queries.run_note(conn, self.tables, after.id) if after is not None else None
+            after = run_state.run_state(conn, self.tables, action.dag_id, action.run.run_id)
+            return run_state.run_note(conn, self.tables, after.id) if after is not None else None
 
     def kept(self, action: Action) -> KeptRun | None:
         with connect(self.engine) as conn:
@@ -239,8 +239,8 @@ class DbRunStates:
 def read_kept(conn: Connection, tables: AirflowTables, action: Action, *, lock: bool = False) -> KeptRun | None:
     """The kept run and its note on ``conn``; ``lock`` holds its dag_run row ``FOR SHARE`` (the ``db``
     backend's write transaction: no other writer can stop it until the commit)."""
-    kept = queries.run_state(conn, tables, action.dag_id, action.kept_run_id, share=lock)
-    return None if kept is None else KeptRun(kept, queries.run_note(conn, tables, kept.id))
+    kept = run_state.run_state(conn, tables, action.dag_id, action.kept_run_id, share=lock)
+    return None if kept is None else KeptRun(kept, run_state.run_note(conn, tables, kept.id))
 
 
 # --- the executor ---------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from detector.core.model import STARTED_TI_STATES, ti_started
 from detector.core.plan import Mode
 from detector.core.ports import Result, StartedTask
-from detector.metadb.queries import RunState, TaskState
+from detector.metadb.run_state import RunState, TaskState
 
 # What a run failed through the API before it started lacks (issue 22 §5): Airflow's set-failed sets
 # only end_date (DagRun.set_state, QUEUED -> FAILED), no public endpoint can set start_date

@@ -21,7 +21,7 @@ from detector.checks.double_bump.rule import KIND, ORPHAN_WINDOW, Evidence, TiRo
 from detector.checks.double_bump.statements import bump_tables
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
-from detector.metadb import queries
+from detector.metadb import catalog
 from detector.metadb.engine import AirflowDb, connect
 from detector.metadb.schema import Family
 from detector.metrics import Metrics
@@ -41,7 +41,7 @@ class DoubleBumpCheck(CheckBase):
         if db.info.family not in (Family.AIRFLOW_3_0, Family.AIRFLOW_3_1):
             return False
         with connect(db.engine) as conn:
-            columns = queries.table_columns(conn, ("task_instance", "task_instance_history"))
+            columns = catalog.table_columns(conn, ("task_instance", "task_instance_history"))
         return {"id", "queued_by_job_id"} <= columns.get("task_instance", set()) and bool(
             columns.get("task_instance_history")
         )

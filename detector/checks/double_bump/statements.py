@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 
 from detector.checks.double_bump.rule import IN_FLIGHT, SchedulerJob, TiKey, TiRow
-from detector.metadb.queries import chunks
+from detector.metadb.batches import chunks
 from detector.metadb.schema import UtcDateTime
 
 

@@ -18,7 +18,6 @@ from detector.actions.alerts.notice import Notice
 from detector.checks.base import CheckBase
 from detector.checks.split_partition import statements
 from detector.checks.split_partition.alert import split_notice
-from detector.checks.split_partition.metrics import SplitMetrics
 from detector.checks.split_partition.rule import KIND, SplitPartition, find_split_partitions, observe
 from detector.core.checks import CheckContext, Observation
 from detector.metadb.engine import AirflowDb
@@ -43,11 +42,6 @@ class SplitPartitionCheck(CheckBase):
 
     def notice(self, obs: Observation, cluster: str, detected_at: datetime) -> Notice:
         return split_notice(cast(SplitPartition, obs.subject), cluster, detected_at)
-
-    def observed(self, found: list[Observation], new: list[Observation]) -> None:
-        own = self.metrics.of_kind(KIND, SplitMetrics)
-        own.open.set(len(found))
-        own.detected.inc(len(new))
 
 
 CHECK = SplitPartitionCheck  # what detector.checks.enabled registers for this kind

@@ -19,7 +19,8 @@ from sqlalchemy import (
 )
 
 from detector.core.model import PartitionRow
-from detector.metadb.queries import chunks, partition_columns, partition_row
+from detector.metadb.batches import chunks
+from detector.metadb.partitions import partition_columns, partition_row
 from detector.metadb.schema import AirflowTables
 
 

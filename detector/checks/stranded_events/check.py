@@ -26,7 +26,7 @@ from detector.checks.stranded_events.rule import KIND, find_stranded, observe
 from detector.checks.stranded_events.rule_late import find_late, observe_late
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
-from detector.metadb import queries
+from detector.metadb import catalog
 from detector.metadb.engine import AirflowDb
 from detector.metrics import Metrics
 
@@ -52,7 +52,7 @@ class StrandedEventsCheck(CheckBase):
     def collect(self, conn: Connection, db: AirflowDb, ctx: CheckContext) -> list[Observation]:
         t = db.tables
         names = [tbl.name for tbl in (t.asset_queue, t.schedule_refs, t.alias_events, t.dag) if tbl is not None]
-        held = queries.table_privileges(conn, [(name, "SELECT") for name in names])
+        held = catalog.table_privileges(conn, [(name, "SELECT") for name in names])
         if not all(held):
             lacking = [name for name, ok in zip(names, held, strict=True) if not ok]
             log.warning("stranded_events_skipped", reason=f"needs GRANT SELECT ON {', '.join(lacking)}")

@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 from detector.checks.stranded_events.rule import StrandedSet, with_copies
 from detector.core.trigger_event import copies
-from detector.metadb import queries
+from detector.metadb import consumption, dag_runs
 from detector.metadb.schema import AirflowTables
 from detector.sources.database.copies import consumers
 
@@ -19,13 +19,13 @@ from detector.sources.database.copies import consumers
 def of_stranded(conn: Connection, t: AirflowTables, sets: list[StrandedSet], window: timedelta) -> list[StrandedSet]:
     """``sets`` with their events that copy a message a run of their DAG consumed marked
     (``stranded.with_copies``); no read beyond the events' own rows when none is a trigger's."""
-    mine = queries.trigger_events(conn, t, {e for s in sets for e in s.event_ids})
+    mine = dag_runs.trigger_events(conn, t, {e for s in sets for e in s.event_ids})
     if not mine:
         return sets
     ids = {e.id for e in mine}
-    found = [c for c in copies(queries.trigger_events_near(conn, t, mine, window), window) if c.event_ids & ids]
+    found = [c for c in copies(dag_runs.trigger_events_near(conn, t, mine, window), window) if c.event_ids & ids]
     runs = {r.id: r for r in consumers(conn, t, found, {s.dag_id for s in sets})}
-    consumed = queries.consumed_events(conn, t, runs)
+    consumed = consumption.consumed_events(conn, t, runs)
     marked = []
     for s in sets:
         by_event: dict[int, list[str]] = {}

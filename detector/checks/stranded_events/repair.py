@@ -37,7 +37,7 @@ from detector.checks.stranded_events.rule_repair import REPAIR_KIND, Refusal, Re
 from detector.core.checks import Observation, Severity
 from detector.core.fence import LeadershipLost
 from detector.errors import DupguardError
-from detector.metadb import queries
+from detector.metadb import catalog
 from detector.metadb.engine import connect
 from detector.metrics import Metrics
 
@@ -108,7 +108,7 @@ class StrandedRepairer:
 
     def _permitted(self, rc: RepairContext) -> bool:
         with connect(rc.db.engine) as conn:
-            (held,) = queries.table_privileges(conn, [("asset_dag_run_queue", "INSERT")])
+            (held,) = catalog.table_privileges(conn, [("asset_dag_run_queue", "INSERT")])
         if not held and not self.denied:
             self.own.repairs.labels(outcome="not_permitted").inc()
             log.warning(

@@ -26,7 +26,7 @@ from detector.checks.stranded_events import statements
 from detector.checks.stranded_events.rule import StrandedSet
 from detector.checks.stranded_events.rule_repair import Refusal, Requeue, plan_requeue, requeue_at
 from detector.core.fence import UNFENCED, Fence, FenceSource, LeadershipLost
-from detector.metadb import queries
+from detector.metadb import leader_lock
 from detector.metadb.engine import refuse_standby
 from detector.metadb.schema import AirflowTables
 
@@ -87,7 +87,7 @@ class RequeueWriter:
 
 def _check_fence(conn: Connection, fence: Fence) -> None:
     pid = fence.backend_pid
-    if fence.key is not None and pid is not None and not queries.advisory_lock_granted_to(conn, fence.key, pid):
+    if fence.key is not None and pid is not None and not leader_lock.advisory_lock_granted_to(conn, fence.key, pid):
         raise LeadershipLost(f"the leader lock is no longer granted to this replica's lock backend (pid {pid})")
     if not fence.valid():
         raise LeadershipLost("the leader lease ended during the write: rolled back")

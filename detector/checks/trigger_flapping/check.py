@@ -43,7 +43,7 @@ from detector.checks.trigger_flapping.statements import trigger_tables
 from detector.config import Config
 from detector.core.checks import TRIGGER_COPIES_ALERT, CheckContext, Observation
 from detector.core.trigger_event import copies
-from detector.metadb import queries
+from detector.metadb import catalog, consumption, dag_runs
 from detector.metadb.engine import AirflowDb, connect
 from detector.metrics import Metrics
 
@@ -81,7 +81,7 @@ class TriggerFlappingCheck(CheckBase):
         tables = (tt.trigger, tt.asset_link, tt.asset, tt.consumer_ref, tt.job, tt.dag_run, tt.deadline, tt.callback)
         names = {t.name for t in tables if t is not None}
         with connect(db.engine) as conn:
-            return queries.existing_tables(conn, names) == names
+            return catalog.existing_tables(conn, names) == names
 
     def interval(self) -> timedelta:
         return self.config.trigger_flapping_interval
@@ -133,14 +133,14 @@ class TriggerFlappingCheck(CheckBase):
         if not of_asset:
             return []
         t, window = db.tables, self.config.suspect_window
-        events = [e for e in queries.trigger_events_since(conn, t, since, window, of_asset) if e.broadcast]
+        events = [e for e in dag_runs.trigger_events_since(conn, t, since, window, of_asset) if e.broadcast]
         # Only events with an equal one within the window can be copies: their consumers alone are read.
         chained = {e for c in copies(events, window) for e in c.event_ids}
         events = [e for e in events if e.id in chained]
         if not events:
             return []
-        runs = queries.runs_consuming(conn, t, chained)
-        consumed = queries.consumed_events(conn, t, [r.id for r in runs])
+        runs = dag_runs.runs_consuming(conn, t, chained)
+        consumed = consumption.consumed_events(conn, t, [r.id for r in runs])
         threshold = self.config.triggerer_health_check_threshold
 
         def two_alive(at: datetime) -> bool:

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 
 from detector.checks.trigger_flapping.rule import ASSET, CALLBACK, TriggererJob, TriggerRow
-from detector.metadb.queries import chunks
+from detector.metadb.batches import chunks
 from detector.metadb.schema import (
     Family,
     UtcDateTime,

@@ -36,7 +36,7 @@ from detector.core.model import TaskProgress, ti_started
 from detector.core.plan import Action
 from detector.core.trigger_event import TriggerEvent, trigger_event
 from detector.errors import AirflowApiError
-from detector.metadb.queries import KeptRun, RunState, TaskState
+from detector.metadb.run_state import KeptRun, RunState, TaskState
 
 # What a 403 on each call lacks (the minimum permissions, docs/explanation/api-source.md).
 READ_RUNS = "read access to DAG Runs (FAB: 'can read on DAG Runs', e.g. role Viewer; simple auth manager: viewer)"
@@ -393,7 +393,7 @@ class Reader:
 
 
 def progress_of(tasks: list[dict[str, Any]], now: datetime, *, guarded: bool) -> TaskProgress:
-    """TaskProgress from the API's task instances, counted as ``queries.task_progress`` counts rows."""
+    """TaskProgress from the API's task instances, counted as ``consumption.task_progress`` counts rows."""
     total = started = skipped = 0
     seconds = 0.0
     for ti in tasks:

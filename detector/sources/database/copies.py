@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 
 from detector.core.model import Run
 from detector.core.trigger_event import Copies, TriggerEvent, copies
-from detector.metadb import queries
+from detector.metadb import dag_runs
 from detector.metadb.schema import AirflowTables
 
 
@@ -27,12 +27,12 @@ def near_runs(
     runs = list(runs)
     # Only an id links runs (core.trigger_event): an event without one needs no range read on the poll.
     mine = [
-        e for e in queries.trigger_events(conn, t, {e for r in runs for e in events.get(r.id, ())}) if e.message_ids
+        e for e in dag_runs.trigger_events(conn, t, {e for r in runs for e in events.get(r.id, ())}) if e.message_ids
     ]
     if not mine:
         return [], []
     ids = {e.id for e in mine}
-    near = copies(queries.trigger_events_near(conn, t, mine, window), window)
+    near = copies(dag_runs.trigger_events_near(conn, t, mine, window), window)
     found = [c for c in near if c.proven and c.event_ids & ids]
     return found, consumers(conn, t, found, {r.dag_id for r in runs})
 
@@ -41,7 +41,7 @@ def since(
     conn: Connection, t: AirflowTables, start: datetime | None, window: timedelta
 ) -> tuple[list[Copies], list[Run]]:
     """Every copy set among the trigger events since ``start`` (scan), and the runs that consumed one."""
-    events: list[TriggerEvent] = queries.trigger_events_since(conn, t, start, window)
+    events: list[TriggerEvent] = dag_runs.trigger_events_since(conn, t, start, window)
     found = [c for c in copies(events, window) if c.proven]
     return found, consumers(conn, t, found, None)
 
@@ -49,5 +49,5 @@ def since(
 def consumers(conn: Connection, t: AirflowTables, found: list[Copies], dag_ids: set[str] | None) -> list[Run]:
     if not found:
         return []
-    runs = queries.runs_consuming(conn, t, {e for c in found for e in c.event_ids})
+    runs = dag_runs.runs_consuming(conn, t, {e for c in found for e in c.event_ids})
     return [r for r in runs if dag_ids is None or r.dag_id in dag_ids]

@@ -26,7 +26,7 @@ from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, fi
 from detector.core.model import ASSET_TRIGGERED, NO_DECISIONS, Decisions, Finding, Run, TaskProgress, asset_labels
 from detector.core.reprocess import needs_origins, refine_partitioned
 from detector.core.trigger_event import find_trigger_event_duplicates
-from detector.metadb import queries
+from detector.metadb import consumption, dag_runs, partitions
 from detector.metadb.prepared import TopRunId
 from detector.metadb.schema import AirflowTables
 from detector.sources.database import copies
@@ -144,7 +144,7 @@ class IncrementalDetector:
         due = self.tracker.ids_to_check(now)
         if probe is not None and not due and probe() <= self.tracker.high:
             return IDLE
-        fetched = queries.new_runs(conn, t, self.tracker.high, due, self.batch)
+        fetched = dag_runs.new_runs(conn, t, self.tracker.high, due, self.batch)
         fresh_ids = set(self.tracker.accept([r.id for r in fetched], now))
         new = [r for r in fetched if r.id in fresh_ids]
         watched = [r for r in new if r.run_type == ASSET_TRIGGERED and self.dag_filter.selects(r.dag_id)]
@@ -163,11 +163,11 @@ class IncrementalDetector:
 
         Also used to re-judge a duplicate before a remediation is retried."""
         t = self.tables
-        events = queries.consumed_events(conn, t, [r.id for r in watched])
+        events = consumption.consumed_events(conn, t, [r.id for r in watched])
         candidates: dict[int, Run] = {r.id: r for r in watched}
         alone = True
         for run in watched:
-            for sibling in queries.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window):
+            for sibling in dag_runs.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window):
                 candidates.setdefault(sibling.id, sibling)
                 alone = alone and sibling.id == run.id
         # Runs that consumed another copy of a message one of these runs' trigger events carried.
@@ -179,7 +179,7 @@ class IncrementalDetector:
             return []  # the common case: every new run is the only one of its trigger
         new_ids = {r.id for r in watched}
         ids = list(candidates)
-        events.update(queries.consumed_events(conn, t, [i for i in ids if i not in new_ids]))  # new ones are read
+        events.update(consumption.consumed_events(conn, t, [i for i in ids if i not in new_ids]))  # new ones are read
         # A group is a connected set (detect.py): the siblings' own siblings belong to it too, e.g. the
         # exact duplicate of a run that a new, overlapping run shares an event with. Only a sibling
         # with another run_after or an event not looked up yet can lead further (an exact pair never
@@ -198,17 +198,17 @@ class IncrementalDetector:
             for run in frontier:
                 asked.add((run.dag_id, run.run_after, run.partition_key))
                 asked_events.update((run.dag_id, e) for e in events.get(run.id, ()))
-                for sibling in queries.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window):
+                for sibling in dag_runs.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window):
                     if sibling.id not in candidates:
                         found[sibling.id] = sibling
             if not found:
                 break
             candidates.update(found)
-            events.update(queries.consumed_events(conn, t, list(found)))
+            events.update(consumption.consumed_events(conn, t, list(found)))
             frontier = list(found.values())
         ids = list(candidates)
         with notes_readable():  # task_progress reads the guard's notes: the missing grant is named
-            progress = queries.task_progress(conn, t, ids, now)
+            progress = consumption.task_progress(conn, t, ids, now)
         prior = self.prior(conn, list(candidates.values()), progress) if self.prior is not None else NO_DECISIONS
         findings = find_duplicates(
             candidates.values(),
@@ -220,7 +220,7 @@ class IncrementalDetector:
         )
         suspects = [r.id for f in findings if needs_origins(f) for r in f.runs]
         if suspects:  # rare: partitioned runs of one key with different events (detector.core.reprocess)
-            origins = queries.partition_rows_for_runs(conn, t, suspects)
+            origins = partitions.partition_rows_for_runs(conn, t, suspects)
             findings = refine_partitioned(findings, origins, events, progress, suspect_window=self.suspect_window)
         if found_copies:
             findings += find_trigger_event_duplicates(
@@ -239,5 +239,5 @@ class IncrementalDetector:
         only when a group was found."""
         consumed = {f.key: sorted({e for r in f.runs for e in events.get(r.id, ())}) for f in findings}
         wanted = [e for ids in consumed.values() for e in ids]
-        names = queries.event_assets(conn, self.tables, wanted) if wanted else {}
+        names = consumption.event_assets(conn, self.tables, wanted) if wanted else {}
         return [replace(f, assets=asset_labels(names[e] for e in consumed[f.key] if e in names)) for f in findings]

@@ -18,7 +18,7 @@ from detector.core.decisions import decisions_from_notes, decisions_from_roles
 from detector.core.model import Decisions, Run, TaskProgress
 from detector.core.ports import Ledger
 from detector.errors import DatabaseError
-from detector.metadb import queries
+from detector.metadb import consumption
 from detector.metadb.schema import AirflowTables
 from detector.sources.disputes import report_disputed
 
@@ -51,7 +51,7 @@ class PriorDecisions:
 
     def __call__(self, conn: Connection, runs: Sequence[Run], progress: Mapping[int, TaskProgress]) -> Decisions:
         with notes_readable():
-            notes = queries.run_notes(conn, self.tables, [r.id for r in runs])
+            notes = consumption.run_notes(conn, self.tables, [r.id for r in runs])
         roles = self.ledger.on(conn).decisions([(r.dag_id, r.run_id) for r in runs])  # on the caller's connection
         recorded = decisions_from_roles(runs, roles)
         prior = decisions_from_notes(runs, notes, progress, ledger_kept=recorded.kept) | recorded

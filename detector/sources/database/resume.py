@@ -28,7 +28,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from detector.metadb import queries
+from detector.metadb import dag_runs
 from detector.metadb.schema import AirflowTables
 from detector.sources.database.poll import NewRowTracker
 
@@ -94,7 +94,7 @@ def bounded(
     """``state`` moved up past what cannot be judged any more; the gap that leaves, if any."""
     high, gaps, late = state
     start, whys = high, []
-    lowest = queries.min_run_id(conn, t)
+    lowest = dag_runs.min_run_id(conn, t)
     if lowest is not None and lowest - 1 > start:
         start = lowest - 1
         whys.append("deleted from dag_run before they were judged, e.g. by airflow db clean")
@@ -103,6 +103,6 @@ def bounded(
         whys.append(f"more than {CATCH_UP_LIMIT} ids behind the newest run; audit them with dupguard scan --since")
     if start == high:
         return state, None
-    queued_from, queued_to = queries.queued_at_of_ids(conn, t, high + 1, start)
+    queued_from, queued_to = dag_runs.queued_at_of_ids(conn, t, high + 1, start)
     gap = CoverageGap(high + 1, start, "; ".join(whys), queued_from, queued_to)
     return (start, {i: s for i, s in gaps.items() if i > start}, {i: s for i, s in late.items() if i > start}), gap

@@ -18,7 +18,7 @@ from detector.core.detect import DagFilter
 from detector.core.model import Finding
 from detector.core.ports import Ledger, Polled
 from detector.errors import DatabaseError, DupguardError
-from detector.metadb import queries
+from detector.metadb import catalog, dag_runs
 from detector.metadb.engine import AirflowDb, connect, describe_error
 from detector.metadb.prepared import TopRunId, top_run_id_probe
 from detector.metrics import Metrics
@@ -69,9 +69,9 @@ class DatabaseSource:
         try:
             with connect(self.db.engine) as conn:
                 if self.detector is None:
-                    self._progress.seen = queries.max_run_id(conn, self.db.tables)
+                    self._progress.seen = dag_runs.max_run_id(conn, self.db.tables)
                 else:
-                    queries.ping(conn)
+                    catalog.ping(conn)
         except DupguardError as exc:
             return str(exc)
         return None
@@ -89,10 +89,10 @@ class DatabaseSource:
         state = (watermark, {}, {}) if watermark is not None else self._progress.resumed()
         how = "ledger" if watermark is not None else "lookback" if state is None else "resumed"
         with connect(self.db.engine) as conn:
-            top = queries.max_run_id(conn, t)
+            top = dag_runs.max_run_id(conn, t)
             if state is None:
-                since = queries.database_now(conn) - self.config.startup_lookback
-                first = queries.first_run_id_since(conn, t, since, max(0, top - resume.CATCH_UP_LIMIT))
+                since = catalog.database_now(conn) - self.config.startup_lookback
+                first = dag_runs.first_run_id_since(conn, t, since, max(0, top - resume.CATCH_UP_LIMIT))
                 state, gap = (top if first is None else first - 1, {}, {}), None
             else:
                 state, gap = resume.bounded(conn, t, state, top)
@@ -161,7 +161,7 @@ class DatabaseSource:
     def rejudge(self, dag_id: str, run_id: str, now: datetime) -> list[Finding] | None:
         t = self.db.tables
         with connect(self.db.engine) as conn:
-            run = queries.run_by_run_id(conn, t, dag_id, run_id)
+            run = dag_runs.run_by_run_id(conn, t, dag_id, run_id)
             if run is None:
                 return None
             return self._rejudger.judge(conn, [run], now)
@@ -175,11 +175,11 @@ class DatabaseSource:
         are judged again (an index read, not the look-back's history), and only where dupguard writes:
         alerting alone has nothing to finish. Their alerts may repeat, as the README says for the
         in-memory ledger."""
-        since = queries.database_now(conn) - self.config.startup_lookback
-        floor = queries.first_run_id_since(conn, self.db.tables, since, max(0, resumed_at - resume.CATCH_UP_LIMIT))
+        since = catalog.database_now(conn) - self.config.startup_lookback
+        floor = dag_runs.first_run_id_since(conn, self.db.tables, since, max(0, resumed_at - resume.CATCH_UP_LIMIT))
         if floor is None or floor > resumed_at:
             return []
-        runs = queries.unfinished_asset_runs(conn, self.db.tables, floor - 1, resumed_at, resume.CATCH_UP_LIMIT)
+        runs = dag_runs.unfinished_asset_runs(conn, self.db.tables, floor - 1, resumed_at, resume.CATCH_UP_LIMIT)
         findings = self._rejudger.judge(conn, runs, now) if runs else []
         if findings:
             log.info("resumed_unfinished_groups", groups=len(findings), runs=len(runs), upto_id=resumed_at)
