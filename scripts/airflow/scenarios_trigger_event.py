@@ -285,7 +285,8 @@ def truth(af: sa.AF, done: dict[str, Any]) -> dict[str, Any]:
 def stranded(af: sa.AF, event_ids: list[int], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Events consumed by no run, with no queue row left and a run created after them: a copy that
     came after the first copy queued the consumer and before its run (the queue row keeps the first
-    copy's time, docs/explanation/airflow-internals.md §11), what scenarios_stranded.py records as stranded."""
+    copy's time, docs/explanation/airflow-internals.md, "Asset events that trigger nothing"), what scenarios_stranded.py
+    records as stranded."""
     from airflow.models.asset import AssetDagRunQueue, AssetEvent
     from sqlalchemy import func, select
 

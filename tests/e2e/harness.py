@@ -650,13 +650,14 @@ class Cluster:
             ),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in USERS.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
-            # docs/explanation/airflow-internals.md §4.3: HTTP 500 without it
+            # docs/explanation/airflow-internals.md, "Authentication": HTTP 500 without it
             "AIRFLOW__API_AUTH__JWT_ISSUER": "airflow",
             "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET,
             "AIRFLOW__API__SECRET_KEY": JWT_SECRET,
             "AIRFLOW__API__BASE_URL": base,
             "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",  # docs/explanation/airflow-internals.md §8
+            # docs/explanation/airflow-internals.md, "Running a real Airflow for tests"
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             # A worker whose ti_run reached the API server but timed out (API outage cells) leaves the
             # task running with no heartbeat; Airflow fails it after this many seconds (default 300,
@@ -684,8 +685,8 @@ class Cluster:
                 "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
                 "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self._sa_url()}",
                 "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(spec.worker_concurrency),
-                # docs/explanation/airflow-internals.md §8: without a socket timeout the prefork children hang for ever
-                # at start-up
+                # docs/explanation/airflow-internals.md, "Running a real Airflow for tests": without a socket timeout
+                # the prefork children hang for ever at start-up
                 # in kombu's after-fork cleanup (a BRPOP reply on the socket shared with the parent).
                 "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__SOCKET_TIMEOUT": "5",
             }
@@ -763,7 +764,8 @@ class Cluster:
 
     def _start_celery_workers(self, timeout: float = 180.0) -> None:
         """``airflow celery worker`` x ``celery_workers``, each with its own hostname and no log
-        server (docs/explanation/airflow-internals.md §8); ready once each logs Celery's ``ready.`` line."""
+        server (docs/explanation/airflow-internals.md, "Running a real Airflow for tests"); ready once each logs
+        Celery's ``ready.`` line."""
         names = [f"celery-worker-{i + 1}" for i in range(self.spec.celery_workers)]
         for i, name in enumerate(names):
             argv = [self._airflow, "celery", "worker", "--skip-serve-logs"]

@@ -610,8 +610,8 @@ def hold_after_queue_read(af: Any, names: tuple[str, ...]) -> tuple[dict[str, th
     """Pause the named scheduler threads once, right after their unlocked asset queue read.
 
     ``dags_needing_dagruns`` calls ``SerializedDagModel.get_latest_serialized_dags`` right after its
-    ``SELECT asset_dag_run_queue`` (docs/explanation/airflow-internals.md §2.1); the thread sets ``<name>-read`` and
-    waits for
+    ``SELECT asset_dag_run_queue`` (docs/explanation/airflow-internals.md, "The scheduler's run-creation step"); the
+    thread sets ``<name>-read`` and waits for
     ``<name>-go``. Returns the events and a function restoring Airflow's method.
     """
     events = {f"{n}-{what}": threading.Event() for n in names for what in ("read", "go")}
@@ -1076,7 +1076,7 @@ def dag_run_class(af: Any) -> Any:
 
 def sc_unlocked(ctx: Context, inverted: bool = False) -> dict[str, Any]:
     """[scheduler] use_row_level_locking = False: nothing serialises the creators
-    (docs/explanation/airflow-internals.md §2.1). Both
+    (docs/explanation/airflow-internals.md, "The scheduler's run-creation step"). Both
     read the queue; A creates its run and, still uncommitted, waits until B is creating its own run
     (B's guard waiting for A's lock, or, without that lock, B's run created); then A commits.
 
