@@ -1,4 +1,4 @@
-"""Synthetic Airflow 3.1.2 histories for the detection-cost benchmarks (issue 2, "Performance").
+"""Synthetic Airflow 3.1.2 histories for the detection-cost benchmarks (docs/explanation/performance.md).
 
 One PostgreSQL database per size (``dupguard_bench_100k`` …), created from the real ``airflow db
 migrate`` schema (tests/fixtures/schema/airflow-3.1.2.sql), filled with set-based SQL

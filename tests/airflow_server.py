@@ -8,8 +8,7 @@ Airflow's ``pool_pre_ping`` reconnects, so one server (~20 s to start) serves a 
 
 Auth: simple auth manager with ``admin`` (role admin) and ``viewer`` (role viewer), passwords from a
 file we write (docs/explanation/airflow-internals.md, "Running a real Airflow for tests"), ``jwt_issuer`` set (HTTP 500
-otherwise: docs/explanation/airflow-internals.md
-§4.3).
+otherwise: docs/explanation/airflow-internals.md, "Authentication").
 
 TLS (``tls=TlsFiles(...)``): ``airflow api-server --ssl-cert/--ssl-key``, ``url`` becomes https; the
 readiness probe verifies the certificate against ``tls.ca_cert``. ``make_test_ca`` writes a throw-away CA

@@ -1,4 +1,4 @@
-"""Builds scenario fixtures of task attempts bumped twice (issue 25 §3) with Airflow's OWN code.
+"""Builds scenario fixtures of task attempts bumped twice (the double_bump check) with Airflow's OWN code.
 
 Why: in 3.0.x/3.1.x ``DagRun.schedule_tis`` updates task instances by id with no state guard and
 adds 1 to ``try_number`` (docs/explanation/airflow-internals.md, "Task attempts bumped twice"). A scheduler whose view

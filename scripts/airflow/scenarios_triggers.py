@@ -1,4 +1,4 @@
-"""Trigger-ownership scenarios made by Airflow's own code (3.0.6-3.3.2): issue 25 §1, trigger_flapping.
+"""Trigger-ownership scenarios made by Airflow's own code (3.0.6-3.3.2): the trigger_flapping check.
 
 Why: up to 3.2.1 ``Trigger.get_sorted_triggers`` selects asset (AssetWatcher) triggers without the
 "owner is not an alive triggerer" filter, and callback triggers lack it through 3.3.2

@@ -1,4 +1,4 @@
-"""The double_bump rule (issue 25 §3) on rows shaped as Airflow writes them (docs/explanation/airflow-internals.md,
+"""The double_bump rule on rows shaped as Airflow writes them (docs/explanation/airflow-internals.md,
 "Task attempts bumped twice").
 
 The same rule runs on the Airflow-made fixtures in tests/integration/test_double_bump.py; here every

@@ -99,7 +99,7 @@ def test_an_unreadable_version_is_unknown() -> None:
     assert {r.status for r in assess(Observed("unknown"))} == {Status.UNKNOWN}
 
 
-# --- the rest of the family (issue 25): named, watched, never in the verdict ---------------------
+# --- the rest of the family (docs/explanation/checks.md): named, watched, never in the verdict ---------------------
 
 
 @pytest.mark.parametrize(
