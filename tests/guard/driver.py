@@ -1144,7 +1144,7 @@ def sc_unlocked(ctx: Context, inverted: bool = False) -> dict[str, Any]:
 
 
 def sc_callback(ctx: Context) -> dict[str, Any]:
-    """Issue 13 section 3: the race on a DAG with on_success_callback, then Airflow's own scheduling
+    """The race on a DAG with on_success_callback, then Airflow's own scheduling
     loop (``_do_scheduling``) several times: which runs end in which state, and which DAG callbacks
     the scheduler sends (recorded where it hands them to the executor's callback sink)."""
     af, (a, b) = ctx.af, ctx.schedulers

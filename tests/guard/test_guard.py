@@ -96,7 +96,7 @@ PLAN: list[Entry] = [
         )
         for v in ASSET_VERSIONS
     ],
-    # Issue 13 section 5: a clean 3.1.2 venv with the wheel pip-installed, no airflow_local_settings.
+    # A clean 3.1.2 venv (what a managed platform allows) with the wheel pip-installed, no airflow_local_settings.
     Entry("3.1.2", "pip-installed", "installed", ("race", "overlap")),
     Entry("3.2.2", "none", "none", ("partitioned-serial", "partitioned-overlap")),
     # 3.3 locks both run-creation paths itself: the guard, installed, must do nothing there.
@@ -808,7 +808,7 @@ def test_without_guard_the_overlap_race_runs_an_event_twice(runs: Runs, version:
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_guard_skips_the_overlap_duplicate(runs: Runs, version: str) -> None:
-    """Issue 13 section 2: the overlap duplicate is created skipped and finished, with the note; A
+    """The overlap duplicate is created skipped and finished, with the note; A
     is untouched; still one lookup per new asset run."""
     result = runs.get(version, "local-settings")
     first, dup = overlap_pair(result, "overlap")
@@ -960,7 +960,7 @@ def test_with_row_level_locking_the_guard_takes_no_lock_of_its_own(runs: Runs, v
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_guarded_duplicate_sends_no_dag_callback(runs: Runs, version: str) -> None:
-    """Issue 13 section 3: after the race on a DAG with on_success_callback, Airflow's own scheduling
+    """After the race on a DAG with on_success_callback, Airflow's own scheduling
     loop runs both runs to their end. The kept run finishes and its callback is sent once; the
     guarded duplicate was created finished (success, every task skipped, the note) and the scheduler
     never sends a DAG callback for it."""
@@ -989,7 +989,7 @@ def daemon_outcomes(runs: Runs, version: str, key: str) -> dict[str, Outcome]:
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_daemon_reports_guarded_duplicates_as_prevented_by_their_note(runs: Runs, version: str) -> None:
-    """Issue 13 section 3: dupguard recognises a guarded run by the guard's note. Duplicates the guard
+    """The daemon recognises a guarded run by the guard's note. Duplicates the guard
     made (no row-level locking race, callback race) are PREVENTED; a duplicate whose every task an
     operator skipped by hand (no guard) is not: it is planned like any duplicate (the remediation
     then finds nothing left to stop)."""
@@ -1005,7 +1005,7 @@ def test_daemon_reports_guarded_duplicates_as_prevented_by_their_note(runs: Runs
 
 
 def test_pip_installed_guard_prevents_the_race_without_local_settings(runs: Runs) -> None:
-    """Issue 13 section 5: in a clean Airflow 3.1.2 venv where the only change is `pip install -r
+    """In a clean Airflow 3.1.2 venv where the only change is `pip install -r
     requirements.txt` naming the guard's wheel (what a managed platform allows), Airflow loads the
     guard through its entry point, no airflow_local_settings exists, and both races are prevented."""
     result = runs.get("3.1.2", "pip-installed")
