@@ -5,8 +5,8 @@ The API server (tests.airflow_server, one uvicorn worker) serves a database made
 scheduler code (fixture ``race_asset_fanout``: its DAGs are serialized, so per-DAG lists answer).
 New runs are committed into that database by ``tests.writer.AirflowWriter`` the way the scheduler
 commits them, already started (state running, ``start_date`` set: the scheduler starts a new run in
-the loop that made it, 11-51 ms after creation, docs/explanation/airflow-internals.md §3; the API cannot serve the
-events of a run
+the loop that made it, 11-51 ms after creation, docs/explanation/airflow-internals.md, "From a new run to a running
+task"; the API cannot serve the events of a run
 before that, apache/airflow#71360). Latency = the ``duplicate_detected`` log line minus the wall clock
 right after the duplicate's COMMIT returned. Requests are counted by a forwarding proxy
 (tests.airflow_server.CountingProxy). CPU: /proc of the API server's process group (the server and

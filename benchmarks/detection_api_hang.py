@@ -1,4 +1,4 @@
-"""Detection latency while every remediation hangs on the Airflow API (issue 11 §3).
+"""Detection latency while every remediation hangs on the Airflow API: detection must not wait for it.
 
 `dupguard run` as its own process on the real Airflow 3.1.2 schema with ``DUPGUARD_REMEDIATION=fail``
 and the ``api`` backend pointed at a local TCP server that accepts connections and never answers

@@ -1,4 +1,4 @@
-"""Cost of the double_bump check (issue 25 §3) at ``--sizes`` rows of ``task_instance``.
+"""Cost of the double_bump check (docs/explanation/checks.md) at ``--sizes`` rows of ``task_instance``.
 
 Two paths (``detector.checks.double_bump.check``): the **live** run of ``dupguard run`` reads the
 in-flight TIs (``ti_state``), looks up the ones at try >= 2 in ``task_instance_history``

@@ -1,4 +1,4 @@
-"""Catch rate on a real HA Airflow: a matrix of end-to-end runs (issues 8 and 17, benchmarks/results/e2e.md).
+"""Catch rate on a real HA Airflow: a matrix of end-to-end runs (benchmarks/results/e2e.md).
 
 Each run starts a fresh cluster (``tests/e2e/harness.py``: PostgreSQL database, ``airflow db
 migrate``, API server, DAG processor, two schedulers with the LocalExecutor or the CeleryExecutor
@@ -238,7 +238,7 @@ def table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-OLD_RAN_KEY = "caught_after_start"  # the e2e label "detected but ran" in results stored before issue 24
+OLD_RAN_KEY = "caught_after_start"  # the e2e label "detected but ran" in results stored before it was renamed
 
 
 def stored(tag: str) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
-"""The rest of the HA family end to end (issue 25): a real HA Airflow with two triggerers, and dupguard's
-periodic checks against what Airflow recorded.
+"""The rest of the HA family end to end (docs/explanation/checks.md): a real HA Airflow with two triggerers, and
+dupguard's periodic checks against what Airflow recorded.
 
 One cluster (``tests/e2e/harness.py``): two schedulers (LocalExecutor), **two triggerers** with the
 AssetWatcher consumer (``tests/e2e/dags_watcher``: the harness writes the file the watcher's

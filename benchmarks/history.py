@@ -1,4 +1,4 @@
-"""Synthetic Airflow 3.1.2 histories for the detection-cost benchmarks (issue 2, "Performance").
+"""Synthetic Airflow 3.1.2 histories for the detection-cost benchmarks (docs/explanation/performance.md).
 
 One PostgreSQL database per size (``dupguard_bench_100k`` …), created from the real ``airflow db
 migrate`` schema (tests/fixtures/schema/airflow-3.1.2.sql), filled with set-based SQL
@@ -13,8 +13,8 @@ migrate`` schema (tests/fixtures/schema/airflow-3.1.2.sql), filled with set-base
   backfill (1 %);
 - ``queued_at`` 0.2-10 s after ``run_after`` (5 % of runs: 5-60 min, e.g. AND conditions or
   ``max_active_runs``); two scheduler jobs per week, so ``creating_job_id`` spans ~106 jobs;
-- planted duplicates (docs/explanation/airflow-internals.md §2.3): row ``i`` copies row ``i-1`` (dag_id, run_after to
-the
+- planted duplicates (docs/explanation/airflow-internals.md, "The 3.0/3.1 race"): row ``i`` copies row ``i-1`` (dag_id,
+run_after to the
   microsecond, consumed events) with the other scheduler's ``creating_job_id`` and ``queued_at``
   60 ms later: one every 20 000 runs, plus 4 more in the last 20 hours so that ``scan --since 1d``
   has something to find at every size. They are listed in ``bench.planted``;

@@ -1,4 +1,4 @@
-"""What the leader's session-lock heartbeat costs, before and after issue 22 §3: before, one
+"""What the leader's session-lock heartbeat costs, before and after it learnt to spot a pooler: before, one
 ``pg_is_in_recovery()`` (``leader_lock.in_recovery``); after, one statement that also reads ``pg_locks``
 for the lock still granted to its backend and whether it ran there (``leader_lock.session_lock_status``).
 One heartbeat per ``DUPGUARD_LEADER_CHECK_INTERVAL`` (1 s by default) on the leader.

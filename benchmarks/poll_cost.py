@@ -7,7 +7,7 @@ Three scenarios, each timed over ``--iterations`` polls after ``--warmup`` untim
 - ``duplicate``: a run was seen by the previous poll, then its HA-race twin (same dag_id,
   run_after and consumed events, the other scheduler's job) committed: the timed poll fetches it,
   its siblings, both runs' events and task progress, and must return exactly one finding.
-- ``overlap``: the same, but the second run is the overlap race's (issue 11 §5): an earlier
+- ``overlap``: the same, but the second run is the overlap race's (docs/how-to/guard.md): an earlier
   run_after and only one of the first run's two events. Its sibling has another run_after, so the
   poll also asks for the sibling's siblings (one more ``sibling_runs``); one finding, first run kept.
 

@@ -11,7 +11,7 @@ window). Each sample includes the guard's re-read; for ``api`` it includes the H
 
 Prints a table and writes benchmarks/results/remediation_latency.json (``--name`` for another file).
 
-``--gap`` (issue 11 §2) measures the ``api`` backend's window between the guard's re-read and the
+``--gap`` measures the ``api`` backend's window between the guard's re-read and the
 moment Airflow's write acts on the task instances, in which a task can still start. Phases, on one
 host clock (wall time): the re-read; from its end to the PATCH leaving (token, request building);
 from the PATCH leaving to the server's first write of a task instance (the lowest

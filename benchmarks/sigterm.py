@@ -1,5 +1,5 @@
 """Seconds from SIGTERM to the end of a real ``dupguard run`` while every alert endpoint (Slack's webhook
-or its bot API, the JSON webhook, Alertmanager) and the Airflow API hang (issue 23 §7: 5.3-5.6 s on
+or its bot API, the JSON webhook, Alertmanager) and the Airflow API hang (it took 5.3-5.6 s on
 717859f; the documented bound is 5 s). The setup is tests/integration/test_sigterm.py's, which asserts
 the bound; this reports the figure: each Slack mode ``--repeats`` times, with the load average.
 

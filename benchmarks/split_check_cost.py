@@ -1,7 +1,7 @@
 """Cost of the split-partition check (``dupguard run`` every 10 s; ``dupguard scan``) on a large APDR history.
 
-``asset_partition_dag_run`` has only its primary key (docs/explanation/airflow-internals.md §1.3), so finding pending
-rows is a
+``asset_partition_dag_run`` has only its primary key (docs/explanation/airflow-internals.md, "Asset tables"), so finding
+pending rows is a
 sequential scan. This measures the queries of ``SplitWatch.check`` — ``partition_rows_with_pending``
 then ``partition_row_events`` — and the re-processing lookup ``partition_rows_for_runs`` (one
 suspected pair), on a database built from the real Airflow 3.3.2 schema

@@ -1,4 +1,4 @@
-"""Idle cost of an HA pair: a leader and a standby `dupguard run` (poll 10 ms) on one database (issue 16).
+"""Idle cost of an HA pair: a leader and a standby `dupguard run` (poll 10 ms) on one database.
 
 Per replica process: user+system CPU from /proc. On the database side: the CPU of the live backends
 (children of the postmaster, from /proc) and of the backends that exited meanwhile (the postmaster's

@@ -1,4 +1,4 @@
-"""Cost of the stranded-events check (issue 25 §2) at ``--sizes`` rows of ``asset_event``.
+"""Cost of the stranded-events check (docs/explanation/checks.md) at ``--sizes`` rows of ``asset_event``.
 
 The check is one statement (``statements.stranded_event_candidates``): per schedule reference of an
 unpaused asset-scheduled DAG without a queue row and with an asset-triggered run, the run that
@@ -81,8 +81,8 @@ SELECT d, 'dag_' || d, timestamptz '2025-01-01' + ((%(n)s + 2 * d) || ' seconds'
 FROM generate_series(0, 19) AS d;
 UPDATE dag_run SET queued_at = now(), created_at = now()
 WHERE id IN (SELECT d * %(runs)s + %(runs)s - 1 FROM generate_series(20, 22) AS d);
--- 3 DAGs with an event committed late (internals §11.2): inside their latest run's window, consumed by
--- no run of the DAG (the link of the window's 5th event removed)
+-- 3 DAGs with an event committed late ("Committed late" in airflow-internals.md): inside their latest
+-- run's window, consumed by no run of the DAG (the link of the window's 5th event removed)
 DELETE FROM dagrun_asset_event
 WHERE (dag_run_id, event_id) IN (SELECT d * %(runs)s + %(runs)s - 1,
                                         ((%(runs)s - 1) * %(per_run)s + 4) * %(assets)s + d %% %(assets)s

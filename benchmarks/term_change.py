@@ -1,7 +1,7 @@
-"""What a leader term change costs (issue 23 §1): ``--runs`` asset runs inside the look-back, a daemon
+"""What a leader term change costs: ``--runs`` asset runs inside the look-back, a daemon
 (in-memory ledger, the README's read-only role) judges them, its role is cut off (connection limit 0,
 sessions ended), ``--gap`` runs are committed, the role reconnects. Reported: seconds from reconnecting
-to the gap judged, and the dag_run rows the new term's fetches read. Before issue 23 the new term
+to the gap judged, and the dag_run rows the new term's fetches read. An earlier dupguard's new term
 re-read the whole look-back; run it from an older checkout with ``PYTHONPATH=<checkout>`` to compare.
 
     DUPGUARD_TEST_DATABASE_URL=... .venv/bin/python -m benchmarks.term_change [--runs 6500] [--gap 10]

@@ -1,4 +1,4 @@
-"""Cost of the trigger_event kind's reads (issue 25 §1) at ``--sizes`` rows of ``asset_event``.
+"""Cost of the trigger_event kind's reads (docs/explanation/checks.md) at ``--sizes`` rows of ``asset_event``.
 
 The history of benchmarks/stranded_check_cost.py (200 assets, 300 consumer DAGs, every event consumed
 by the 1.5 DAGs on its asset, 10 events per run; the 3.3.2 schema with only Airflow's indexes), except

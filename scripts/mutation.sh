@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of the safety core (issue 22 §8, benchmarks/results/mutation.md): mutmut 3 mutates the modules
+# Mutation testing of the safety core (benchmarks/results/mutation.md): mutmut 3 mutates the modules
 # listed in pyproject's [tool.mutmut] only_mutate and runs, for each mutant, the tests that call the
 # mutated function (tests/unit and the PostgreSQL integration tests; the `airflow` and `e2e` markers
 # are left out: they start Airflow processes, minutes per mutant). Not part of CI: about an hour on

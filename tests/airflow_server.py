@@ -7,9 +7,8 @@ DATABASE … TEMPLATE`` (~0.2 s). The server's pooled connections die with the o
 Airflow's ``pool_pre_ping`` reconnects, so one server (~20 s to start) serves a whole session.
 
 Auth: simple auth manager with ``admin`` (role admin) and ``viewer`` (role viewer), passwords from a
-file we write (docs/explanation/airflow-internals.md §8), ``jwt_issuer`` set (HTTP 500 otherwise:
-docs/explanation/airflow-internals.md
-§4.3).
+file we write (docs/explanation/airflow-internals.md, "Running a real Airflow for tests"), ``jwt_issuer`` set (HTTP 500
+otherwise: docs/explanation/airflow-internals.md, "Authentication").
 
 TLS (``tls=TlsFiles(...)``): ``airflow api-server --ssl-cert/--ssl-key``, ``url`` becomes https; the
 readiness probe verifies the certificate against ``tls.ca_cert``. ``make_test_ca`` writes a throw-away CA
@@ -643,9 +642,10 @@ def warm_execution_api(server: AirflowServer) -> None:
 
 def start_task(server: AirflowServer, dag_id: str, run_id: str, task_id: str, *, pid: int = 4242) -> None:
     """Start ``task_id`` of the run as a worker would: the scheduler's steps (run QUEUED -> RUNNING
-    with its start_date, the TI -> QUEUED; docs/explanation/airflow-internals.md §3, steps 2-4) as a test-side write,
-    then the worker's ``PATCH /execution/task-instances/{id}/run``, which is Airflow's own QUEUED -> RUNNING transition
-    (execution_api/routes/task_instances.py ``ti_run``; it needs the run's start_date for its answer)."""
+    with its start_date, the TI -> QUEUED; docs/explanation/airflow-internals.md, "From a new run to a running task",
+    steps 2-4) as a test-side write, then the worker's ``PATCH /execution/task-instances/{id}/run``, which is Airflow's
+    own QUEUED -> RUNNING transition (execution_api/routes/task_instances.py ``ti_run``; it needs the run's start_date
+    for its answer)."""
     from sqlalchemy import create_engine, text
 
     engine = create_engine(make_url(server.db_url).set(drivername="postgresql+psycopg2"))

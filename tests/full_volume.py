@@ -1,4 +1,4 @@
-"""A real full filesystem for ledger tests (issue 23 §3): a 256 KiB tmpfs mounted for the test.
+"""A real full filesystem for ledger tests (a full disk must lose nothing): a 256 KiB tmpfs mounted for the test.
 
 Needs the right to mount (root, as the project's test machines and CI run); elsewhere the test
 using it is skipped, saying why."""

@@ -1,4 +1,4 @@
-"""A peer that trickles: an answer written one byte a second (issue 23 §2: per-read timeouts never fire).
+"""A peer that trickles: an answer written one byte a second (per-read timeouts never fire).
 
 Used by the local stand-ins (``tests.slack_server``, ``tests.airflow_server.CountingProxy``)."""
 

@@ -1,8 +1,8 @@
 """Writes Airflow 3.1-shaped rows (runs, events, task instances) into a real schema, as a scheduler would
 commit them: one transaction per run with its consumed events and task instances. Used by daemon tests
 and benchmarks to commit duplicates at chosen moments. Race semantics are Airflow's
-(docs/explanation/airflow-internals.md §2.3): the duplicate has the same dag_id, run_after and consumed events,
-another creating job, a later id.
+(docs/explanation/airflow-internals.md, "The 3.0/3.1 race"): the duplicate has the same dag_id, run_after and consumed
+events, another creating job, a later id.
 """
 
 from __future__ import annotations

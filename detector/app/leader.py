@@ -6,13 +6,13 @@ trying every ``leader_check_interval`` takes over within about a second. ``trans
 ``pg_try_advisory_xact_lock`` inside a transaction kept open, which PgBouncer's transaction pooling
 pins to one server connection. A session lock through transaction pooling is taken on whichever
 server connection the statement landed on and is then shared with other clients: two replicas both
-"hold" it (docs/explanation/airflow-internals.md §6, the official chart's ``pgbouncer.enabled``).
+"hold" it (docs/explanation/airflow-internals.md, "Next to the official Helm chart"; the chart's ``pgbouncer.enabled``).
 
 Pooler detection, at every (re)connect of the lock connection: the session is *pinned* when it is
 proven to stay on one server session across transactions while another client of the same URL runs
 its own (``detector.metadb.engine.is_pinned``: a backend pid and a session variable read back). Direct
 connections, a plain TCP proxy and PgBouncer's session pooling are pinned; transaction and statement
-pooling never are, whatever the addresses say (issue 22 §3: comparing the server's view of the
+pooling never are, whatever the addresses say (comparing the server's view of the
 client's address and port with the local socket was fooled when a pooler on the same host used the
 same ephemeral port). ``auto`` (the default) takes the session lock only on a pinned session and the
 transaction lock otherwise; ``session`` refuses to lead on a session not pinned, with a one-line
@@ -43,7 +43,7 @@ in CI). A fooled proof must still never give two leaders, so the session lock do
   none lands there it warns (``leader_lock_left_on_server_session``) that the lock stays on that
   server session, with no leader, until the pooler closes it: prefer none to two.
 
-Standbys (issue 22 §2): advisory locks work on a hot standby, where they exclude only the replicas on
+Standbys: advisory locks work on a hot standby, where they exclude only the replicas on
 that standby. At every (re)connect, and at every heartbeat (a primary behind a stable URL can be
 replaced by a standby), the lock connection asks ``pg_is_in_recovery()``; on a standby no lock is
 taken or kept (``LOCK_ON_STANDBY``, with a reason naming DUPGUARD_LOCK_DATABASE_URL).
@@ -54,7 +54,7 @@ Prefer no leader over two: the leader acts only while its last successful heartb
 lock also sets ``idle_in_transaction_session_timeout`` (twice the lease, for its transaction only) so
 the server frees the lock of a leader that went silent — after that leader has stopped acting.
 
-Fencing (issue 22 §1, docs/explanation/remediation.md "Leadership and fencing"): the lease runs on the monotonic
+Fencing (docs/explanation/remediation.md, "Leadership and fencing"): the lease runs on the monotonic
 clock from the moment the last successful heartbeat was *sent* (its answer proves the lock was still
 held at some point after that), and ``fence()`` hands the remediation a ``Fence`` valid only until
 then: every write is made only while it is valid, with its whole timeout clipped to what is left.
@@ -232,7 +232,7 @@ class AdvisoryLock:
     def _try_acquire(self, now: datetime) -> bool:
         """One attempt at the lock. A standby keeps its connection between attempts (it holds no lock
         while it has not got one): a new connection every check interval cost the database a backend
-        start each second, more than the leader's whole idle cost (issue 16)."""
+        start each second, more than the leader's whole idle cost."""
         sent = self.clock()
         try:
             conn, kind = self._attempt_connection()

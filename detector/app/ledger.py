@@ -9,8 +9,8 @@ a live leader, ``detector.sources.database.resume``) may alert again about group
 recognised as already stopped, and the note on it names the kept run, ``detector.core.decisions``).
 
 Besides claims the ledger keeps, per run, the role an earlier judgement gave it (``decision|<dag>|<run>``
-claims, subject ``kept`` or ``duplicate``: issue 11 §1, a decision is final), and the remediations
-not finished yet (notes ``pending|<dag>|<run>``), which a new leader picks up (issue 11 §3).
+claims, subject ``kept`` or ``duplicate``: a decision is final, so no later poll reverses it), and the remediations
+not finished yet (notes ``pending|<dag>|<run>``), which a new leader picks up and finishes.
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ class DbLedger:
     ``pool_pre_ping`` round trip, BEGIN, the statement, COMMIT). ``on(conn)`` gives the same ledger on
     a connection its caller's thread already holds: the daemon's autocommit poll connection, where
     one statement is its own transaction. That takes three round trips per call off the detection
-    path (issue 16); its writes are refused on a connection that is not in autocommit mode, where
+    path; its writes are refused on a connection that is not in autocommit mode, where
     they would be rolled back with the caller's transaction.
     """
 

@@ -1,4 +1,4 @@
-"""What a periodic check finds, in one shape for every kind (issue 25: the rest of the HA family).
+"""What a periodic check finds, in one shape for every kind (the rest of the HA family: docs/explanation/checks.md).
 
 Duplicate run groups have their own pipeline (``core.detect`` -> ``core.plan`` -> remediation), fed by
 the poll of new runs (every 30 ms by default). Everything else dupguard watches for is a *state* read
@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 from detector.core.detect import ALL_DAGS, DagFilter
 
-# Copies of one message a trigger run on two triggerers submitted (docs/explanation/airflow-internals.md §13), found by
+# Copies of one message a trigger run on two triggerers submitted (docs/explanation/airflow-internals.md, "One
+# message, one asset event per triggerer"), found by
 # the stranded_events check (copies one run consumed) or trigger_flapping's (copies_without_id): not
 # stranded events nor a flap, so their own alert and runbook section.
 TRIGGER_COPIES_ALERT = "DupguardTriggerCopies"
@@ -33,7 +34,7 @@ Severity = Literal["error", "warning", "info"]
 class CheckContext:
     """One run of one check."""
 
-    db_now: datetime  # the database's clock: ages of Airflow's timestamps are judged on it (issue 23 §6)
+    db_now: datetime  # the database's clock: ages of Airflow's timestamps are judged on it, not on a skewed host clock
     now: datetime  # this host's clock: dates alerts and reports only
     dag_filter: DagFilter = ALL_DAGS
     live: bool = True  # `dupguard run` (the check runs again and again) or one look (`dupguard scan`)

@@ -1,7 +1,8 @@
 """Is this deployment at risk of duplicate runs, and does something stop them (``dupguard doctor``)?
 
 Pure judgement of what the doctor read (docs/reference/doctor.md). Which code paths can duplicate is a
-property of the Airflow release, read in the released wheels (docs/explanation/airflow-internals.md §9):
+property of the Airflow release, read in the released wheels (docs/explanation/airflow-internals.md, "Which
+releases carry which fix"):
 
 - asset-triggered runs (apache/airflow#54491, #63507): every 3.0.x and 3.1.x; fixed in 3.2.0
   (the scheduler re-selects the queue rows FOR UPDATE SKIP LOCKED); the 3.1 backport came after
@@ -102,7 +103,8 @@ def release_affected(name: PathName, version: tuple[int, int, int | None]) -> tu
     if newer:
         return (
             None,
-            "open as of 3.3.2; this release is newer than the releases read (docs/explanation/airflow-internals.md §9)",
+            "open as of 3.3.2; this release is newer than the releases read "
+            "(docs/explanation/airflow-internals.md#9-which-releases-carry-which-fix)",
         )
     return True, "open in every 3.2.x and 3.3.x release up to 3.3.2 (fix proposed in apache/airflow PR 71074)"
 
@@ -156,7 +158,7 @@ def unprotected(risks: list[PathRisk]) -> list[PathRisk]:
     return [r for r in risks if r.status in (Status.AT_RISK, Status.UNKNOWN) and not r.protected]
 
 
-# --- the rest of the HA family (issue 25): named by the doctor, watched by dupguard's periodic checks ---
+# --- the rest of the HA family (docs/explanation/checks.md): named by the doctor, watched by the periodic checks ---
 # Nothing here changes the exit code: dupguard only detects and alerts on these (except the opt-in repair of
 # stranded events), so "protected" would claim too much. Versions read in the released wheels
 # (docs/explanation/airflow-internals.md, the sections of each kind).

@@ -1,6 +1,7 @@
 """Duplicate runs made by one message that every triggerer's copy of an asset trigger submitted.
 
-Why (docs/explanation/airflow-internals.md §10, §13): up to 3.2.1 every triggerer runs the same asset trigger, and
+Why (docs/explanation/airflow-internals.md, "Triggers claimed by every triggerer" and "One message, one asset
+event per triggerer"): up to 3.2.1 every triggerer runs the same asset trigger, and
 ``Trigger.submit_event`` writes one ``asset_event`` per copy, ``extra = {"from_trigger": true,
 "payload": <the event's payload>}``, naming neither the trigger nor the triggerer. When the
 consumer's run is created between the copies, each copy's event makes a run: runs that share no
@@ -8,7 +9,7 @@ event and no run_after, so the ``asset`` rule (detect.py) does not link them.
 
 The rule: runs of one DAG are linked when they consumed *different* events of one asset that are
 copies of one message. Copies are proven only by a unique message id in the payload (SQS
-``MessageId``, Kinesis shard and sequence number, Pub/Sub ``message_id``: the table of §13), events
+``MessageId``, Kinesis shard and sequence number, Pub/Sub ``message_id``: the table in that last section), events
 of one asset within ``window`` of each other. Equal payloads without an id may be two real messages
 with equal bodies, and a watcher whose messages all look alike sends nothing else: they link no runs
 (``copies`` still reports them, for the stranded check). A group is ``confirmed`` when one run
@@ -43,7 +44,7 @@ from detector.core.model import (
 )
 
 # Trigger.get_sorted_triggers keeps an asset trigger with a live owner from 3.2.2 (apache/airflow PR
-# #65792, docs/explanation/airflow-internals.md §10): one copy runs, one event per message.
+# #65792, docs/explanation/airflow-internals.md, "Triggers claimed by every triggerer"): one copy runs.
 FIXED_IN = (3, 2, 2)
 
 
@@ -88,7 +89,8 @@ def from_trigger(extra: object, source_dag_id: str | None) -> bool:
 
 
 def message_ids(payload: object) -> frozenset[str]:
-    """The unique ids of the messages a trigger's payload carries, by the providers' shapes (§13);
+    """The unique ids of the messages a trigger's payload carries, by the providers' shapes (in the table of
+    docs/explanation/airflow-internals.md, "One message, one asset event per triggerer");
     empty when it carries none. Prefixed by shape, so ids of different brokers never meet."""
     if not isinstance(payload, dict):
         return frozenset()
@@ -113,7 +115,8 @@ def message_ids(payload: object) -> frozenset[str]:
 
 def broadcast(payload: object) -> bool:
     """Whether the payload is a message every copy of its trigger receives: redis ``AwaitMessageTrigger``
-    yields the pub/sub message ``{"type": "message", "pattern", "channel", "data"}`` (§13), and pub/sub
+    yields the pub/sub message ``{"type": "message", "pattern", "channel", "data"}`` (the table
+    cited by ``message_ids``), and pub/sub
     fans each message out to every subscriber. Other id-less triggers' copies compete for a message
     (a file deleted, a Kafka group, a Service Bus lock): there an equal payload is a second message."""
     return (

@@ -205,8 +205,9 @@ class _DupguardGuard:
         lock_key: tuple[str, ...] | None = None
         if family == "dagmodel-lock":
             if not self.row_locking():
-                # Without the DagModel row lock nothing serialises two creators of one DAG's asset
-                # runs (docs/explanation/airflow-internals.md §2.1): the guard does it itself, per DAG.
+                # Without the DagModel row lock nothing serialises two creators of one DAG's asset runs
+                # (docs/explanation/airflow-internals.md, "The scheduler's run-creation step"): the guard
+                # does it itself, per DAG.
                 lock_key = (dag_id,)
             lower_id_only = lock_key is None
             precheck = self.asset_precheck(dag_id, run_after, run_pk, lower_id_only)
@@ -222,9 +223,9 @@ class _DupguardGuard:
                 def statement() -> Any:
                     return self.partitioned_statement(dag_id, partition_key, run_pk, stale)
 
-                # 3.2's partitioned path takes no lock at all (docs/explanation/airflow-internals.md §2.5):
-                # serialise the creators of one (dag, partition key), so the second one sees the
-                # first one's committed run.
+                # 3.2's partitioned path takes no lock at all (docs/explanation/airflow-internals.md,
+                # "Partitioned runs (3.2+)"): serialise the creators of one (dag, partition key), so
+                # the second one sees the first one's committed run.
                 lock_key = (dag_id, partition_key)
         if statement is None:
             kept, has_note, has_tis = _DUPGUARD_NOT_A_DUPLICATE, True, True

@@ -3,7 +3,8 @@
 Why not the provider itself: the amazon/redis providers are not installed in the Airflow venvs, and
 running them needs a broker. What dupguard reads is the payload Airflow stores
 (``extra.payload``), so this trigger reads one message from a JSON file standing for the queue and
-yields it exactly as the provider's trigger would (docs/explanation/airflow-internals.md §13):
+yields it exactly as the provider's trigger would (docs/explanation/airflow-internals.md, "One message, one asset event
+per triggerer"):
 
 * ``shape="sqs"``: ``SqsSensorTrigger.run`` (amazon 9.39.0 ``aws/triggers/sqs.py`` L231):
   ``{"status": "success", "message_batch": [<SQS message with MessageId, ReceiptHandle, MD5OfBody, Body>]}``;

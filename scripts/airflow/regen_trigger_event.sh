@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates tests/fixtures/scenarios/<ver>/trigger_event_*.{sql,json}: one message submitted by
-# each triggerer's copy of an asset trigger (issue 25 §1, the consequence of trigger_flapping), made
+# each triggerer's copy of an asset trigger (the consequence of trigger_flapping), made
 # with Airflow's own code: see scripts/airflow/scenarios_trigger_event.py. Same pipeline as
 # regen_scenarios.sh (fresh DB per scenario, migrate, generate, data-only dump, load check).
 #

@@ -1,7 +1,7 @@
 """Builds scenario fixtures of asset-triggered DAG runs with Airflow's OWN code (3.0.x / 3.1.x).
 
 Why: dupguard must flag the duplicate runs that two HA schedulers create in Airflow 3.0/3.1
-(see docs/explanation/airflow-internals.md §2.3) and must NOT flag look-alikes (fan-out, successive runs,
+(see docs/explanation/airflow-internals.md, "The 3.0/3.1 race") and must NOT flag look-alikes (fan-out, successive runs,
 manual/scheduled/backfill runs, cleared runs, AND conditions). Hand-written INSERTs would only
 encode our own assumptions, so every row here is written by Airflow itself:
 

@@ -1,8 +1,8 @@
-"""Builds scenario fixtures of task attempts bumped twice (issue 25 §3) with Airflow's OWN code.
+"""Builds scenario fixtures of task attempts bumped twice (the double_bump check) with Airflow's OWN code.
 
 Why: in 3.0.x/3.1.x ``DagRun.schedule_tis`` updates task instances by id with no state guard and
-adds 1 to ``try_number`` (docs/explanation/airflow-internals.md §7). A scheduler whose view of a run went stale
-sends a task another scheduler already queued back to ``scheduled`` with try k+1: same TI id, no
+adds 1 to ``try_number`` (docs/explanation/airflow-internals.md, "Task attempts bumped twice"). A scheduler whose view
+of a run went stale sends a task another scheduler already queued back to ``scheduled`` with try k+1: same TI id, no
 ``task_instance_history`` row for try k. dupguard must flag that and must NOT flag the look-alikes
 (a retry, a clear, an orphan reset), so every row here is written by Airflow itself:
 

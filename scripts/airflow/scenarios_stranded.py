@@ -123,7 +123,7 @@ def held_emit(af: sa.AF, producer: str, asset_name: str, *, before_queue: bool) 
     """A producer's success in its own transaction, held open: the event is flushed (its timestamp set
     by the column default) and, with ``before_queue``, held before ``AssetManager._queue_dagruns``
     (the queue insert), else after it; the returned ``finish`` lets it queue (if held before) and
-    commit, as the execution API's request does at its end (docs/explanation/airflow-internals.md §11.2)."""
+    commit, as the execution API's request does at its end (docs/explanation/airflow-internals.md, "Committed late")."""
     run_id = af.trigger(producer)
     reached, release = threading.Event(), threading.Event()
     original = af.AssetManager._queue_dagruns

@@ -1,8 +1,10 @@
-"""Duplicate asset events of one message, one per triggerer copy, made by Airflow's OWN code (issue 25 §1).
+"""Duplicate asset events of one message, one per triggerer copy, made by Airflow's OWN code (the trigger_event
+check).
 
-Why: up to 3.2.1 every triggerer claims and runs the same asset trigger (docs/explanation/airflow-internals.md
-§10), and ``Trigger.submit_event`` checks no owner, so one message becomes one ``asset_event`` per
-copy (§13). When the consumer's run is made between the two, the second event makes a second run:
+Why: up to 3.2.1 every triggerer claims and runs the same asset trigger (docs/explanation/airflow-internals.md,
+"Triggers claimed by every triggerer"), and ``Trigger.submit_event`` checks no owner, so one message becomes one
+``asset_event`` per copy (same doc, "One message, one asset event per triggerer"). When the consumer's run is made
+between the two, the second event makes a second run:
 a duplicate run today's ``asset`` rule does not link (the runs share no event). dupguard links them
 by the message id in the payload, and must leave alone what merely looks like it.
 
@@ -83,7 +85,7 @@ SCENARIOS = {
         "sqs",
         "Both copies submit M1 before the scheduler's next loop: one run, which consumes the first copy "
         "only (the queue row keeps the first copy's time); the second copy is consumed by no run and "
-        "no queue row is left for it (stranded, as in §11): no duplicate run, nothing to stop.",
+        "no queue row is left for it (stranded: an event that triggers nothing): no duplicate run, nothing to stop.",
     ),
     "trigger_event_distinct_ids": (
         "sqs",
@@ -285,7 +287,8 @@ def truth(af: sa.AF, done: dict[str, Any]) -> dict[str, Any]:
 def stranded(af: sa.AF, event_ids: list[int], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Events consumed by no run, with no queue row left and a run created after them: a copy that
     came after the first copy queued the consumer and before its run (the queue row keeps the first
-    copy's time, docs/explanation/airflow-internals.md §11), what scenarios_stranded.py records as stranded."""
+    copy's time, docs/explanation/airflow-internals.md, "Asset events that trigger nothing"), what scenarios_stranded.py
+    records as stranded."""
     from airflow.models.asset import AssetDagRunQueue, AssetEvent
     from sqlalchemy import func, select
 

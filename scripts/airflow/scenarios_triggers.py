@@ -1,8 +1,9 @@
-"""Trigger-ownership scenarios made by Airflow's own code (3.0.6-3.3.2): issue 25 §1, trigger_flapping.
+"""Trigger-ownership scenarios made by Airflow's own code (3.0.6-3.3.2): the trigger_flapping check.
 
 Why: up to 3.2.1 ``Trigger.get_sorted_triggers`` selects asset (AssetWatcher) triggers without the
 "owner is not an alive triggerer" filter, and callback triggers lack it through 3.3.2
-(docs/explanation/airflow-internals.md §10). So every triggerer's ``load_triggers`` re-claims them: the
+(docs/explanation/airflow-internals.md, "Triggers claimed by every triggerer"). So every triggerer's ``load_triggers``
+re-claims them: the
 ``trigger.triggerer_id`` flips from one live triggerer to the other. Airflow keeps no history of
 owners, so each scenario records the rows after every step (``samples``) and dumps the database at
 each step (``<scenario>.<n>.sql``), for dupguard's live check to be replayed on them.

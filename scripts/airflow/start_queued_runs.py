@@ -1,6 +1,7 @@
 """Moves every queued DAG run to running with Airflow's own scheduler code, as the scheduler loop that
 created it does (``SchedulerJobRunner._start_queued_dagruns``, 3.1.2 scheduler_job_runner.py L1767;
-docs/explanation/airflow-internals.md §3: the run starts in the loop that made it unless ``max_active_runs`` holds it).
+docs/explanation/airflow-internals.md, "From a new run to a running task": the run starts in the loop that made it
+unless ``max_active_runs`` holds it).
 
 The scenario fixtures stop right after the race created its runs (still queued, ``start_date``
 NULL); the REST API cannot serve a run's consumed events before it started (apache/airflow#71360),

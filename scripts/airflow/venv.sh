@@ -41,7 +41,7 @@ case "$VERSION" in
   # The seed's executor (tests/e2e: CeleryExecutor with Redis); pinned in the constraints file too.
   3.1.2|3.2.2) REQS+=(apache-airflow-providers-celery) ;;
 esac
-# The SQS AssetWatcher end to end (tests/e2e/dags_sqs, issue 25): the AWS provider's own SqsSensorTrigger
+# The SQS AssetWatcher end to end (tests/e2e/dags_sqs): the AWS provider's own SqsSensorTrigger
 # (it needs aiobotocore) against moto's server, which speaks the SQS API locally.
 if [ "$VERSION" = 3.1.2 ]; then REQS+=("apache-airflow-providers-amazon[aiobotocore]" "moto[server]"); fi
 STAMP=$( { echo "${REQS[*]}"; cat "$CONS" 2>/dev/null || true; } | sha256sum | cut -d' ' -f1)

@@ -1,12 +1,12 @@
-"""What Airflow recorded of the rest of the HA family (issue 25) in one end-to-end run, and what dupguard's
-periodic checks said of it: the truth never comes from dupguard's rules.
+"""What Airflow recorded of the rest of the HA family (docs/explanation/checks.md) in one end-to-end run, and what
+dupguard's periodic checks said of it: the truth never comes from dupguard's rules.
 
-- **A trigger run by two triggerers** (§1): each triggerer logs ``trigger <name> starting`` for every
-  trigger it runs (``TriggerRunner.run_trigger``, airflow/jobs/triggerer_job_runner.py L1110 in 3.1.2);
-  a trigger in the logs of two triggerers ran twice. The consequence is in ``asset_event``: the
-  watcher's events (``extra.from_trigger``) against the files the harness wrote (one event each when
-  one triggerer runs the trigger).
-- **Asset events that trigger nothing** (§2): an event of an asset a DAG is scheduled on that no run of
+- **A trigger run by two triggerers** (trigger_flapping, trigger_event): each triggerer logs
+  ``trigger <name> starting`` for every trigger it runs (``TriggerRunner.run_trigger``,
+  airflow/jobs/triggerer_job_runner.py L1110 in 3.1.2); a trigger in the logs of two triggerers ran twice. The
+  consequence is in ``asset_event``: the watcher's events (``extra.from_trigger``) against the files the harness wrote
+  (one event each when one triggerer runs the trigger).
+- **Asset events that trigger nothing** (stranded_events): an event of an asset a DAG is scheduled on that no run of
   that DAG consumed (``dagrun_asset_event``), although a run of that DAG was queued after it, with no
   queue row left for it (``asset_dag_run_queue``), read after the drain: stranded for good. And every
   event **passed over** (``PASSED_OVER``): the first asset-triggered run of its DAG created after it did

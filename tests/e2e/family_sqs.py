@@ -1,4 +1,4 @@
-"""What Airflow recorded of the SQS AssetWatcher run by two triggerers (issue 25 §1, ``tests/e2e/dags_sqs``),
+"""What Airflow recorded of the SQS AssetWatcher run by two triggerers (``tests/e2e/dags_sqs``),
 and what dupguard's ``trigger_event`` kind said of it: the truth never comes from dupguard's rules.
 
 - **Truth, from Airflow's records only**: the watcher's asset events (``extra.from_trigger``) and the

@@ -1,4 +1,4 @@
-"""A real HA Airflow 3.1.2 with dupguard in front of it: start, run, drain, stop (issue 8).
+"""A real HA Airflow 3.1.2 with dupguard in front of it: start, run, drain, stop.
 
 One ``Cluster`` is one run: a fresh PostgreSQL database (``e2e_<hex>`` on the test server),
 ``airflow db migrate``, the API server, one DAG processor and **two schedulers**
@@ -19,12 +19,12 @@ triggered by the harness through the REST API every ``producer_sleep + 1`` s wit
 ``partition_key``) and ``consumer_partitioned`` (``PartitionedAssetTimetable``, identity mapper).
 With ``RunSpec(bursts=N)`` the DAGs of ``tests/e2e/dags_bursts/`` run beside them: ``producer_bursts``
 (N events of its own asset after each ``burst_gap``) and its consumers ``consumer_burst`` and
-``consumer_burst_serial`` (``max_active_runs=1``): asset events that trigger nothing (issue 25 §2).
+``consumer_burst_serial`` (``max_active_runs=1``): asset events that trigger nothing (stranded_events).
 With ``RunSpec(sqs_messages=N)``, moto's SQS server (``tests/e2e/sqs.py``), the triggerers, and
 ``tests/e2e/dags_sqs/``: the AWS provider's ``SqsSensorTrigger`` watching an asset, ``consumer_sqs`` on it,
-N messages put on the queue by the harness (issue 25 §1, ``tests/e2e/family_sqs.py``).
+N messages put on the queue by the harness (trigger_event, ``tests/e2e/family_sqs.py``).
 Fault injection and the worker pickup delay are in ``tests/e2e/site/sitecustomize.py`` (schedulers'
-``PYTHONPATH`` only). The guard (issue 6), when on, is ``dupguard guard print-local-settings``
+``PYTHONPATH`` only). The guard (docs/how-to/guard.md), when on, is ``dupguard guard print-local-settings``
 written to ``$AIRFLOW_HOME/config/airflow_local_settings.py``.
 """
 
@@ -83,10 +83,10 @@ class RunSpec:
     name: str = "e2e"
     airflow_version: str = "3.1.2"
     backend: str = "api"  # api | db
-    source: str = "database"  # database | api (dupguard's --source, issue 14)
+    source: str = "database"  # database | api (dupguard's --source)
     mode: str = "fail"  # fail | skip | dry-run | off
     pickup_delay: float = 0.0  # seconds before a consumer task's ti_run (LocalExecutor worker)
-    guard: bool = False  # in-scheduler guard (issue 6) via airflow_local_settings.py
+    guard: bool = False  # in-scheduler guard via airflow_local_settings.py
     fault_max_ms: float = 0.0  # random 0..N ms between the unlocked ADRQ read and the DagModel lock
     duration: float = 180.0  # seconds of producer activity (after the first asset event)
     fanout: int = 1  # consumer_fanout_<i> DAGs besides the user's consumer and consumer_serial
@@ -100,7 +100,7 @@ class RunSpec:
     watcher: bool = False  # triggerer + AssetWatcher (tests/e2e/dags_watcher): consumer_watched, consumer_two_assets
     watch_interval: float = 4.0  # seconds between two files for the watcher's FileDeleteTrigger
     serial_task_seconds: float = 0.0  # consumer_serial's task sleeps this long (events pile up behind it)
-    triggerers: int = 1  # with ``watcher``: 2 gives HA triggerers (issue 25 §1: each may run the same trigger)
+    triggerers: int = 1  # with ``watcher``: 2 gives HA triggerers (each may run the same trigger)
     replicas: int = 1  # dupguard replicas (each as in a scheduler pod)
     leader_kills: int = 0  # SIGKILLs of the leading replica at random moments of the workload (restarted 1 s later)
     api_outage: float = 0.0  # seconds the API server is stopped, once, at a random moment of the workload
@@ -650,13 +650,14 @@ class Cluster:
             ),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in USERS.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
-            # docs/explanation/airflow-internals.md §4.3: HTTP 500 without it
+            # docs/explanation/airflow-internals.md, "Authentication": HTTP 500 without it
             "AIRFLOW__API_AUTH__JWT_ISSUER": "airflow",
             "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET,
             "AIRFLOW__API__SECRET_KEY": JWT_SECRET,
             "AIRFLOW__API__BASE_URL": base,
             "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",  # docs/explanation/airflow-internals.md §8
+            # docs/explanation/airflow-internals.md, "Running a real Airflow for tests"
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             # A worker whose ti_run reached the API server but timed out (API outage cells) leaves the
             # task running with no heartbeat; Airflow fails it after this many seconds (default 300,
@@ -684,8 +685,8 @@ class Cluster:
                 "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
                 "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self._sa_url()}",
                 "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(spec.worker_concurrency),
-                # docs/explanation/airflow-internals.md §8: without a socket timeout the prefork children hang for ever
-                # at start-up
+                # docs/explanation/airflow-internals.md, "Running a real Airflow for tests": without a socket timeout
+                # the prefork children hang for ever at start-up
                 # in kombu's after-fork cleanup (a BRPOP reply on the socket shared with the parent).
                 "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__SOCKET_TIMEOUT": "5",
             }
@@ -763,7 +764,8 @@ class Cluster:
 
     def _start_celery_workers(self, timeout: float = 180.0) -> None:
         """``airflow celery worker`` x ``celery_workers``, each with its own hostname and no log
-        server (docs/explanation/airflow-internals.md §8); ready once each logs Celery's ``ready.`` line."""
+        server (docs/explanation/airflow-internals.md, "Running a real Airflow for tests"); ready once each logs
+        Celery's ``ready.`` line."""
         names = [f"celery-worker-{i + 1}" for i in range(self.spec.celery_workers)]
         for i, name in enumerate(names):
             argv = [self._airflow, "celery", "worker", "--skip-serve-logs"]
@@ -827,12 +829,12 @@ class Cluster:
         self.dupguard_http_port = port or free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DUPGUARD_", "AIRFLOW"))}
         if self.spec.source == "api":
-            # The api source reads only the REST API (issue 14): no database URL at all; its cursor
+            # The api source reads only the REST API: no database URL at all; its cursor
             # and decisions go to a state file, as on the chart's volume.
             env["DUPGUARD_STATE_FILE"] = str(self.run_dir / "dupguard-state.json")
         else:
             env["DUPGUARD_DATABASE_URL"] = self.db_url
-        if self.spec.poll_interval:  # the catch rate at another poll (issue 25: the idle CPU's lever)
+        if self.spec.poll_interval:  # the catch rate at another poll (the idle CPU's lever)
             env["DUPGUARD_POLL_INTERVAL"] = self.spec.poll_interval
         if self.spec.stranded_poll_interval:  # a stranded set lasts about one burst gap: look within it
             env["DUPGUARD_STRANDED_POLL_INTERVAL"] = f"{self.spec.stranded_poll_interval}s"
@@ -867,7 +869,7 @@ class Cluster:
         self._restarts[name] = n
         log_name = name if n == 0 else f"{name}.restart{n}"
         # --source on the command line, not in the environment: a dupguard without the api source
-        # (issue 14) must refuse the cell (exit 2), not run the database source under its name.
+        # must refuse the cell (exit 2), not run the database source under its name.
         source = ["--source", self.spec.source] if self.spec.source != "database" else []
         proc = self._spawn(name, [DUPGUARD, "run", *source], env=env, log_name=log_name)
         self.dupguard_logs.append(proc.log)
@@ -934,7 +936,7 @@ def run(spec: RunSpec, run_dir: Path, *, keep_db: bool = False) -> dict[str, Any
             if name not in ("api-server", "redis"):
                 kill_session(proc.popen)
         report = analyse(cluster.db_url, cluster.dupguard_logs, spec, faults=cluster.faults)
-        if spec.triggerers > 1:  # the rest of the HA family (issue 25), while the database is still there
+        if spec.triggerers > 1:  # the rest of the HA family, while the database is still there
             from tests.e2e.family import family_report
 
             files = cluster.watch_files_written

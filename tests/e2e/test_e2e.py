@@ -1,4 +1,4 @@
-"""End to end on the reporter's stack (issue 17): a real HA Airflow 3.1.2 with dupguard in front.
+"""End to end on the reporter's stack: a real HA Airflow 3.1.2 with dupguard in front.
 
 The short CI version (the full matrix is ``benchmarks/e2e_catch_rate.py``, benchmarks/results/e2e.md), one cluster:
 two schedulers on PostgreSQL with the **CeleryExecutor** (Redis broker, PostgreSQL result backend,

@@ -1,5 +1,5 @@
 """The stranded-events bookkeeping of the family report (``tests/e2e/family.judge_stranded``) on
-hand-made rows: the end-to-end figures of issue 25 §2 are only as good as this comparison."""
+hand-made rows: the end-to-end figures of stranded events are only as good as this comparison."""
 
 from __future__ import annotations
 

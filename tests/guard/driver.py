@@ -131,8 +131,8 @@ with DAG("aliasov_other_consumer", schedule=[aliasov_other_alias], start_date=ST
 with DAG("aliasrace_consumer", schedule=[aliasrace_alias], start_date=START, catchup=False):
     EmptyOperator(task_id="extract") >> EmptyOperator(task_id="load")
 """
-# DAGs whose on_success_callback says a report was sent: issue 13 section 3's report DAG
-# (``callback``), and issue 22 section 7's consumer without tasks (``notasks``; Airflow 3 accepts one).
+# DAGs whose on_success_callback says a report was sent: the report DAG
+# (``callback``), and the consumer without tasks (``notasks``; Airflow 3 accepts one).
 REPORT_SENT = """
 
 def report_sent(context):
@@ -436,7 +436,7 @@ def sc_broken(ctx: Context, how: str, prefix: str) -> dict[str, Any]:
 
 
 def sc_broken_finish(ctx: Context) -> dict[str, Any]:
-    """Issue 22 §7: Airflow's own ``DagRun.set_state`` raises while the guard finishes the duplicate,
+    """Airflow's own ``DagRun.set_state`` raises while the guard finishes the duplicate,
     after it changed the run (the worst case: the state and end_date are already set)."""
     from airflow.models.dagrun import DagRun
 
@@ -494,7 +494,7 @@ def sc_small_cache(ctx: Context) -> dict[str, Any]:
 
 
 def sc_metrics(ctx: Context) -> dict[str, Any]:
-    """Issue 22 §7: Airflow's own ``task_instance_created`` counters for one run of a DAG whose task
+    """Airflow's own ``task_instance_created`` counters for one run of a DAG whose task
     ``fan`` is mapped over three literals (``DagRun.verify_integrity`` -> ``_create_task_instances``),
     recorded where dagrun.py hands them to ``Stats.incr``: per task while
     ``task_instance_mutation_hook.is_noop``, per task instance once a hook is registered."""
@@ -523,7 +523,7 @@ def sc_metrics(ctx: Context) -> dict[str, Any]:
 
 
 def sc_notasks(ctx: Context) -> dict[str, Any]:
-    """Issue 22 §7: the race on a consumer DAG without tasks, then Airflow's own scheduling loop (as
+    """The race on a consumer DAG without tasks, then Airflow's own scheduling loop (as
     ``sc_callback``): the hook is called per task instance, so the guard never sees this run."""
     af, (a, b) = ctx.af, ctx.schedulers
     guard = ctx.guard._dupguard_guard if ctx.guard is not None else None
@@ -540,7 +540,7 @@ def sc_notasks(ctx: Context) -> dict[str, Any]:
 
 
 def sc_mapped_later(ctx: Context, prefix: str) -> dict[str, Any]:
-    """Issue 22 §8: the race on a DAG whose task ``fan`` is mapped over ``numbers``' XCom; then an
+    """The race on a DAG whose task ``fan`` is mapped over ``numbers``' XCom; then an
     operator clears the guarded duplicate (it is to run), ``numbers`` succeeds in both runs, and
     Airflow's own scheduling loop (``schedule_only``) starts the duplicate and expands ``fan`` in
     both runs (``DagRun._get_ready_tis`` -> ``TaskMap.expand_mapped_task``): the hook is called for
@@ -610,8 +610,8 @@ def hold_after_queue_read(af: Any, names: tuple[str, ...]) -> tuple[dict[str, th
     """Pause the named scheduler threads once, right after their unlocked asset queue read.
 
     ``dags_needing_dagruns`` calls ``SerializedDagModel.get_latest_serialized_dags`` right after its
-    ``SELECT asset_dag_run_queue`` (docs/explanation/airflow-internals.md §2.1); the thread sets ``<name>-read`` and
-    waits for
+    ``SELECT asset_dag_run_queue`` (docs/explanation/airflow-internals.md, "The scheduler's run-creation step"); the
+    thread sets ``<name>-read`` and waits for
     ``<name>-go``. Returns the events and a function restoring Airflow's method.
     """
     events = {f"{n}-{what}": threading.Event() for n in names for what in ("read", "go")}
@@ -658,7 +658,7 @@ def run_threads(af: Any, steps: Any, *runners: tuple[Any, str]) -> None:
 
 
 def sc_overlap(ctx: Context) -> dict[str, Any]:
-    """The overlap race (issue 11 section 5): two runs with different run_after, one shared event.
+    """The overlap race: two runs with different run_after, one shared event.
 
     B reads the queue when only asset a's row exists and is held; an event of asset b arrives; A reads
     (a + b), creates a run consuming both events and commits; B then creates a run from its older
@@ -1076,7 +1076,7 @@ def dag_run_class(af: Any) -> Any:
 
 def sc_unlocked(ctx: Context, inverted: bool = False) -> dict[str, Any]:
     """[scheduler] use_row_level_locking = False: nothing serialises the creators
-    (docs/explanation/airflow-internals.md §2.1). Both
+    (docs/explanation/airflow-internals.md, "The scheduler's run-creation step"). Both
     read the queue; A creates its run and, still uncommitted, waits until B is creating its own run
     (B's guard waiting for A's lock, or, without that lock, B's run created); then A commits.
 
@@ -1144,7 +1144,7 @@ def sc_unlocked(ctx: Context, inverted: bool = False) -> dict[str, Any]:
 
 
 def sc_callback(ctx: Context) -> dict[str, Any]:
-    """Issue 13 section 3: the race on a DAG with on_success_callback, then Airflow's own scheduling
+    """The race on a DAG with on_success_callback, then Airflow's own scheduling
     loop (``_do_scheduling``) several times: which runs end in which state, and which DAG callbacks
     the scheduler sends (recorded where it hands them to the executor's callback sink)."""
     af, (a, b) = ctx.af, ctx.schedulers

@@ -1,4 +1,4 @@
-"""The in-scheduler guard (issue 6), run inside real Airflow 3.0.6, 3.1.2 and 3.2.2.
+"""The in-scheduler guard (docs/how-to/guard.md), run inside real Airflow 3.0.6, 3.1.2 and 3.2.2.
 
 The checks run in each Airflow venv's own python (``tests/guard/driver.py``, Airflow's SQLAlchemy
 1.4/2.0 next to the guard) against a fresh PostgreSQL database that Airflow migrated itself; this
@@ -96,12 +96,12 @@ PLAN: list[Entry] = [
         )
         for v in ASSET_VERSIONS
     ],
-    # Issue 13 section 5: a clean 3.1.2 venv with the wheel pip-installed, no airflow_local_settings.
+    # A clean 3.1.2 venv (what a managed platform allows) with the wheel pip-installed, no airflow_local_settings.
     Entry("3.1.2", "pip-installed", "installed", ("race", "overlap")),
     Entry("3.2.2", "none", "none", ("partitioned-serial", "partitioned-overlap")),
     # 3.3 locks both run-creation paths itself: the guard, installed, must do nothing there.
     Entry("3.3.2", "local-settings", "local-settings", ("partitioned-serial",)),
-    # ... and installed from the wheel it leaves Airflow's is_noop alone there (issue 22 §7).
+    # ... and installed from the wheel it leaves Airflow's is_noop alone there.
     Entry("3.3.2", "entry-point", "entry-point", ("partitioned-serial",)),
     Entry(
         "3.2.2",
@@ -417,7 +417,7 @@ def test_guard_skips_the_duplicate_on_a_dag_that_ran_before(runs: Runs, version:
 @pytest.mark.parametrize("scenario", ["mapped-later", "mapped-later-cold"])
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_a_mapped_task_expanded_after_the_runs_creation_is_left_alone(runs: Runs, version: str, scenario: str) -> None:
-    """Issue 22 §8: a task mapped over its upstream's XCom is expanded by Airflow's scheduling loop in
+    """A task mapped over its upstream's XCom is expanded by Airflow's scheduling loop in
     a later session than the runs' creation. The guard acts only in a run's creating transaction:
     the cleared duplicate runs as asked (its expanded task instances are scheduled exactly like the
     kept run's, nothing skipped), it is not finished again and keeps its one note, and nothing is
@@ -487,7 +487,7 @@ def test_guard_failure_is_logged_once_then_rate_limited(runs: Runs, version: str
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_a_failure_while_finishing_the_duplicate_leaves_no_note(runs: Runs, version: str) -> None:
-    """Issue 22 §7: Airflow's own ``DagRun.set_state`` raises when the guard finishes the duplicate,
+    """Airflow's own ``DagRun.set_state`` raises when the guard finishes the duplicate,
     after it changed the run. The guard fails open all or nothing: the duplicate is created as
     Airflow made it (queued, no dates, every task instance runnable) and carries no note, so the
     sidecar does not call it prevented but plans to stop it like any duplicate."""
@@ -532,7 +532,7 @@ def test_a_duplicate_decided_again_in_its_transaction_gets_one_note(runs: Runs, 
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_installing_the_guard_changes_airflows_task_instance_created_counter(runs: Runs, version: str) -> None:
-    """Issue 22 §7, pinned (docs/how-to/guard.md, "Side effect on Airflow's metrics"): registering a
+    """Pinned (docs/how-to/guard.md, "Side effect on Airflow's metrics"): registering a
     task_instance_mutation_hook clears its ``is_noop``, and ``DagRun.verify_integrity`` then counts
     ``task_instance_created`` per task instance instead of per task. One run of a DAG whose task
     ``fan`` is mapped over three literals: PythonOperator 1 without the guard, 3 with it; the same
@@ -546,7 +546,7 @@ def test_installing_the_guard_changes_airflows_task_instance_created_counter(run
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_the_guard_never_sees_a_consumer_dag_without_tasks(runs: Runs, version: str) -> None:
-    """Issue 22 §7 (docs/how-to/guard.md, "What it does not cover"): the hook runs per task instance, so a
+    """As docs/how-to/guard.md says under "What it does not cover": the hook runs per task instance, so a
     race on a consumer DAG without tasks never reaches the guard: both runs are created queued with
     no note, Airflow's scheduling loop finishes both and sends the DAG callback for each, the
     duplicate's too. The sidecar finds the pair and plans to stop the duplicate."""
@@ -679,7 +679,7 @@ def test_partitioned_without_guard_overlapping_creators_both_run(runs: Runs) -> 
 def test_partitioned_guard_serialises_overlapping_creators(runs: Runs) -> None:
     """3.2.2 with the guard, B creating its run while A's is not committed: B's guard finds A's
     (dag, partition key) lock taken, waits for A's commit, then sees A's run: B's task instances are
-    SKIPPED and its run finished, with the note; A is untouched (issue 13 section 1)."""
+    SKIPPED and its run finished, with the note; A is untouched."""
     result = runs.get("3.2.2", "local-settings")
     out = result["partitioned-overlap"]
     first, second = partition_pair(result, "partitioned-overlap")
@@ -808,7 +808,7 @@ def test_without_guard_the_overlap_race_runs_an_event_twice(runs: Runs, version:
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_guard_skips_the_overlap_duplicate(runs: Runs, version: str) -> None:
-    """Issue 13 section 2: the overlap duplicate is created skipped and finished, with the note; A
+    """The overlap duplicate is created skipped and finished, with the note; A
     is untouched; still one lookup per new asset run."""
     result = runs.get(version, "local-settings")
     first, dup = overlap_pair(result, "overlap")
@@ -960,7 +960,7 @@ def test_with_row_level_locking_the_guard_takes_no_lock_of_its_own(runs: Runs, v
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_guarded_duplicate_sends_no_dag_callback(runs: Runs, version: str) -> None:
-    """Issue 13 section 3: after the race on a DAG with on_success_callback, Airflow's own scheduling
+    """After the race on a DAG with on_success_callback, Airflow's own scheduling
     loop runs both runs to their end. The kept run finishes and its callback is sent once; the
     guarded duplicate was created finished (success, every task skipped, the note) and the scheduler
     never sends a DAG callback for it."""
@@ -989,7 +989,7 @@ def daemon_outcomes(runs: Runs, version: str, key: str) -> dict[str, Outcome]:
 
 @pytest.mark.parametrize("version", ASSET_VERSIONS)
 def test_daemon_reports_guarded_duplicates_as_prevented_by_their_note(runs: Runs, version: str) -> None:
-    """Issue 13 section 3: dupguard recognises a guarded run by the guard's note. Duplicates the guard
+    """The daemon recognises a guarded run by the guard's note. Duplicates the guard
     made (no row-level locking race, callback race) are PREVENTED; a duplicate whose every task an
     operator skipped by hand (no guard) is not: it is planned like any duplicate (the remediation
     then finds nothing left to stop)."""
@@ -1005,7 +1005,7 @@ def test_daemon_reports_guarded_duplicates_as_prevented_by_their_note(runs: Runs
 
 
 def test_pip_installed_guard_prevents_the_race_without_local_settings(runs: Runs) -> None:
-    """Issue 13 section 5: in a clean Airflow 3.1.2 venv where the only change is `pip install -r
+    """In a clean Airflow 3.1.2 venv where the only change is `pip install -r
     requirements.txt` naming the guard's wheel (what a managed platform allows), Airflow loads the
     guard through its entry point, no airflow_local_settings exists, and both races are prevented."""
     result = runs.get("3.1.2", "pip-installed")
@@ -1048,7 +1048,7 @@ def test_guard_does_nothing_on_airflow_3_3(runs: Runs) -> None:
 
 
 def test_guard_installed_from_the_wheel_leaves_airflows_is_noop_alone_on_airflow_3_3(runs: Runs) -> None:
-    """Issue 22 §7: on 3.3+, where the guard has nothing to do, the entry-point install does not clear
+    """On 3.3+, where the guard has nothing to do, the entry-point install does not clear
     ``task_instance_mutation_hook.is_noop`` (which would change Airflow's task_instance_created
     counters on every DAG); Airflow still registers the hook and nothing is created differently."""
     result = runs.get("3.3.2", "entry-point")

@@ -1,4 +1,4 @@
-"""``DUPGUARD_GUARD_LOCK_WAIT_SECONDS`` (issue 22 §7): the guard waits that long inside the scheduler's
+"""``DUPGUARD_GUARD_LOCK_WAIT_SECONDS``: the guard waits that long inside the scheduler's
 critical section, so only 0-10 s is taken; anything else is refused with one warning and the default
 (5 s) is used. The policy module is loaded from its file, as Airflow loads it (no Airflow needed)."""
 

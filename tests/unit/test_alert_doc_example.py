@@ -1,4 +1,4 @@
-"""docs/how-to/alerts.md's example payload is what dupguard sends for the runs it shows (issue 24: its
+"""docs/how-to/alerts.md's example payload is what dupguard sends for the runs it shows (once its
 ``dedup_key`` was not a key dupguard makes).
 
 The example's runs go through the real detection (``find_duplicates``, which makes the group key) and

@@ -1,6 +1,6 @@
 """One ``airflow standalone`` on SQLite (and ``--source api``) has no lock: its only replica always
-leads, never waits to act, reports no lock problem and writes unfenced (issue 22 §8: these two methods
-had no test at all under mutation)."""
+leads, never waits to act, reports no lock problem and writes unfenced (benchmarks/results/mutation.md: these two
+methods had no test at all under mutation)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``api`` remediation backend as dupguard builds it (issue 22 §8, benchmarks/results/mutation.md: api.py's
+"""The ``api`` remediation backend as dupguard builds it (benchmarks/results/mutation.md: api.py's
 ``from_config`` and ``__init__``): the settings it refuses, each with its whole message; the retry
 schedule docs/explanation/remediation.md documents (4 attempts, back-off 0.2 s doubling to 2 s); the leader's
 fence it writes under; the read-back it is given. Nothing here sends a request: building the backend

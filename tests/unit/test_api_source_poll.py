@@ -273,8 +273,8 @@ def test_a_steady_stream_of_runs_costs_one_page_a_poll_and_each_runs_events_once
 
 
 def test_the_overlap_race_is_read_because_its_run_is_out_of_order() -> None:
-    """The overlap race (docs/explanation/airflow-internals.md §2.3, core.detect): the run committed second has an
-    earlier run_after
+    """The overlap race (docs/explanation/airflow-internals.md, "The 3.0/3.1 race", core.detect): the run committed
+    second has an earlier run_after
     and consumed an event of the first again. Found whether the two arrive in one poll or two; the
     runs around them, in order, are read once each (their events: the trigger_event kind), never judged."""
     for together in (True, False):

@@ -64,7 +64,7 @@ def test_bare_number_durations_refused_everywhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A duration without a unit, as a flag, an env var or in the config file, is refused: exit 2, each
-    problem naming its setting and suggesting ms or s (issue 24: `--poll-interval 10` meant 10 s)."""
+    problem naming its setting and suggesting ms or s (`--poll-interval 10` was read as 10 s)."""
     for s in SETTINGS:
         monkeypatch.delenv(s.env, raising=False)
     cfg_file = tmp_path / "c.yaml"
@@ -94,7 +94,7 @@ def test_scan_refuses_bare_number_durations(flag: str, capsys: pytest.CaptureFix
 
 
 def test_init_db_help_names_only_its_own_flags(capsys: pytest.CaptureFixture[str]) -> None:
-    """`init-db --help` does not send the reader to a `--source` flag init-db does not have (issue 24)."""
+    """`init-db --help` does not send the reader to a `--source` flag init-db does not have."""
     with pytest.raises(SystemExit) as exc:
         main(["init-db", "--help"])
     assert exc.value.code == 0

@@ -1,4 +1,4 @@
-"""The optional repair step of the check interface (issue 25 §2): the runner calls ``Check.repair`` after
+"""The optional repair step of the check interface (for stranded events): the runner calls ``Check.repair`` after
 each run of every kind, the same way (no branch per kind), with the ledger, the leader's fence, the alert
 channels and the database clock; ``CheckBase``'s default repairs nothing; ``scan``'s ``observe`` never
 calls it. Run on the demo's SQLite database, as tests/unit/test_checks_interface.py."""

@@ -32,7 +32,7 @@ def test_demo_prints_groups_and_plan(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_demo_prevented_run_is_listed_as_guard_leaves_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A run the plan calls prevented is listed finished, as the guard leaves it (state success, every task
-    skipped: docs/how-to/guard.md); it was listed `running` beside "prevented by the in-scheduler guard" (issue 24)."""
+    skipped: docs/how-to/guard.md); it was listed `running` beside "prevented by the in-scheduler guard"."""
     assert main(["demo", "--db", str(tmp_path / "d.db")]) == 0
     out = capsys.readouterr().out
     prevented = [line.split("; leave ")[1].split()[0] for line in out.splitlines() if "prevented by" in line]

@@ -1,4 +1,4 @@
-"""Detection and planning behaviour that mutation testing found unpinned (issue 22 §8, benchmarks/results/mutation.md).
+"""Detection and planning behaviour that mutation testing found unpinned (benchmarks/results/mutation.md).
 
 Each test states a contract of the pure core (its docstrings, docs/explanation/remediation.md) that a surviving
 mutant of ``detector/core/detect.py`` or ``plan.py`` broke while every other test passed.

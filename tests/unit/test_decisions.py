@@ -1,4 +1,4 @@
-"""Earlier keep decisions as data (issue 11 §1): read from notes and ledger roles; the keep rule and the
+"""Earlier keep decisions as data (a decision is final): read from notes and ledger roles; the keep rule and the
 plan honour them."""
 
 from __future__ import annotations

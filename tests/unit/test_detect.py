@@ -145,7 +145,7 @@ def test_group_key_is_stable_as_the_group_grows() -> None:
     assert before.key == after.key
 
 
-# --- the overlap race (issue 11 §5): shared events, different run_after --------------------------
+# --- the overlap race: shared events, different run_after -----------------------------------------
 # scheduler-b read the queue when only asset 1's row existed (run_after t1); scheduler-a read both
 # rows and created run_after t2 > t1 with {e1, e2} first (lower id); b then created t1 with {e1}.
 T1, T2 = T0, T0 + timedelta(milliseconds=180)

@@ -1,4 +1,4 @@
-"""What the remediation dispatcher reports, attempt by attempt (issue 11 §3; issue 22 §8: the survivors
+"""What the remediation dispatcher reports, attempt by attempt (the survivors
 of ``detector/actions/remediation/dispatch.py`` under mutation, benchmarks/results/mutation.md).
 
 Every attempt's result reaches ``on_result`` (the alert, the ledger, the metrics) with ``final`` saying

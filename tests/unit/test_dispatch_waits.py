@@ -1,4 +1,4 @@
-"""How long the remediation dispatcher asks to wait, and when it stops waiting (issue 22 §8: the survivors
+"""How long the remediation dispatcher asks to wait, and when it stops waiting (the survivors
 of ``detector/actions/remediation/dispatch.py`` that changed only a wait, benchmarks/results/mutation.md).
 
 Nothing here measures time. Each wait the dispatcher makes is recorded where it is asked for, on clocks

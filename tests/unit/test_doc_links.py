@@ -1,5 +1,5 @@
 """Every link between the project's own Markdown files resolves: the file exists in the checkout and the
-``#anchor`` is a heading of it, slugged the way GitHub slugs headings (issue 24:
+``#anchor`` is a heading of it, slugged the way GitHub slugs headings (once
 ``docs/how-to/guard.md#coverage-measured``
 pointed at no heading).
 

@@ -1,4 +1,5 @@
-"""The double_bump rule (issue 25 §3) on rows shaped as Airflow writes them (docs/explanation/airflow-internals.md §12).
+"""The double_bump rule on rows shaped as Airflow writes them (docs/explanation/airflow-internals.md,
+"Task attempts bumped twice").
 
 The same rule runs on the Airflow-made fixtures in tests/integration/test_double_bump.py; here every
 look-alike the issue names gets a row of its own.

@@ -58,7 +58,7 @@ def test_report_pools_one_cell_across_tags_and_keeps_cells_apart(
 def test_a_tail_over_fewer_than_100_samples_is_called_max(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Nearest-rank p99 of n < 100 values is the largest one: the table says max (issue 24 §7)."""
+    """Nearest-rank p99 of n < 100 values is the largest one: the table says max."""
     monkeypatch.setattr(e2e_catch_rate, "RESULTS", tmp_path)
     few = _run("few", backend="api", duplicates=40, stopped=40, seed=1)
     few["samples_ms"] = {"detection": [float(x) for x in range(1, 41)]}

@@ -1,5 +1,6 @@
 """``detector.core.exposure``: which code paths of which Airflow release can duplicate (the releases'
-own record, docs/explanation/airflow-internals.md §9), and when a deployment is at risk without protection."""
+own record, docs/explanation/airflow-internals.md, "Which releases carry which fix"), and when a deployment is at risk
+without protection."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def test_the_guard_or_an_acting_remediation_protects_races_but_never_a_split(gua
 
 
 def test_a_split_needs_no_second_scheduler() -> None:
-    """Two event registrations race (docs/explanation/airflow-internals.md §2.7), not two schedulers."""
+    """Two event registrations race (docs/explanation/airflow-internals.md, "A partition key split into two pending
+    rows"), not two schedulers."""
     seen = Observed("3.3.2", schedulers_alive=1, partitioned_dags=1, multi_asset_partitioned_dags=1)
     assert {r.name: r.status for r in assess(seen)}[SPLIT] is Status.AT_RISK
 
@@ -97,7 +99,7 @@ def test_an_unreadable_version_is_unknown() -> None:
     assert {r.status for r in assess(Observed("unknown"))} == {Status.UNKNOWN}
 
 
-# --- the rest of the family (issue 25): named, watched, never in the verdict ---------------------
+# --- the rest of the family (docs/explanation/checks.md): named, watched, never in the verdict ---------------------
 
 
 @pytest.mark.parametrize(

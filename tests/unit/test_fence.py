@@ -1,4 +1,4 @@
-"""The write side of fencing (issue 22 §1): a write is sent only while the leader's fence is valid, its
+"""The write side of fencing: a write is sent only while the leader's fence is valid, its
 timeout clipped to the lease left; a refused write is neither ``failed`` nor ``done`` (the job waits
 for leadership) and the job is re-judged before it acts again."""
 

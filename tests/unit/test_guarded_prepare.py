@@ -1,4 +1,4 @@
-"""The remediator's readiness and shutdown (issue 22 §6, §8; benchmarks/results/mutation.md): ``prepare`` says why the
+"""The remediator's readiness and shutdown (benchmarks/results/mutation.md): ``prepare`` says why the
 ``api`` backend cannot act at once and publishes ``dupguard_remediation_ready{backend}``; ``close``
 releases its HTTP connections. The real API client against local sockets: a static token needs no
 request, a refused port and a server answering 503 give no token."""

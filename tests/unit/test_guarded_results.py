@@ -1,5 +1,5 @@
 """What the remediation executor reports and logs, pinned whole where mutation testing found it
-unpinned (issue 22 §8, benchmarks/results/mutation.md): one ``remediation`` line and one count per outcome, the
+unpinned (benchmarks/results/mutation.md): one ``remediation`` line and one count per outcome, the
 planner's results for actions that write nothing, the refusals, and how a write's changes are named.
 What is reported must be what happened. The real-database cases are in
 tests/integration/test_guarded_execute.py."""

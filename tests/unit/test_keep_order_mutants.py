@@ -1,5 +1,5 @@
-"""The keep rule's memory, pinned where mutation testing found it unpinned (issue 22 §8,
-benchmarks/results/mutation.md).
+"""The keep rule's memory, pinned where mutation testing found it unpinned
+(benchmarks/results/mutation.md).
 
 ``keep_order``'s first step (a run an earlier judgement kept stays kept) was deletable with every test
 green: in the tests the kept run also won on the later steps. Here it is the only thing that keeps it.

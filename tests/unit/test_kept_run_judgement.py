@@ -70,7 +70,7 @@ def test_a_kept_run_stopped_with_a_note_refuses_even_if_a_task_had_started(prefi
 @pytest.mark.parametrize("prefix", [REMEDIATION_NOTE_PREFIX, GUARD_NOTE_PREFIX])
 def test_a_stop_note_on_a_run_airflow_shows_unstopped_is_no_refusal(prefix: str) -> None:
     """dupguard's writes put the note and the stop in one transaction (fail) or the note after the skip:
-    a note on a run still queued with unskipped tasks is an operator's copy (issue 22 §4), no decision."""
+    a note on a run still queued with unskipped tasks is an operator's copy, no decision."""
     assert judge_kept(ACTION, _kept("queued", TaskState("extract", -1, None), note=prefix + "dup (x")) is None
 
 

@@ -1,4 +1,4 @@
-"""The lock_pooled state (issue 22 §3): a pooler shares the leader lock's server session. A standby
+"""The lock_pooled state: a pooler shares the leader lock's server session. A standby
 whose attempt found another client's lock on its server session, and a leader whose heartbeat ran
 elsewhere, are both down (dupguard_up 0, /readyz 503, DupguardDown) with the lock's reason: the
 set-up needs DUPGUARD_LOCK_MODE=transaction or a direct lock URL. The leader's reason says it acts."""

@@ -1,4 +1,4 @@
-"""A note in dupguard's words counts as a decision only where Airflow's record agrees (issue 22 §4):
+"""A note in dupguard's words counts as a decision only where Airflow's record agrees:
 the run failed, or its tasks were all skipped without starting. These pin that contract where the
 mutation run (benchmarks/results/mutation.md, "core/decisions.py and sources/database/prior.py") found it untested.
 

@@ -1,4 +1,4 @@
-"""What a remediation result may claim (issue 22 §4, §5): ``unknown`` shown and ranked as its own
+"""What a remediation result may claim: ``unknown`` shown and ranked as its own
 status, notes that Airflow's record contradicts decide nothing, and check-config names what the api
 backend cannot do. The real-server and real-database cases are in tests/integration/
 test_remediation_proof.py and test_airflow_views.py."""
@@ -45,7 +45,7 @@ def _too_late_results(action: Action) -> list[RemediationResult]:
 
 
 def test_a_too_late_label_says_too_late_once() -> None:
-    """Issue 24 §1: the alert's line read "too late: … left alone: too late: … left alone" (the
+    """The alert's line read "too late: … left alone: too late: … left alone" (the
     label, then a detail saying the same). Each too-late text now appears once, its reason kept."""
     _, action = _action()
     labels = [result_label(r) for r in _too_late_results(action)]

@@ -1,4 +1,4 @@
-"""Snapshots of the Slack messages on-call reads (issue 24 §4): the Block Kit JSON of every outcome,
+"""Snapshots of the Slack messages on-call reads: the Block Kit JSON of every outcome,
 committed in tests/unit/snapshots/slack/, and each posted to the Slack stand-in, which checks it against
 Slack's published limits (tests/slack_limits.py).
 

@@ -24,7 +24,7 @@ def test_durations(text: str, expected: float) -> None:
 
 @pytest.mark.parametrize("bare", ["10", "0.02", " 10 ", "1e3", "0.5"])
 def test_bare_numbers_are_refused(bare: str) -> None:
-    """A number without a unit is refused (issue 24: `--poll-interval 10`, meaning 10 ms like the default,
+    """A number without a unit is refused (`--poll-interval 10`, meaning 10 ms like the default,
     was read as 10 s); the error suggests both readings."""
     with pytest.raises(ValueError, match="has no unit") as err:
         parse_duration(bare)

@@ -1,4 +1,4 @@
-"""Start-up cost (issue 16): a sidecar restarts with its scheduler at every deploy, and until it has
+"""Start-up cost: a sidecar restarts with its scheduler at every deploy, and until it has
 imported its code it cannot lead. The database source (the default) must not import Airflow's REST
 client (apache-airflow-client: about a second and ~30 MB on the project's machine); only the REST
 source and the ``api`` remediation backend do, when they are built."""

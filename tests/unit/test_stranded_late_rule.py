@@ -1,6 +1,6 @@
 """The committed-late rule (detector.checks.stranded_events.rule_late): each look-alike of
-docs/explanation/airflow-internals.md
-§11.2 varied alone from one late event, so a rule that drops any one condition fails. The Airflow-made
+docs/explanation/airflow-internals.md,
+"Committed late" varied alone from one late event, so a rule that drops any one condition fails. The Airflow-made
 fixtures are judged in tests/integration/test_stranded_late.py."""
 
 from __future__ import annotations

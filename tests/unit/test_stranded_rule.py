@@ -1,4 +1,4 @@
-"""The stranded-events rule (detector.checks.stranded_events.rule): each look-alike of issue 25 §2 on its own.
+"""The stranded-events rule (detector.checks.stranded_events.rule): each look-alike of a stranded event on its own.
 
 The Airflow-made fixtures (tests/integration/test_stranded_events.py) check the rule against what
 Airflow recorded; here each condition is varied alone from one stranded event, so a rule that drops

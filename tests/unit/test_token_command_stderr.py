@@ -1,6 +1,6 @@
 """The token command's stderr is the command's own text: it may echo a secret dupguard never knew
 (``password=hunter2``), so it is quoted only when nothing in it looks secret, else withheld with a
-pointer to where it can be read (issue 23 §5). Real ``/bin/sh`` commands; no request is sent."""
+pointer to where it can be read. Real ``/bin/sh`` commands; no request is sent."""
 
 from __future__ import annotations
 

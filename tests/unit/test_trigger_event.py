@@ -1,5 +1,6 @@
 """The trigger_event kind's pure parts: which events a trigger wrote, the message ids in their
-payloads (docs/explanation/airflow-internals.md §13), copies of one message, and the groups of runs they make."""
+payloads (docs/explanation/airflow-internals.md, "One message, one asset event per triggerer"), copies of one message,
+and the groups of runs they make."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from detector.metadb import queries
+from detector.metadb import catalog
 
 # What the db backend writes (docs/explanation/remediation.md); doctor checks the same grants.
 DB_BACKEND: tuple[tuple[str, str], ...] = (
@@ -46,7 +46,7 @@ def lacking(held: Mapping[str, bool]) -> list[str]:
 
 
 def held_grants(conn: Connection) -> dict[str, bool]:
-    return dict(zip([f"{t}:{p}" for t, p in DB_BACKEND], queries.table_privileges(conn, DB_BACKEND), strict=True))
+    return dict(zip([f"{t}:{p}" for t, p in DB_BACKEND], catalog.table_privileges(conn, DB_BACKEND), strict=True))
 
 
 def choose(setting: str, *, source: str, dialect: str | None, held: Mapping[str, bool] | None) -> Choice:

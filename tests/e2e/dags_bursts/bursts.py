@@ -1,4 +1,4 @@
-"""Asset events in bursts (issue 25 §2, apache/airflow#56050): ``producer_bursts`` waits
+"""Asset events in bursts (apache/airflow#56050): ``producer_bursts`` waits
 ``DUPGUARD_E2E_BURST_GAP`` s, then ``DUPGUARD_E2E_BURST`` parallel tasks each emit one event of
 ``burst_asset`` as they finish (a second or two apart on a LocalExecutor), and the run starts over.
 

@@ -3,8 +3,9 @@ server (``tests/e2e/sqs.py``), which speaks the SQS API on 127.0.0.1.
 
 Each event's payload is ``{"status": "success", "message_batch": [<SQS message>...]}`` (sqs.py
 ``run``), so every event carries its messages' ``MessageId``: two events with one id are one message
-processed twice (docs/explanation/airflow-internals.md §13). On 3.1.2 both triggerers run the trigger (#65792),
-but SQS hands a message to one receiver until its visibility timeout ends; the harness's
+processed twice (docs/explanation/airflow-internals.md, "One message, one asset event per triggerer"). On 3.1.2 both
+triggerers run the trigger (#65792), but SQS hands a message to one receiver until its visibility timeout ends; the
+harness's
 ``DUPGUARD_E2E_SQS_VISIBILITY`` (0 by default) is that timeout on every receive, so a copy that polls
 before the other deleted the message receives it too (a redelivery), as on a queue whose timeout is
 shorter than the time between receive and delete. Empty: the queue's own (30 s).
