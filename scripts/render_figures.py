@@ -72,6 +72,7 @@ FIGURES = {
     "detection_p99": Figure("detection", "summary.mode=poll.pooled_p99_ms", "{:.0f} ms"),
     "detection_count": Figure("detection", "summary.mode=poll.detected", "{}"),
     "poll_interval": Figure("detection", "summary.mode=poll.interval", "{}"),
+    "detection_load": Figure("detection", "summary.mode=poll.load_during_mean.median", "{:.1f}"),
     "idle_cpu": Figure("detection", "summary.mode=poll.idle_cpu_pct_of_core.median", "{:.1f} %"),
     "idle_db_cpu": Figure("detection", "summary.mode=poll.idle_db_backend_cpu_pct_of_core.median", "{:.1f} %"),
     "rss": Figure("detection", "summary.mode=poll.rss_mb_after_load.median", "{:.0f} MB"),
@@ -122,7 +123,9 @@ def refusals(name: str, record: Record, provenance: dict[str, Any], root: Path =
     errors, notes = [], []
     dirty = [line for line in provenance["uncommitted_code"] if under(line[3:].split(" -> ")[-1], record.code)]
     if dirty:
-        errors.append(f"{name}: measured on commit {commit} with uncommitted changes in {', '.join(d.strip() for d in dirty)}")
+        errors.append(
+            f"{name}: measured on commit {commit} with uncommitted changes in {', '.join(d.strip() for d in dirty)}"
+        )
     if git("cat-file", "-e", f"{commit}^{{commit}}", root=root).returncode != 0:
         if git("rev-parse", "--is-shallow-repository", root=root).stdout.strip() == "true":
             notes.append(f"{name}: commit {commit} is not in this shallow clone; not compared with HEAD")
