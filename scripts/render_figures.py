@@ -77,6 +77,7 @@ FIGURES = {
     "idle_db_cpu": Figure("detection", "summary.mode=poll.idle_db_backend_cpu_pct_of_core.median", "{:.1f} %"),
     "rss": Figure("detection", "summary.mode=poll.rss_mb_after_load.median", "{:.0f} MB"),
     "scan_1m_cli": Figure("scan", "sizes.1m.cli_since_1d.median_s", "{:.2f} s"),
+    "scan_1m_cli_cpu": Figure("scan", "sizes.1m.cli_since_1d.cpu_median_s", "{:.2f} s"),
     "scan_1m_naive": Figure("scan", "sizes.1m.naive.median_s", "{:.2f} s"),
     "remediation_db_p50": Figure("remediation", "rows.backend=db&mode=fail.p50_ms", "{:.0f} ms"),
     "remediation_db_p99": Figure("remediation", "rows.backend=db&mode=fail.p99_ms", "{:.0f} ms"),
@@ -121,7 +122,7 @@ def refusals(name: str, record: Record, provenance: dict[str, Any], root: Path =
     if not commit or "uncommitted_code" not in provenance:
         return [f"{name}: its result records no commit and no uncommitted changes"], []
     errors, notes = [], []
-    dirty = [line for line in provenance["uncommitted_code"] if under(line[3:].split(" -> ")[-1], record.code)]
+    dirty = [line for line in provenance["uncommitted_code"] if under(line[2:].strip().split(" -> ")[-1], record.code)]
     if dirty:
         errors.append(
             f"{name}: measured on commit {commit} with uncommitted changes in {', '.join(d.strip() for d in dirty)}"
@@ -179,7 +180,7 @@ def value(name: str, doc_path: Path, records: dict[str, Loaded], root: Path) -> 
         if extra == "date":
             return str(provenance["measured_at"])[:10]
         if extra == "load":
-            return f"{provenance['load_average'][0]:g}"
+            return f"{provenance['load_average'][0]:.1f}"
         raise Refused(f"unknown figure {name}")
     if name not in FIGURES:
         raise Refused(f"unknown figure {name}")

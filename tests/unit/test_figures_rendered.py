@@ -85,6 +85,9 @@ def test_a_result_of_uncommitted_code_is_refused() -> None:
     dirty = {"commit": head, "uncommitted_code": [" M detector/guard/policy.py"]}
     errors, _ = rf.refusals("guard", rf.RECORDS["guard"], dirty)
     assert len(errors) == 1 and head in errors[0] and "guard" in errors[0], errors
+    # older results stored the first porcelain line without its leading space
+    unpadded = {"commit": head, "uncommitted_code": ["M detector/guard/policy.py"]}
+    assert rf.refusals("guard", rf.RECORDS["guard"], unpadded)[0]
     elsewhere = {"commit": head, "uncommitted_code": [" M detector/actions/alerts/dispatch.py"]}
     assert rf.refusals("guard", rf.RECORDS["guard"], elsewhere)[0] == []
     assert rf.refusals("guard", rf.RECORDS["guard"], {"commit": head})[0]  # says nothing of its tree
