@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine, parse_sizes  # noqa: E402
 from benchmarks.provenance import provenance  # noqa: E402
-from detector import queries  # noqa: E402
 from detector.checks.split_partition import statements  # noqa: E402
 from detector.checks.split_partition.rule import find_split_partitions  # noqa: E402
+from detector.metadb import queries  # noqa: E402
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
 from tests.pg import fixture_sql  # noqa: E402
 
