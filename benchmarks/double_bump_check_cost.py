@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine  # noqa: E402
+from benchmarks.provenance import provenance  # noqa: E402
 from detector.checks.double_bump import statements  # noqa: E402
 from detector.checks.double_bump.check import DoubleBumpCheck  # noqa: E402
 from detector.checks.double_bump.statements import bump_tables  # noqa: E402
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="measure the databases a previous run built")
     parser.add_argument("--out", default="double_bump_check_cost.json", help="file name under benchmarks/results/")
     args = parser.parse_args(argv)
-    out: dict[str, Any] = {"machine": machine(), "repeat": args.repeat, "sizes": {}}
+    out: dict[str, Any] = {"provenance": provenance(), "machine": machine(), "repeat": args.repeat, "sizes": {}}
     sizes = [s.strip().lower() for s in args.sizes.split(",") if s.strip()]
     if unknown := [s for s in sizes if s not in COUNTS]:
         parser.error(f"unknown size(s) {unknown}; choose from {','.join(COUNTS)}")

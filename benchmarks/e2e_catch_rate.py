@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.provenance import provenance
 from tests.e2e.harness import HarnessError, RunSpec, run
 from tests.e2e.truth import percentiles, summary_line
 
@@ -294,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
         "argv": sys.argv[1:] if argv is None else argv,
         "workdir": str(workdir),
+        "provenance": provenance(),
     }
     for spec in cells(args):
         t0 = time.monotonic()

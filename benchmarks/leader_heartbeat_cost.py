@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from benchmarks.provenance import provenance
 from detector.metadb import leader_lock
 from detector.metadb.engine import make_engine, parse_url
 
@@ -82,6 +83,7 @@ def main() -> None:
         "load_average": os.getloadavg(),
         "samples": samples,
         "medians_per_call": medians,
+        "provenance": provenance(),
     }
     out = Path(__file__).parent / "results" / f"leader_heartbeat_cost-{args.tag}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

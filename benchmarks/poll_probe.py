@@ -41,6 +41,7 @@ from sqlalchemy import Connection
 from sqlalchemy.dialects import postgresql
 
 from benchmarks.detection_latency import admin, cpu_seconds, fresh_db
+from benchmarks.provenance import provenance
 from detector.metadb import dag_runs
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 
@@ -152,6 +153,7 @@ def main() -> None:
     }
     loads = [r["load"] for r in rounds]
     meta = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cpus": os.cpu_count(), "args": vars(args)}
+    meta["provenance"] = provenance()
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"poll_probe-{args.tag}.json"
     out.write_text(json.dumps({"meta": meta, "rounds": rounds, "summary": summary, "plans": plans,

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.provenance import provenance
 from tests.integration.test_remediation_dispatch import HangingServer
 from tests.integration.test_sigterm import stuck_daemon
 from tests.pg import Templates
@@ -63,16 +64,17 @@ def main() -> None:
     summary = {"runs": len(runs), "not_ended": len(runs) - len(done), "max_seconds": max(done, default=None)}
     if done:
         summary |= {"median_seconds": round(statistics.median(done), 3), "min_seconds": min(done)}
-    doc = {"benchmark": "sigterm", "commit": _commit(), "cores": os.cpu_count(), "summary": summary, "runs": runs}
+    doc = {
+        "benchmark": "sigterm",
+        "provenance": provenance(),
+        "cores": os.cpu_count(),
+        "summary": summary,
+        "runs": runs,
+    }
     text = json.dumps(doc, indent=2)
     if args.out is not None:
         args.out.write_text(text + "\n")
     print(text)
-
-
-def _commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
-    return done.stdout.strip() or "unknown"
 
 
 if __name__ == "__main__":

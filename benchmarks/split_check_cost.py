@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine, parse_sizes  # noqa: E402
+from benchmarks.provenance import provenance  # noqa: E402
 from detector.checks.split_partition import statements  # noqa: E402
 from detector.checks.split_partition.rule import find_split_partitions  # noqa: E402
 from detector.metadb import partitions  # noqa: E402
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="100k,1m")
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args(argv)
-    out: dict[str, Any] = {"machine": machine(), "repeat": args.repeat, "sizes": {}}
+    out: dict[str, Any] = {"provenance": provenance(), "machine": machine(), "repeat": args.repeat, "sizes": {}}
     for size in parse_sizes(args.sizes):
         started = time.monotonic()
         url = build(size)

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine, parse_sizes  # noqa: E402
+from benchmarks.provenance import provenance  # noqa: E402
 from detector.checks.stranded_events import statements  # noqa: E402
 from detector.checks.stranded_events.rule import find_stranded  # noqa: E402
 from detector.checks.stranded_events.rule_late import find_late  # noqa: E402
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--out", default="stranded_check_cost.json", help="file name under benchmarks/results")
     args = parser.parse_args(argv)
-    out: dict[str, Any] = {"machine": machine(), "repeat": args.repeat, "sizes": {}}
+    out: dict[str, Any] = {"provenance": provenance(), "machine": machine(), "repeat": args.repeat, "sizes": {}}
     for size in parse_sizes(args.sizes):
         started = time.monotonic()
         url = build(size)

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
+from benchmarks.provenance import provenance
 from detector.sources.database.source import DatabaseSource
 from tests.daemon_harness import start_daemon, wait_for
 from tests.integration.test_grants import documented_grants
@@ -95,7 +96,7 @@ def main() -> None:
     args = parser.parse_args()
     templates = Templates(made={})
     try:
-        print(json.dumps(measure(templates, args.runs, args.gap)))
+        print(json.dumps({"provenance": provenance(), **measure(templates, args.runs, args.gap)}))
     finally:
         templates.drop_all()
 

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import stranded_check_cost as base  # noqa: E402
 from benchmarks import trigger_event_cost as te  # noqa: E402
 from benchmarks.history import machine, parse_sizes  # noqa: E402
+from benchmarks.provenance import provenance  # noqa: E402
 from detector.checks.trigger_flapping.check import COPIES_LOOKBACK, TriggerFlappingCheck  # noqa: E402
 from detector.checks.trigger_flapping.rule import ASSET, TriggererJob, TriggerRow  # noqa: E402
 from detector.config import Config  # noqa: E402
@@ -98,7 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", default="trigger_copies_cost.json", help="file name under benchmarks/results")
     args = parser.parse_args(argv)
-    out: dict[str, Any] = {"machine": machine(), "repeat": args.repeat, "window_seconds": 60, "sizes": {}}
+    out: dict[str, Any] = {
+        "provenance": provenance(),
+        "machine": machine(),
+        "repeat": args.repeat,
+        "window_seconds": 60,
+        "sizes": {},
+    }
     for size in parse_sizes(args.sizes):
         started = time.monotonic()
         url = te.build(size, EVENTS, PLANT, kind="trigger_copies")

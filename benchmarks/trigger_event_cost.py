@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import stranded_check_cost as base  # noqa: E402
 from benchmarks.history import admin_url, connect, machine, parse_sizes  # noqa: E402
+from benchmarks.provenance import provenance  # noqa: E402
 from detector.core.trigger_event import find_trigger_event_duplicates  # noqa: E402
 from detector.metadb import consumption, dag_runs  # noqa: E402
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url  # noqa: E402
@@ -156,7 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="trigger_event_cost.json", help="file name under benchmarks/results")
     args = parser.parse_args(argv)
     window = timedelta(seconds=60)  # DUPGUARD_SUSPECT_WINDOW's default
-    out: dict[str, Any] = {"machine": machine(), "repeat": args.repeat, "window_seconds": 60, "sizes": {}}
+    out: dict[str, Any] = {
+        "provenance": provenance(),
+        "machine": machine(),
+        "repeat": args.repeat,
+        "window_seconds": 60,
+        "sizes": {},
+    }
     for size in parse_sizes(args.sizes):
         started = time.monotonic()
         url = build(size)

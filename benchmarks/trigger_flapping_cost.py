@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.history import admin_url, connect, machine  # noqa: E402
+from benchmarks.provenance import provenance  # noqa: E402
 from detector.checks.trigger_flapping import statements  # noqa: E402
 from detector.checks.trigger_flapping.rule import UNPROTECTED, exposure, judge_owners  # noqa: E402
 from detector.checks.trigger_flapping.statements import trigger_tables  # noqa: E402
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1m,10m")
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args(argv)
-    out: dict[str, Any] = {"machine": machine(), "repeat": args.repeat, "sizes": {}}
+    out: dict[str, Any] = {"provenance": provenance(), "machine": machine(), "repeat": args.repeat, "sizes": {}}
     for size in [s.strip() for s in args.sizes.split(",") if s.strip()]:
         started = time.monotonic()
         url = build(size)
