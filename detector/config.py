@@ -377,7 +377,7 @@ def load(
         except ConfigError as exc:
             problems.extend(f"{origin}: {p}" for p in exc.problems)
         except (ValueError, TypeError, OverflowError) as exc:
-            shown = "(hidden)" if s.secret else repr(raw if len(raw) <= 80 else raw[:80] + "…")
+            shown = "(hidden)" if s.secret else repr(_redact.cap(_redact.userinfo(raw), 81))
             problems.append(f"{origin}: invalid value {shown}: {exc}" if not s.secret else f"{origin}: invalid value")
 
     if values.get("source") == "api" and sources.get("poll_interval") == "default":
