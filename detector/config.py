@@ -119,7 +119,8 @@ SETTINGS: tuple[Setting, ...] = (
         "disabled_checks",
         (),
         globs,
-        "Comma-separated kinds of periodic check to switch off (README: What counts), e.g. `split_partition`.",
+        "Comma-separated kinds of periodic check to switch off (docs/explanation/detection.md), "
+        "e.g. `split_partition`.",
     ),
     Setting(
         "gap_grace", timedelta(seconds=60), positive_duration, "How long an unseen lower dag_run id may still commit."

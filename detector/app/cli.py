@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KIND",
-        help="skip this periodic check (repeatable; the README's What counts table) [env DUPGUARD_DISABLED_CHECKS]",
+        help="skip this periodic check (repeatable; kinds: docs/explanation/detection.md) "
+        "[env DUPGUARD_DISABLED_CHECKS]",
     )
     p_scan.add_argument(
         "--db-timeout",

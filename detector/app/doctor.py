@@ -44,7 +44,8 @@ GUARD_HOW_TO_CHECK = (
     "`dupguard guard print-local-settings` prints (docs/how-to/guard.md)"
 )
 
-# Grants per need (README, Read-only access; docs/explanation/remediation.md for the db backend).
+# Grants per need (docs/how-to/deploy-kubernetes.md, section 2: Database role;
+# docs/explanation/remediation.md for the db backend).
 DETECT_TABLES: tuple[str, ...] = ("alembic_version", "dag_run", "task_instance", "dagrun_asset_event", "asset_event")
 DETECT_TABLES += ("asset", "job", "dag_run_note")
 PARTITION_TABLES = ("asset_partition_dag_run", "partitioned_asset_key_log")
@@ -217,7 +218,9 @@ def _grants(conn: Connection, checks: list[tuple[str, str, str]], out: Findings)
     for need in ("detection", "checks"):
         missing = [f"{p} on {t}" for n, t, p, h in rows if not h and n == need]
         if missing:
-            out.problems.append(f"{need} lacks {', '.join(missing)} (README, Read-only access)")
+            out.problems.append(
+                f"{need} lacks {', '.join(missing)} (docs/how-to/deploy-kubernetes.md, section 2: Database role)"
+            )
     return {f"{t}:{p}": h for _, t, p, h in rows}
 
 

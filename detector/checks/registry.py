@@ -6,7 +6,8 @@ uses (an alert text, a repair step). Its light ``__init__`` declares ``ENTRY = K
 and imports nothing but its settings, so this module sits low: ``detector.config`` reads every kind's
 settings here (``SETTINGS``, spliced into its own in this order), and ``detector.checks.enabled`` (above
 the actions and the database layer) loads each kind's check class from ``Kind.check_module``. The order
-below is the order of the settings in ``--help`` and the README, and the order the checks run in ``scan``.
+below is the order of the settings in ``--help`` and docs/reference/settings.md, and the order the
+checks run in ``scan``.
 """
 
 from __future__ import annotations

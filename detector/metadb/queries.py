@@ -724,7 +724,7 @@ def run_note(conn: Connection, t: AirflowTables, run_pk: int) -> str | None:
 
 # --- dupguard doctor (detector/app/doctor.py): read once, nothing written ----------------------------
 
-# Each DAG-count query reads Airflow tables the detection does not (and the README's grant does not
+# Each DAG-count query reads Airflow tables the detection does not (and the documented grant does not
 # name): ``dag``, the schedule references and the watcher links. Their names per version, from the
 # committed ``airflow db migrate`` fixtures: 2.x says dataset, 3.x asset; watchers are asset_trigger
 # in 3.0/3.1 and asset_watcher from 3.2; dag.timetable_partitioned exists from 3.2.
