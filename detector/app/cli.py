@@ -89,7 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p_run = sub.add_parser("run", help="the sidecar daemon: detect, alert and remediate continuously")
-    p_run.add_argument("--once", action="store_true", help="one pass over the look-back window, then exit")
+    p_run.add_argument(
+        "--once",
+        action="store_true",
+        help="one pass over the look-back window, then exit (exit 4: another replica leads, nothing checked)",
+    )
     _add_settings(p_run)
 
     p_doctor = sub.add_parser(
