@@ -121,8 +121,10 @@ def seed(engine: Engine, *, seed_value: int = 63507) -> None:
         conn.execute(
             insert(T.job),
             [
-                {"id": 101, "job_type": "SchedulerJob", "hostname": "airflow-scheduler-7d9f-0"},
-                {"id": 102, "job_type": "SchedulerJob", "hostname": "airflow-scheduler-7d9f-1"},
+                {"id": job, "job_type": "SchedulerJob", "hostname": f"airflow-scheduler-7d9f-{i}"}
+                # the incident's two schedulers, stopped since: Airflow marks a job that ended cleanly so
+                | {"state": "success", "latest_heartbeat": INCIDENT_START + timedelta(hours=1)}
+                for i, job in enumerate((101, 102))
             ],
         )
         conn.execute(
@@ -256,3 +258,4 @@ def build(path: Path) -> Engine:
         detail = str(getattr(exc, "orig", exc)).splitlines()[0]
         raise ConfigError([f"--db {path}: cannot write the demo database ({detail})"]) from None
     return engine
+

@@ -61,6 +61,7 @@ CHECK_TABLES: tuple[str, ...] = (
 CHECK_TABLES += ("asset_alias_asset_event", "deadline", "asset_trigger", "asset_watcher", "callback")
 # DUPGUARD_REPAIR_STRANDED=requeue writes the queue row Airflow left out (docs/runbooks.md#DupguardStrandedEvents).
 REPAIR_STRANDED = (("asset_dag_run_queue", "INSERT"),)
+JOB_HEARTBEAT_COLUMNS = ("job_type", "state", "latest_heartbeat")  # the alive schedulers and triggerers
 LEDGER_TABLES = tuple(f"{SCHEMA}.{name}" for name in ("claims", "notes", "state"))
 LEDGER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 DB_BACKEND = (
@@ -194,12 +195,11 @@ def _read_database(cfg: Config, db: AirflowDb, conn: Connection, out: Findings, 
         ledger_doc["schema_usage"] = queries.can_use_schema(conn, SCHEMA)
     out.doc["ledger"] = ledger_doc
     db_now = queries.database_now(conn)
-    alive = None
-    if "job" in readable:
+    alive = triggerers = None
+    if "job" in readable and _has_columns(conn, "job", JOB_HEARTBEAT_COLUMNS, out):
         alive = queries.schedulers_alive(conn, db_now - SCHEDULER_HEALTH_THRESHOLD)
-    out.seen["schedulers_alive"] = alive
-    out.doc["schedulers_alive"] = alive
-    triggerers = queries.triggerers_alive(conn, db_now - TRIGGERER_HEALTH_THRESHOLD) if "job" in readable else None
+        triggerers = queries.triggerers_alive(conn, db_now - TRIGGERER_HEALTH_THRESHOLD)
+    out.seen["schedulers_alive"] = out.doc["schedulers_alive"] = alive
     out.seen["triggerers_alive"] = out.doc["triggerers_alive"] = triggerers
     out.doc["dags"] = _dag_counts(conn, readable, out)
     notes = None
@@ -208,6 +208,15 @@ def _read_database(cfg: Config, db: AirflowDb, conn: Connection, out: Findings, 
     out.seen["guard_notes"] = notes
     out.doc["guard"] = _guard(notes)
     return grants
+
+
+def _has_columns(conn: Connection, table: str, wanted: tuple[str, ...], out: Findings) -> bool:
+    """True if ``table`` has every column of ``wanted``; else the problem is said (a cut-down or
+    foreign schema, e.g. an old demo database) and the figures that need them stay null."""
+    missing = [c for c in wanted if c not in queries.table_columns(conn, [table]).get(table, set())]
+    if missing:
+        out.problems.append(f"table {table} lacks column {', '.join(missing)}: the figures read from it are unknown")
+    return not missing
 
 
 def _grants(conn: Connection, checks: list[tuple[str, str, str]], out: Findings) -> dict[str, bool]:
