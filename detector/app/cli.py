@@ -371,7 +371,7 @@ def _demo(args: argparse.Namespace) -> int:
             Outcome.NOT_CONFIRMED: "suspected only; leave",
         }.get(a.outcome, a.outcome.value)
         print(logs.printable(f"  {a.dag_id}: {verb} {a.run.run_id} (keeps {a.kept_run_id})"))
-    print(f"\nDemo database: {path}\nTry: dupguard scan --database-url sqlite:///{path} --format json")
+    print(f"\nDemo database: {path}\nTry: {demo.command()} scan --database-url sqlite:///{path} --format json")
     return EXIT_OK
 
 

@@ -10,7 +10,10 @@ that must not be flagged (fan-out, successive runs, manual and scheduled runs, a
 from __future__ import annotations
 
 import random
+import shlex
+import shutil
 import string
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -259,3 +262,15 @@ def build(path: Path) -> Engine:
         raise ConfigError([f"--db {path}: cannot write the demo database ({detail})"]) from None
     return engine
 
+
+def command(argv0: str | None = None) -> str:
+    """How to type this ``dupguard`` in the hint after the demo: ``dupguard`` when that name on PATH is
+    this program, else the path it was started by (``make demo`` runs ``.venv/bin/dupguard``, which
+    is not on PATH unless the venv is activated)."""
+    me = Path(sys.argv[0] if argv0 is None else argv0)
+    found = shutil.which("dupguard")
+    if me.name != "dupguard":  # python -m detector
+        return "dupguard" if found else f"{shlex.quote(sys.executable)} -m detector"
+    if found and Path(found).resolve() == me.resolve():
+        return "dupguard"
+    return shlex.quote(str(me))
