@@ -190,7 +190,7 @@ def _read_database(cfg: Config, db: AirflowDb, conn: Connection, out: Findings, 
     readable = {t for t, held in zip(tables, selectable, strict=True) if held}
     ledger_doc: dict[str, Any] = {"setting": cfg.ledger, "exists": ledger if postgres else None}
     if postgres and not ledger:
-        ledger_doc["can_create"] = queries.can_create_schema(conn)
+        ledger_doc["can_create"] = queries.can_create_schema(conn, SCHEMA)
     elif postgres:
         ledger_doc["schema_usage"] = queries.can_use_schema(conn, SCHEMA)
     out.doc["ledger"] = ledger_doc

@@ -755,10 +755,14 @@ def table_privileges(conn: Connection, checks: Sequence[tuple[str, str]]) -> lis
     return [bool(v) for v in row]
 
 
-def can_create_schema(conn: Connection) -> bool:
-    """CREATE on the current database: what ``dupguard init-db`` (or ``DUPGUARD_LEDGER=on``) needs."""
+def can_create_schema(conn: Connection, schema: str) -> bool:
+    """Whether ``dupguard init-db`` (or ``DUPGUARD_LEDGER=on``) can make ``schema`` and its tables:
+    CREATE on the database, or, when an admin created the schema beforehand, USAGE and CREATE on it."""
     if conn.dialect.name != "postgresql":
         return False
+    if conn.execute(select(func.to_regnamespace(literal(schema)))).scalar() is not None:
+        on_schema = [func.has_schema_privilege(literal(schema), literal(p)) for p in ("USAGE", "CREATE")]
+        return all(conn.execute(select(*on_schema)).one())
     check = func.has_database_privilege(func.current_database(), literal("CREATE"))
     return bool(conn.execute(select(check)).scalar())
 
