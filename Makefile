@@ -1,6 +1,6 @@
 .PHONY: demo test lint fixtures bench clean mutation release
 demo:  ## run the main job on the embedded default (no Airflow needed)
-	scripts/bootstrap.sh test >/dev/null && .venv/bin/dupguard demo
+	scripts/bootstrap.sh "" >/dev/null && .venv/bin/dupguard demo
 test:  ## everything CI runs
 	scripts/test.sh
 mutation:  ## mutation testing of the safety core, score per module (benchmarks/results/mutation.md); not run by CI

@@ -126,7 +126,8 @@ SETTINGS: tuple[Setting, ...] = (
         "disabled_checks",
         (),
         globs,
-        "Comma-separated kinds of periodic check to switch off (README: What counts), e.g. `split_partition`.",
+        "Comma-separated kinds of periodic check to switch off (docs/explanation/detection.md), "
+        "e.g. `split_partition`.",
     ),
     Setting(
         "gap_grace", timedelta(seconds=60), positive_duration, "How long an unseen lower dag_run id may still commit."
@@ -397,7 +398,7 @@ def load(
         except ConfigError as exc:
             problems.extend(f"{origin}: {p}" for p in exc.problems)
         except (ValueError, TypeError, OverflowError) as exc:
-            shown = "(hidden)" if s.secret else repr(raw if len(raw) <= 80 else raw[:80] + "…")
+            shown = "(hidden)" if s.secret else repr(_redact.cap(_redact.userinfo(raw), 81))
             problems.append(f"{origin}: invalid value {shown}: {exc}" if not s.secret else f"{origin}: invalid value")
 
     if values.get("source") == "api" and sources.get("poll_interval") == "default":

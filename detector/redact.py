@@ -74,6 +74,17 @@ def web_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"{user}{_bracket(host)}{port}", parts.path, query, ""))
 
 
+def userinfo(text: str) -> str:
+    """``text`` with everything before its last ``@`` masked (the scheme kept): for a value that failed
+    to parse as a URL (``htps://user:pw@host``), where there is no structure to trust but a password
+    before an ``@``."""
+    head, at, tail = text.rpartition("@")
+    if not at:
+        return text
+    scheme, sep, _ = head.partition("://")
+    return f"{scheme}://{MASK}@{tail}" if sep else f"{MASK}@{tail}"
+
+
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 

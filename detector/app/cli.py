@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KIND",
-        help="skip this periodic check (repeatable; the README's What counts table) [env DUPGUARD_DISABLED_CHECKS]",
+        help="skip this periodic check (repeatable; kinds: docs/explanation/detection.md) "
+        "[env DUPGUARD_DISABLED_CHECKS]",
     )
     p_scan.add_argument(
         "--db-timeout",
@@ -88,7 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p_run = sub.add_parser("run", help="the sidecar daemon: detect, alert and remediate continuously")
-    p_run.add_argument("--once", action="store_true", help="one pass over the look-back window, then exit")
+    p_run.add_argument(
+        "--once",
+        action="store_true",
+        help="one pass over the look-back window, then exit (exit 4: another replica leads, nothing checked)",
+    )
     _add_settings(p_run)
 
     p_doctor = sub.add_parser(
@@ -366,7 +371,7 @@ def _demo(args: argparse.Namespace) -> int:
             Outcome.NOT_CONFIRMED: "suspected only; leave",
         }.get(a.outcome, a.outcome.value)
         print(logs.printable(f"  {a.dag_id}: {verb} {a.run.run_id} (keeps {a.kept_run_id})"))
-    print(f"\nDemo database: {path}\nTry: dupguard scan --database-url sqlite:///{path} --format json")
+    print(f"\nDemo database: {path}\nTry: {demo.command()} scan --database-url sqlite:///{path} --format json")
     return EXIT_OK
 
 

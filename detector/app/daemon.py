@@ -37,6 +37,8 @@ from detector.metrics import Metrics
 log = logs.get("dupguard.daemon")
 MAX_BACKOFF = 5.0
 EXIT_DB = 3  # as ``dupguard scan``: the database failed
+# ``run --once`` on a standby: another replica leads, so nothing was checked (not "nothing found").
+EXIT_NOT_LEADER = 4
 ONCE_DRAIN_SECONDS = 60.0  # ``run --once`` waits this long for its remediations
 LOCK_RELEASE_WAIT = 2.0  # seconds shutdown waits for a running leader check before releasing anyway
 # The idle loop's pauses up to this long sleep instead of waiting on ``stop``: a timed Event.wait (a
@@ -213,10 +215,10 @@ class Daemon:
         if not self.parts.leadership.is_leader(self.clock()):
             problem = self.parts.leadership.problem
             if problem is not None:  # e.g. lock_on_standby: say why, not "another replica"
-                log.warning("not_leader", problem=problem.code, detail=f"{problem.reason}; nothing done")
+                log.warning("not_leader", problem=problem.code, detail=f"{problem.reason}; nothing checked (exit 4)")
             else:
-                log.info("not_leader", detail="another replica holds the leader lock; nothing done")
-            return 0
+                log.warning("not_leader", detail="another replica holds the leader lock; nothing checked (exit 4)")
+            return EXIT_NOT_LEADER
         try:
             while self.poll_pass():
                 if not self._last_batch_full:

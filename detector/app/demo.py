@@ -10,7 +10,10 @@ that must not be flagged (fan-out, successive runs, manual and scheduled runs, a
 from __future__ import annotations
 
 import random
+import shlex
+import shutil
 import string
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -121,8 +124,10 @@ def seed(engine: Engine, *, seed_value: int = 63507) -> None:
         conn.execute(
             insert(T.job),
             [
-                {"id": 101, "job_type": "SchedulerJob", "hostname": "airflow-scheduler-7d9f-0"},
-                {"id": 102, "job_type": "SchedulerJob", "hostname": "airflow-scheduler-7d9f-1"},
+                {"id": job, "job_type": "SchedulerJob", "hostname": f"airflow-scheduler-7d9f-{i}"}
+                # the incident's two schedulers, stopped since: Airflow marks a job that ended cleanly so
+                | {"state": "success", "latest_heartbeat": INCIDENT_START + timedelta(hours=1)}
+                for i, job in enumerate((101, 102))
             ],
         )
         conn.execute(
@@ -256,3 +261,16 @@ def build(path: Path) -> Engine:
         detail = str(getattr(exc, "orig", exc)).splitlines()[0]
         raise ConfigError([f"--db {path}: cannot write the demo database ({detail})"]) from None
     return engine
+
+
+def command(argv0: str | None = None) -> str:
+    """How to type this ``dupguard`` in the hint after the demo: ``dupguard`` when that name on PATH is
+    this program, else the path it was started by (``make demo`` runs ``.venv/bin/dupguard``, which
+    is not on PATH unless the venv is activated)."""
+    me = Path(sys.argv[0] if argv0 is None else argv0)
+    found = shutil.which("dupguard")
+    if me.name != "dupguard":  # python -m detector
+        return "dupguard" if found else f"{shlex.quote(sys.executable)} -m detector"
+    if found and Path(found).resolve() == me.resolve():
+        return "dupguard"
+    return shlex.quote(str(me))

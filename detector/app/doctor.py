@@ -46,7 +46,8 @@ GUARD_HOW_TO_CHECK = (
     "`dupguard guard print-local-settings` prints (docs/how-to/guard.md)"
 )
 
-# Grants per need (README, Read-only access; docs/explanation/remediation.md for the db backend).
+# Grants per need (docs/how-to/deploy-kubernetes.md, section 2: Database role;
+# docs/explanation/remediation.md for the db backend).
 DETECT_TABLES: tuple[str, ...] = ("alembic_version", "dag_run", "task_instance", "dagrun_asset_event", "asset_event")
 DETECT_TABLES += ("asset", "job", "dag_run_note")
 PARTITION_TABLES = ("asset_partition_dag_run", "partitioned_asset_key_log")
@@ -62,6 +63,7 @@ CHECK_TABLES: tuple[str, ...] = (
 CHECK_TABLES += ("asset_alias_asset_event", "deadline", "asset_trigger", "asset_watcher", "callback")
 # DUPGUARD_REPAIR_STRANDED=requeue writes the queue row Airflow left out (docs/runbooks.md#DupguardStrandedEvents).
 REPAIR_STRANDED = (("asset_dag_run_queue", "INSERT"),)
+JOB_HEARTBEAT_COLUMNS = ("job_type", "state", "latest_heartbeat")  # the alive schedulers and triggerers
 LEDGER_TABLES = tuple(f"{SCHEMA}.{name}" for name in ("claims", "notes", "state"))
 LEDGER_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
@@ -184,17 +186,16 @@ def _read_database(cfg: Config, db: AirflowDb, conn: Connection, out: Findings, 
     readable = {t for t, held in zip(tables, selectable, strict=True) if held}
     ledger_doc: dict[str, Any] = {"setting": cfg.ledger, "exists": ledger if postgres else None}
     if postgres and not ledger:
-        ledger_doc["can_create"] = doctor_reads.can_create_schema(conn)
+        ledger_doc["can_create"] = doctor_reads.can_create_schema(conn, SCHEMA)
     elif postgres:
         ledger_doc["schema_usage"] = doctor_reads.can_use_schema(conn, SCHEMA)
     out.doc["ledger"] = ledger_doc
     db_now = catalog.database_now(conn)
-    alive = None
-    if "job" in readable:
+    alive = triggerers = None
+    if "job" in readable and _has_columns(conn, "job", JOB_HEARTBEAT_COLUMNS, out):
         alive = doctor_reads.schedulers_alive(conn, db_now - SCHEDULER_HEALTH_THRESHOLD)
-    out.seen["schedulers_alive"] = alive
-    out.doc["schedulers_alive"] = alive
-    triggerers = doctor_reads.triggerers_alive(conn, db_now - TRIGGERER_HEALTH_THRESHOLD) if "job" in readable else None
+        triggerers = doctor_reads.triggerers_alive(conn, db_now - TRIGGERER_HEALTH_THRESHOLD)
+    out.seen["schedulers_alive"] = out.doc["schedulers_alive"] = alive
     out.seen["triggerers_alive"] = out.doc["triggerers_alive"] = triggerers
     out.doc["dags"] = _dag_counts(conn, readable, out)
     notes = None
@@ -205,6 +206,15 @@ def _read_database(cfg: Config, db: AirflowDb, conn: Connection, out: Findings, 
     return grants
 
 
+def _has_columns(conn: Connection, table: str, wanted: tuple[str, ...], out: Findings) -> bool:
+    """True if ``table`` has every column of ``wanted``; else the problem is said (a cut-down or
+    foreign schema, e.g. an old demo database) and the figures that need them stay null."""
+    missing = [c for c in wanted if c not in catalog.table_columns(conn, [table]).get(table, set())]
+    if missing:
+        out.problems.append(f"table {table} lacks column {', '.join(missing)}: the figures read from it are unknown")
+    return not missing
+
+
 def _grants(conn: Connection, checks: list[tuple[str, str, str]], out: Findings) -> dict[str, bool]:
     """Each needed privilege, held or not, into the document; ``{"table:PRIVILEGE": held}``."""
     held = catalog.table_privileges(conn, [(t, p) for _, t, p in checks])
@@ -213,7 +223,9 @@ def _grants(conn: Connection, checks: list[tuple[str, str, str]], out: Findings)
     for need in ("detection", "checks"):
         missing = [f"{p} on {t}" for n, t, p, h in rows if not h and n == need]
         if missing:
-            out.problems.append(f"{need} lacks {', '.join(missing)} (README, Read-only access)")
+            out.problems.append(
+                f"{need} lacks {', '.join(missing)} (docs/how-to/deploy-kubernetes.md, section 2: Database role)"
+            )
     return {f"{t}:{p}": h for _, t, p, h in rows}
 
 

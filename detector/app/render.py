@@ -32,7 +32,7 @@ groups only.
 kind (``{"split_partition": [...], ...}``; a check that does not apply to this Airflow or is switched off
 has no key). Every entry has ``key``, ``kind``, ``confidence`` (``confirmed``, ``suspected`` or
 ``exposure``: a risk inferred from the database, not a thing seen), ``severity``, ``dag_ids``, ``title``,
-``lines``, ``advice``, ``seen_at`` and the kind's own fields (the README's "What counts" table).
+``lines``, ``advice``, ``seen_at`` and the kind's own fields (docs/explanation/detection.md).
 ``summary.checks`` counts them by kind.
 
 ``check_errors`` (added with issue 25's 100M-row measurement, still ``format_version`` 1): ``{kind:

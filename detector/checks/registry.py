@@ -12,7 +12,8 @@ sit above the database layer, and config imports this module), so a table of
 ``from detector.checks.<kind>.check import CHECK`` lines would live in ``enabled`` as a second line per
 kind, kept in step with this one by hand. Loading by the module name the entry already carries keeps
 registering a kind one line; ``enabled`` checks each loaded class is its kind's ``CheckBase``. The order
-below is the order of the settings in ``--help`` and the README, and the order the checks run in ``scan``.
+below is the order of the settings in ``--help`` and docs/reference/settings.md, and the order the checks
+run in ``scan``.
 """
 
 from __future__ import annotations

@@ -30,7 +30,10 @@ from detector.metadb.engine import AirflowDb, connect
 from detector.metrics import Metrics
 
 log = logs.get("dupguard.checks")
-GRANT_HINT = "grant SELECT on the table named (README, Read-only access); the check runs again every interval"
+GRANT_HINT = (
+    "grant SELECT on the table named (docs/how-to/deploy-kubernetes.md, section 2: Database role); "
+    "the check runs again every interval"
+)
 
 
 class NoticeAlerter(Protocol):

@@ -21,7 +21,7 @@ from detector.metadb.schema import AirflowTables, UtcDateTime
 
 # --- dupguard doctor (detector/app/doctor.py): read once, nothing written ----------------------------
 
-# Each DAG-count query reads Airflow tables the detection does not (and the README's grant does not
+# Each DAG-count query reads Airflow tables the detection does not (and the documented grant does not
 # name): ``dag``, the schedule references and the watcher links. Their names per version, from the
 # committed ``airflow db migrate`` fixtures: 2.x says dataset, 3.x asset; watchers are asset_trigger
 # in 3.0/3.1 and asset_watcher from 3.2; dag.timetable_partitioned exists from 3.2.
@@ -30,10 +30,14 @@ ALIAS_TABLES = ("dag_schedule_asset_alias_reference", "dag_schedule_dataset_alia
 WATCHER_TABLES = ("asset_watcher", "asset_trigger")
 
 
-def can_create_schema(conn: Connection) -> bool:
-    """CREATE on the current database: what ``dupguard init-db`` (or ``DUPGUARD_LEDGER=on``) needs."""
+def can_create_schema(conn: Connection, schema: str) -> bool:
+    """Whether ``dupguard init-db`` (or ``DUPGUARD_LEDGER=on``) can make ``schema`` and its tables:
+    CREATE on the database, or, when an admin created the schema beforehand, USAGE and CREATE on it."""
     if conn.dialect.name != "postgresql":
         return False
+    if conn.execute(select(func.to_regnamespace(literal(schema)))).scalar() is not None:
+        on_schema = [func.has_schema_privilege(literal(schema), literal(p)) for p in ("USAGE", "CREATE")]
+        return all(conn.execute(select(*on_schema)).one())
     check = func.has_database_privilege(func.current_database(), literal("CREATE"))
     return bool(conn.execute(select(check)).scalar())
 

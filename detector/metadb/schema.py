@@ -158,6 +158,9 @@ def airflow_tables(family: Family) -> AirflowTables:
         Column("id", Integer, primary_key=True),
         Column("job_type", String(30)),
         Column("hostname", String(500)),
+        # Airflow's own columns that doctor's alive-scheduler count reads (the demo creates this table).
+        Column("state", String(20)),
+        Column("latest_heartbeat", UtcDateTime),
     )
     # 3.x: user_id is the auth manager's user id as text (2.x: an int FK to ab_user; never written there).
     dag_run_note = Table(

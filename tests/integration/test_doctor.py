@@ -178,7 +178,10 @@ def test_a_periodic_checks_table_left_out_of_the_grant_is_named(pg_templates: Te
     lacking = {(g["need"], g["table"], g["privilege"]) for g in doc["grants"] if not g["held"]}
     assert {("checks", "trigger", "SELECT"), ("checks", "task_instance_history", "SELECT")} <= lacking
     assert not any(need == "checks" and table not in {"trigger", "task_instance_history"} for need, table, _ in lacking)
-    problem = "checks lacks SELECT on task_instance_history, SELECT on trigger (README, Read-only access)"
+    problem = (
+        "checks lacks SELECT on task_instance_history, SELECT on trigger "
+        "(docs/how-to/deploy-kubernetes.md, section 2: Database role)"
+    )
     assert problem in doc["problems"]
 
 

@@ -5,6 +5,7 @@ database privilege before it looks for the schema, so it failed with "permission
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -87,4 +88,43 @@ def test_init_db_without_a_schema_or_create_on_the_database_names_the_missing_gr
         assert made.returncode == 3, made.stderr
         assert "permission denied for database" in made.stderr
     finally:
+        execute_admin(f'DROP OWNED BY "{role}"', dbname=dbname)
+
+
+def _doctor_ledger(url: str) -> dict:  # type: ignore[type-arg]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DUPGUARD_")}
+    ran = subprocess.run(
+        [DUPGUARD, "doctor", "--format", "json"],
+        env=clean | {"DUPGUARD_DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode in (0, 1), ran.stderr
+    ledger: dict = json.loads(ran.stdout)["ledger"]  # type: ignore[type-arg]
+    return ledger
+
+
+@pytest.mark.parametrize("handover", [*HANDOVERS, None])
+def test_doctor_says_whether_init_db_can_make_the_ledger(
+    pg_templates: Templates, role: str, handover: str | None
+) -> None:
+    """Before the ledger's tables exist, doctor's ``can_create`` is what init-db will meet: USAGE and
+    CREATE on a pre-created schema suffice without CREATE on the database; with neither, false."""
+    url = pg_templates.clone("3.1.2")
+    dbname = make_url(url).database
+    assert dbname is not None
+    execute_admin(f'REVOKE CREATE ON DATABASE "{dbname}" FROM PUBLIC', dbname=dbname)
+    execute_admin(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"', dbname=dbname)
+    if handover:
+        execute_admin(HANDOVERS[handover].format(role=role), dbname=dbname)
+    role_url = make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
+    try:
+        assert _doctor_ledger(role_url) == {"setting": "auto", "exists": False, "can_create": handover is not None}
+        if handover:  # and it is true: init-db makes it
+            assert _init_db(role_url).returncode == 0
+            assert _doctor_ledger(role_url)["exists"] is True
+    finally:
+        execute_admin("DROP SCHEMA IF EXISTS dupguard CASCADE", dbname=dbname)
         execute_admin(f'DROP OWNED BY "{role}"', dbname=dbname)

@@ -158,14 +158,14 @@ def test_run_once_says_which_server_it_read(
     primary_url: str, replica: Replica, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`run --once` logs the server it read: primary (info) or standby (a warning with the replay lag,
-    naming DUPGUARD_DATABASE_URL); on the standby it does nothing and says why (lock_on_standby), not
-    "another replica holds the leader lock"."""
+    naming DUPGUARD_DATABASE_URL); on the standby it does nothing, exits 4 and says why (lock_on_standby),
+    not "another replica holds the leader lock"."""
     code, logged = _once(capsys, primary_url)
     assert code == 0
     assert [(e["level"], e["role"]) for e in logged if e["event"] == "database_server"] == [("info", "primary")]
     assert any(e["event"] == "leader_acquired" for e in logged)
     code, logged = _once(capsys, replica.url(primary_url))
-    assert code == 0
+    assert code == 4  # nothing checked
     server = [e for e in logged if e["event"] == "database_server"]
     assert len(server) == 1 and server[0]["level"] == "warning" and server[0]["role"] == "standby"
     assert server[0]["setting"] == "DUPGUARD_DATABASE_URL"

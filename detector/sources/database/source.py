@@ -173,8 +173,8 @@ class DatabaseSource:
         refused by the fence, its process gone): a term that resumes past its predecessor's ids would
         leave those duplicates running. Only unfinished runs can still be stopped, so only their groups
         are judged again (an index read, not the look-back's history), and only where dupguard writes:
-        alerting alone has nothing to finish. Their alerts may repeat, as the README says for the
-        in-memory ledger."""
+        alerting alone has nothing to finish. Their alerts may repeat, as docs/explanation/daemon.md says
+        for the in-memory ledger."""
         since = catalog.database_now(conn) - self.config.startup_lookback
         floor = dag_runs.first_run_id_since(conn, self.db.tables, since, max(0, resumed_at - resume.CATCH_UP_LIMIT))
         if floor is None or floor > resumed_at:
