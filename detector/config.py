@@ -8,6 +8,7 @@ Secrets). Validation collects every problem before failing, so an operator fixes
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
@@ -62,6 +63,8 @@ SETTINGS: tuple[Setting, ...] = (
         choice("database", "api"),
         "Where runs are read: database (the metadata DB) or api (Airflow's REST API v2 only, for "
         "platforms without DB access; needs DUPGUARD_AIRFLOW_API_URL and credentials, no database URL).",
+        group="source and database",
+        common=True,
     ),
     Setting(
         "database_url",
@@ -70,6 +73,9 @@ SETTINGS: tuple[Setting, ...] = (
         "Airflow metadata DB URL (postgresql://, postgres://, postgresql+psycopg2://, sqlite:///). "
         "Required with --source database.",
         secret=True,
+        group="source and database",
+        metavar="URL",
+        common=True,
     ),
     Setting(
         "lock_database_url",
@@ -77,6 +83,8 @@ SETTINGS: tuple[Setting, ...] = (
         _db_url,
         "Direct (non-PgBouncer) URL for the leader lock; defaults to the database URL.",
         secret=True,
+        group="leadership",
+        metavar="URL",
     ),
     Setting(
         "lock_mode",
@@ -85,15 +93,21 @@ SETTINGS: tuple[Setting, ...] = (
         "Leader lock: auto (session lock on a session proven pinned, else transaction lock), session "
         "(refused on a session not proven pinned), transaction (lock held in an open transaction; works "
         "through PgBouncer).",
+        group="leadership",
     ),
     Setting(
-        "lock_key", 7_355_608_201, lock_key_value, "PostgreSQL advisory lock key, a bigint (Airflow uses 1 and 2)."
+        "lock_key",
+        7_355_608_201,
+        lock_key_value,
+        "PostgreSQL advisory lock key, a bigint (Airflow uses 1 and 2).",
+        group="leadership",
     ),
     Setting(
         "db_timeout",
         timedelta(seconds=5),
         positive_duration,
         "Client-side deadline of every database round trip (works behind PgBouncer and against a stalled server).",
+        group="source and database",
     ),
     Setting(
         "poll_interval",
@@ -102,24 +116,28 @@ SETTINGS: tuple[Setting, ...] = (
         timedelta(milliseconds=30),
         positive_duration,
         "Time between polls for new runs (with --source api the default is 250ms: each poll is a request).",
+        group="detection",
     ),
     Setting(
         "leader_check_interval",
         timedelta(seconds=1),
         positive_duration,
         "How often standbys try the lock and the leader re-checks it.",
+        group="leadership",
     ),
     Setting(
         "startup_lookback",
         timedelta(minutes=15),
         parse_duration,
         "On a start without a ledger watermark, re-examine runs queued this recently.",
+        group="detection",
     ),
     Setting(
         "suspect_window",
         timedelta(seconds=60),
         parse_duration,
         "Partitioned runs of one key this close together with different events are suspected.",
+        group="detection",
     ),
     *CHECK_SETTINGS,  # each periodic check's own (detector/checks/<kind>/settings.py), in registry order
     Setting(
@@ -128,22 +146,59 @@ SETTINGS: tuple[Setting, ...] = (
         globs,
         "Comma-separated kinds of periodic check to switch off (docs/explanation/detection.md), "
         "e.g. `split_partition`.",
+        group="periodic checks",
+        metavar="KIND[,KIND...]",
+        common=True,
     ),
     Setting(
-        "gap_grace", timedelta(seconds=60), positive_duration, "How long an unseen lower dag_run id may still commit."
+        "gap_grace",
+        timedelta(seconds=60),
+        positive_duration,
+        "How long an unseen lower dag_run id may still commit.",
+        group="detection",
     ),
-    Setting("dags", (), globs, "Comma-separated dag_id globs to watch (empty: all)."),
-    Setting("exclude_dags", (), globs, "Comma-separated dag_id globs to ignore."),
-    Setting("cluster_name", "airflow", str, "Name of this Airflow deployment in alerts."),
-    Setting("http_port", 9469, port, "Port of /livez, /readyz and /metrics (0: disabled)."),
-    Setting("log_level", "info", choice("debug", "info", "warning", "error"), "Log level."),
-    Setting("log_format", "auto", choice("auto", "json", "console"), "json, console, or auto (console on a TTY)."),
-    Setting("summary_interval", timedelta(seconds=60), positive_duration, "Interval of the summary log line."),
+    Setting("dags", (), globs, "Comma-separated dag_id globs to watch (empty: all).", group="detection", common=True),
+    Setting("exclude_dags", (), globs, "Comma-separated dag_id globs to ignore.", group="detection"),
+    Setting(
+        "cluster_name", "airflow", str, "Name of this Airflow deployment in alerts.", group="alerts", metavar="NAME"
+    ),
+    Setting(
+        "http_port",
+        9469,
+        port,
+        "Port of /livez, /readyz and /metrics (0: disabled).",
+        group="health and logs",
+        common=True,
+    ),
+    Setting(
+        "log_level",
+        "info",
+        choice("debug", "info", "warning", "error"),
+        "Log level.",
+        group="health and logs",
+        common=True,
+    ),
+    Setting(
+        "log_format",
+        "auto",
+        choice("auto", "json", "console"),
+        "json, console, or auto (console on a TTY).",
+        group="health and logs",
+    ),
+    Setting(
+        "summary_interval",
+        timedelta(seconds=60),
+        positive_duration,
+        "Interval of the summary log line.",
+        group="health and logs",
+    ),
     Setting(
         "config_source",
         None,
         str,
         "Which configuration this is, e.g. `configmap/dupguard` (set by the companion chart's ConfigMap).",
+        group="health and logs",
+        metavar="NAME",
     ),
     Setting(
         "config_expected",
@@ -151,6 +206,8 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "The configuration the deployment meant to load (set by the sidecar overlay); when it differs "
         "from `config_source`, dupguard warns `config_missing` and sets `dupguard_config_missing` to 1.",
+        group="health and logs",
+        metavar="NAME",
     ),
     Setting(
         "state_file",
@@ -158,6 +215,8 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "--source api: a file on a volume for the tail cursor and what was alerted and decided, so a "
         "restart neither misses runs nor alerts twice (without it: memory only).",
+        group="source and database",
+        metavar="FILE",
     ),
     Setting(
         "ledger",
@@ -165,6 +224,7 @@ SETTINGS: tuple[Setting, ...] = (
         choice("auto", "on", "off"),
         "Durable ledger in schema `dupguard`: auto (use it "
         "if `dupguard init-db` made it), on (create it at start), off (memory only).",
+        group="source and database",
     ),
     Setting(
         "remediation",
@@ -172,6 +232,8 @@ SETTINGS: tuple[Setting, ...] = (
         choice("off", "dry-run", "fail", "skip"),
         "What to do with confirmed "
         "duplicates: off, dry-run (log what would be done), fail (mark run failed), skip (skip its tasks).",
+        group="remediation",
+        common=True,
     ),
     Setting(
         "remediation_backend",
@@ -179,17 +241,31 @@ SETTINGS: tuple[Setting, ...] = (
         choice("auto", "api", "db"),
         "auto (db where the database source's role holds its grants, else api), api (Airflow REST API) or "
         "db (direct writes; sets start_date, so Airflow's asset-event views keep working).",
+        group="remediation",
     ),
-    Setting("remediate_started", False, boolean, "Also stop duplicates whose tasks already started."),
-    Setting("airflow_api_url", None, url, "Airflow API server base URL, e.g. http://airflow-api-server:8080."),
-    Setting("airflow_username", None, str, "Airflow user for POST /auth/token."),
-    Setting("airflow_password", None, str, "Password of that user.", secret=True),
+    Setting(
+        "remediate_started", False, boolean, "Also stop duplicates whose tasks already started.", group="remediation"
+    ),
+    Setting(
+        "airflow_api_url",
+        None,
+        url,
+        "Airflow API server base URL, e.g. http://airflow-api-server:8080.",
+        group="Airflow API",
+        common=True,
+    ),
+    Setting("airflow_username", None, str, "Airflow user for POST /auth/token.", group="Airflow API", metavar="USER"),
+    Setting(
+        "airflow_password", None, str, "Password of that user.", secret=True, group="Airflow API", metavar="PASSWORD"
+    ),
     Setting(
         "airflow_token",
         None,
         str,
         "A static Airflow API token (e.g. an Astronomer Deployment API token) instead of username/password.",
         secret=True,
+        group="Airflow API",
+        metavar="TOKEN",
     ),
     Setting(
         "airflow_token_command",
@@ -198,23 +274,33 @@ SETTINGS: tuple[Setting, ...] = (
         "A command (run by /bin/sh -c) whose stdout is the API token; run again before the token's `exp` "
         "(or after a 401). For platforms that mint short-lived tokens. Never logged.",
         secret=True,
+        group="Airflow API",
+        metavar="COMMAND",
     ),
     Setting(
         "airflow_token_command_timeout",
         timedelta(seconds=30),
         positive_duration,
         "Timeout of the token command (killed with its children when it overruns).",
+        group="Airflow API",
     ),
-    Setting("airflow_ca_bundle", None, file_path, "CA bundle file for the API's TLS certificate."),
-    Setting("airflow_verify_tls", True, boolean, "Verify the API's TLS certificate."),
-    Setting("airflow_timeout", timedelta(seconds=5), positive_duration, "Timeout of each Airflow API call."),
-    Setting("airflow_ui_url", None, url, "Airflow UI base URL for links in alerts."),
+    Setting("airflow_ca_bundle", None, file_path, "CA bundle file for the API's TLS certificate.", group="Airflow API"),
+    Setting("airflow_verify_tls", True, boolean, "Verify the API's TLS certificate.", group="Airflow API"),
+    Setting(
+        "airflow_timeout",
+        timedelta(seconds=5),
+        positive_duration,
+        "Timeout of each Airflow API call.",
+        group="Airflow API",
+    ),
+    Setting("airflow_ui_url", None, url, "Airflow UI base URL for links in alerts.", group="alerts"),
     Setting(
         "runbook_url",
         RUNBOOK_URL,
         url,
         "URL of dupguard's docs/runbooks.md (alerts link `<url>#<alert name>`); default: the page released "
         "with this version.",
+        group="alerts",
     ),
     Setting(
         "unstopped_severity",
@@ -222,34 +308,75 @@ SETTINGS: tuple[Setting, ...] = (
         choice("critical", "warning"),
         "Severity of a duplicate that will run or ran (not stopped: dry-run, off, a stop failed or not "
         "confirmed; too late) on every channel: critical (pages) or warning.",
+        group="alerts",
     ),
-    Setting("grafana_dashboard_url", None, url, "URL of dupguard's Grafana dashboard, linked from Slack alerts."),
-    Setting("slack_bot_token", None, str, "Slack bot token (chat.postMessage, threads, updates).", secret=True),
-    Setting("slack_channel", None, str, "Slack channel for the bot token."),
-    Setting("slack_webhook_url", None, url, "Slack incoming webhook URL (alternative to the bot).", secret=True),
-    Setting("slack_api_url", None, url, "Slack API base URL override (gateways, tests)."),
     Setting(
-        "webhook_url", None, url, "Generic JSON webhook for PagerDuty/Opsgenie/Teams-style receivers.", secret=True
+        "grafana_dashboard_url",
+        None,
+        url,
+        "URL of dupguard's Grafana dashboard, linked from Slack alerts.",
+        group="alerts",
+    ),
+    Setting(
+        "slack_bot_token",
+        None,
+        str,
+        "Slack bot token (chat.postMessage, threads, updates).",
+        secret=True,
+        group="alerts",
+        metavar="TOKEN",
+    ),
+    Setting("slack_channel", None, str, "Slack channel for the bot token.", group="alerts", metavar="CHANNEL"),
+    Setting(
+        "slack_webhook_url",
+        None,
+        url,
+        "Slack incoming webhook URL (alternative to the bot).",
+        secret=True,
+        group="alerts",
+        common=True,
+    ),
+    Setting("slack_api_url", None, url, "Slack API base URL override (gateways, tests).", group="alerts"),
+    Setting(
+        "webhook_url",
+        None,
+        url,
+        "Generic JSON webhook for PagerDuty/Opsgenie/Teams-style receivers.",
+        secret=True,
+        group="alerts",
     ),
     Setting(
         "alertmanager_urls",
         (),
         urls,
         "Comma-separated Alertmanager base URLs (API v2); every one gets every alert (an HA pair).",
+        group="alerts",
+        common=True,
     ),
-    Setting("alertmanager_username", None, str, "Alertmanager basic-auth user."),
-    Setting("alertmanager_password", None, str, "Password of that user.", secret=True),
+    Setting("alertmanager_username", None, str, "Alertmanager basic-auth user.", group="alerts", metavar="USER"),
     Setting(
-        "alertmanager_bearer_token", None, str, "Bearer token for Alertmanager (instead of basic auth).", secret=True
+        "alertmanager_password", None, str, "Password of that user.", secret=True, group="alerts", metavar="PASSWORD"
     ),
-    Setting("alertmanager_ca_bundle", None, file_path, "CA bundle file for Alertmanager's TLS certificate."),
-    Setting("alertmanager_verify_tls", True, boolean, "Verify Alertmanager's TLS certificate."),
+    Setting(
+        "alertmanager_bearer_token",
+        None,
+        str,
+        "Bearer token for Alertmanager (instead of basic auth).",
+        secret=True,
+        group="alerts",
+        metavar="TOKEN",
+    ),
+    Setting(
+        "alertmanager_ca_bundle", None, file_path, "CA bundle file for Alertmanager's TLS certificate.", group="alerts"
+    ),
+    Setting("alertmanager_verify_tls", True, boolean, "Verify Alertmanager's TLS certificate.", group="alerts"),
     Setting(
         "alertmanager_resend_interval",
         timedelta(minutes=1),
         positive_duration,
         "How often an open alert is pushed again (its endsAt is 4 intervals ahead: Alertmanager resolves "
         "it by itself if dupguard stops).",
+        group="alerts",
     ),
     Setting(
         "alertmanager_resolve_after",
@@ -257,9 +384,18 @@ SETTINGS: tuple[Setting, ...] = (
         positive_duration,
         "An alert whose outcome is final stays firing this long after its first push (longer than the "
         "route's group_wait, so it is notified), then resolves.",
+        group="alerts",
     ),
-    Setting("alert_storm_threshold", 5, positive_int, "More groups than this within a minute become one digest."),
-    Setting("alert_timeout", timedelta(seconds=5), positive_duration, "Timeout of each alert delivery call."),
+    Setting(
+        "alert_storm_threshold",
+        5,
+        positive_int,
+        "More groups than this within a minute become one digest.",
+        group="alerts",
+    ),
+    Setting(
+        "alert_timeout", timedelta(seconds=5), positive_duration, "Timeout of each alert delivery call.", group="alerts"
+    ),
 )
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -403,15 +539,26 @@ def load(
 
     if values.get("source") == "api" and sources.get("poll_interval") == "default":
         values["poll_interval"] = API_POLL_INTERVAL  # a 10 ms HTTP poll would be 6,000 requests a minute
-    problems.extend(_cross_checks(values))
+    problems.extend(_as_given(p, sources) for p in _cross_checks(values))
     unknown = [k for k in values.get("disabled_checks", ()) if k not in CHECK_KINDS]
     if unknown:
         problems.append(
-            f"DUPGUARD_DISABLED_CHECKS: unknown check {', '.join(unknown)} (known: {', '.join(CHECK_KINDS)})"
+            f"{sources['disabled_checks']}: unknown check {', '.join(unknown)} (known: {', '.join(CHECK_KINDS)})"
         )
     if problems:
         raise ConfigError(problems)
     return Config(**values)
+
+
+def _as_given(problem: str, sources: Mapping[str, str]) -> str:
+    """A problem that names a setting by its env var names the flag instead when a flag set it: the
+    user reads what they typed (``--remediation=fail``, not ``DUPGUARD_REMEDIATION=fail``)."""
+
+    def named(match: re.Match[str]) -> str:
+        setting = SETTINGS_BY_NAME.get(match[0][len(ENV_PREFIX) :].lower())
+        return setting.flag if setting is not None and sources.get(setting.name) == setting.flag else match[0]
+
+    return re.sub(ENV_PREFIX + r"[A-Z0-9_]+", named, problem)
 
 
 def _read_file(path: Path, problems: list[str]) -> dict[str, Any]:

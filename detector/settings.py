@@ -19,6 +19,18 @@ from detector.errors import ConfigError
 
 ENV_PREFIX = "DUPGUARD_"
 
+# The groups of ``--help`` and of ``dupguard settings``, in the order shown: title -> what it is about.
+GROUPS: dict[str, str] = {
+    "source and database": "where runs are read, and how",
+    "leadership": "one active replica: the PostgreSQL advisory lock",
+    "detection": "which runs are watched and when two are one too many",
+    "periodic checks": "the checks beside detection (docs/explanation/checks.md)",
+    "remediation": "what is done to a confirmed duplicate",
+    "Airflow API": "Airflow's REST API: the api source and the api remediation backend",
+    "alerts": "Slack, a webhook, Alertmanager: where findings are told",
+    "health and logs": "probes, metrics and the log",
+}
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -27,6 +39,9 @@ class Setting:
     parse: Callable[[str], Any]
     help: str
     secret: bool = False
+    group: str = ""  # a key of GROUPS
+    metavar: str = ""  # what --help shows for the value; empty: derived from ``parse``
+    common: bool = False  # shown by ``--help``; every setting is listed by ``dupguard settings``
 
     @property
     def env(self) -> str:
@@ -35,6 +50,15 @@ class Setting:
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    @property
+    def value_name(self) -> str:
+        """The metavar: units and choices (``DURATION``, ``{off,dry-run,fail,skip}``), never ``VALUE``."""
+        if self.metavar:
+            return self.metavar
+        if isinstance(self.parse, Choice):
+            return "{" + ",".join(self.parse.allowed) + "}"
+        return _VALUE_NAMES.get(self.parse, "TEXT")
 
     @property
     def help_text(self) -> str:
@@ -74,14 +98,21 @@ def globs(text: str) -> tuple[str, ...]:
     return tuple(g.strip() for g in text.split(",") if g.strip())
 
 
-def choice(*allowed: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
+@dataclass(frozen=True)
+class Choice:
+    """A parser of one of ``allowed`` (case-insensitive); ``--help`` shows them as the metavar."""
+
+    allowed: tuple[str, ...]
+
+    def __call__(self, text: str) -> str:
         value = text.strip().lower()
-        if value not in allowed:
-            raise ValueError(f"{text!r} is not one of {', '.join(allowed)}")
+        if value not in self.allowed:
+            raise ValueError(f"{text!r} is not one of {', '.join(self.allowed)}")
         return value
 
-    return parse
+
+def choice(*allowed: str) -> Choice:
+    return Choice(allowed)
 
 
 def whole_number(text: str) -> int:
@@ -154,3 +185,18 @@ def file_path(text: str) -> str:
     if not ok:
         raise ValueError("no such file")
     return text
+
+
+_VALUE_NAMES: dict[Callable[[str], Any], str] = {
+    boolean: "{true,false}",
+    globs: "GLOB[,GLOB...]",
+    whole_number: "N",
+    port: "PORT",
+    positive_int: "N",
+    lock_key_value: "N",
+    parse_duration: "DURATION",
+    positive_duration: "DURATION",
+    url: "URL",
+    urls: "URL[,URL...]",
+    file_path: "FILE",
+}

@@ -64,11 +64,8 @@ def _any_case(word: str) -> str:
 
 
 def _choices(setting: config.Setting) -> tuple[str, ...] | None:
-    """The values of a ``settings.choice(...)`` setting (kept in its closure), else None."""
-    if setting.parse.__qualname__ != "choice.<locals>.parse" or not setting.parse.__closure__:
-        return None
-    allowed: tuple[str, ...] = setting.parse.__closure__[0].cell_contents
-    return allowed
+    """The values of a ``settings.choice(...)`` setting, else None."""
+    return setting.parse.allowed if isinstance(setting.parse, settings.Choice) else None
 
 
 def value_schema(setting: config.Setting) -> dict[str, Any]:

@@ -105,7 +105,7 @@ def sample(setting: config.Setting, index: int) -> tuple[Any, str]:
         urls = ["http://alertmanager-0.monitoring:9093", "http://alertmanager-1.monitoring:9093"]
         return urls, ",".join(urls)
     if isinstance(default, tuple):
-        return ["split_partition", "gap"], "split_partition,gap"
+        return ["split_partition", "double_bump"], "split_partition,double_bump"
     if setting.parse in (settings.url, settings.urls):
         url = f"https://{setting.name.replace('_', '-')}.example.com/x"
         return url, url

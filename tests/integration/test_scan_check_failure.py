@@ -61,7 +61,7 @@ def test_a_check_past_the_deadline_leaves_the_groups_and_the_other_checks_standi
     # the check before it, and the one after it (on a fresh connection: the timed-out one is closed)
     assert {"stranded_events", "trigger_flapping"} <= set(doc["checks"])
     assert "dupguard: check double_bump failed, so its findings are missing from this report" in err
-    assert "--disable-check double_bump" in err
+    assert "--disabled-checks double_bump" in err
     assert len([line for line in err.splitlines() if "double_bump" in line]) == 1  # one line says it
 
 

@@ -47,17 +47,25 @@ def test_lists_every_problem_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pyt
     assert "xoxb-marker-1" not in err
 
 
-def test_help_shows_env_var_and_default() -> None:
-    """`run --help` and `check-config --help` name each setting's env var (and _FILE for secrets) and default."""
+def test_help_shows_env_var_and_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --help` and `check-config --help` name each common setting's env var (and _FILE for secrets) and
+    default; `dupguard settings` names every setting's."""
     parser = build_parser()
     for command in ("run", "check-config"):
         sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
         text = " ".join(sub.format_help().split())
         for s in SETTINGS:
-            assert s.env in text, (command, s.env)
-            if s.secret:
+            assert (s.env in text) == s.common, (command, s.env)
+            if s.secret and s.common:
                 assert f"{s.env}_FILE" in text
-        assert "default 30ms" in text and "default 9469" in text and "default dry-run" in text
+        assert "default 9469" in text and "default dry-run" in text
+    assert main(["settings"]) == 0
+    text = capsys.readouterr().out
+    for s in SETTINGS:
+        assert s.env in text, s.env
+        if s.secret:
+            assert f"{s.env}_FILE" in text
+    assert "default 30ms" in text and "default 9469" in text and "default dry-run" in text
 
 
 def test_bare_number_durations_refused_everywhere(

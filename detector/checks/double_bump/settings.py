@@ -14,5 +14,6 @@ SETTINGS: tuple[Setting, ...] = (
         positive_duration,
         "Time between checks for task attempts bumped twice (apache/airflow#57618, Airflow 3.0/3.1; reads the "
         "in-flight task instances).",
+        group="periodic checks",
     ),
 )

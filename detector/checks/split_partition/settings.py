@@ -14,11 +14,13 @@ SETTINGS: tuple[Setting, ...] = (
         timedelta(seconds=60),
         parse_duration,
         "A partition key split into two pending asset_partition_dag_run rows is reported once it lasted this long.",
+        group="periodic checks",
     ),
     Setting(
         "split_poll_interval",
         timedelta(seconds=60),
         positive_duration,
         "Time between checks for split partition keys (Airflow 3.2+; a scan of asset_partition_dag_run).",
+        group="periodic checks",
     ),
 )

@@ -13,6 +13,7 @@ SETTINGS: tuple[Setting, ...] = (
         timedelta(seconds=60),
         positive_duration,
         "Time between checks for asset events that triggered no run (apache/airflow#56050, every Airflow 3).",
+        group="periodic checks",
     ),
     Setting(
         "repair_stranded",
@@ -20,6 +21,7 @@ SETTINGS: tuple[Setting, ...] = (
         choice("off", "dry-run", "requeue"),
         "Stranded asset events (stranded_events): off, dry-run (log the queue row it would write), requeue "
         "(write it: INSERT on asset_dag_run_queue; Airflow's scheduler then makes the run; docs/runbooks.md).",
+        group="periodic checks",
     ),
     Setting(
         "stranded_repair_deadline",
@@ -27,5 +29,6 @@ SETTINGS: tuple[Setting, ...] = (
         positive_duration,
         "How long after a requeue the run that consumes the stranded events may take to appear before "
         "`repair_unverified` is alerted (a DAG at max_active_runs waits for its running run).",
+        group="periodic checks",
     ),
 )

@@ -13,11 +13,13 @@ SETTINGS: tuple[Setting, ...] = (
         timedelta(seconds=10),
         positive_duration,
         "Time between looks at trigger owners (trigger_flapping; keep it under the threshold below minus 5 s).",
+        group="periodic checks",
     ),
     Setting(
         "triggerer_health_check_threshold",
         timedelta(seconds=30),
         positive_duration,
         "Your Airflow's `[triggerer] triggerer_health_check_threshold`: a triggerer heartbeating within it is alive.",
+        group="periodic checks",
     ),
 )
