@@ -4,7 +4,8 @@
 Real PostgreSQL with the real Airflow 3.1.2 schema (the ``race_asset_fanout`` fixture: three duplicate
 pairs, every run queued, no task started). The backend's clock is fixed, so every timestamp it writes
 is known: the columns are compared whole with what Airflow's ``TaskInstance.set_state`` /
-``DagRun.set_state`` would hold (docs/explanation/airflow-internals.md §4.2), and the session settings the write
+``DagRun.set_state`` would hold (docs/explanation/airflow-internals.md, "What marking a run failed does"), and the
+session settings the write
 ran under are read on its own server connection.
 """
 
