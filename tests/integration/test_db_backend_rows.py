@@ -1,5 +1,5 @@
-"""What the ``db`` backend leaves in Airflow's rows, column by column, and what its result says (issue 22
-§8: the survivors of ``detector/actions/remediation/db.py`` under mutation, benchmarks/results/mutation.md).
+"""What the ``db`` backend leaves in Airflow's rows, column by column, and what its result says (the
+survivors of ``detector/actions/remediation/db.py`` under mutation, benchmarks/results/mutation.md).
 
 Real PostgreSQL with the real Airflow 3.1.2 schema (the ``race_asset_fanout`` fixture: three duplicate
 pairs, every run queued, no task started). The backend's clock is fixed, so every timestamp it writes
