@@ -14,14 +14,12 @@ two pending rows"):
   row for the key is created either after the first row already had its run (re-processing), or
   while it was still pending (the split of apache/airflow#71070, which then makes one run per row).
 
-So for two runs ``a`` (made first) and ``b`` with their own rows: ``b``'s row created after ``a``
-was created (``run_after`` of a partitioned run is its creation time, docs/explanation/airflow-internals.md,
-"Partitioned runs (3.2+)") means
-the rows'
-pending periods never overlapped: a re-processing, not reported. Overlapping periods mean the
-split: the runs are a duplicate group, ``confirmed`` (both producers had finished the key before
-the first run was made, and Airflow without the split makes one run of both events). A run without
-its own row (3.2's race loser, whose row was overwritten) cannot be cleared and stays ``suspected``.
+So for two runs ``a`` (made first) and ``b`` with their own rows: ``b``'s row created after ``a`` was created
+(``run_after`` of a partitioned run is its creation time, docs/explanation/airflow-internals.md, "Partitioned runs
+(3.2+)") means the rows' pending periods never overlapped: a re-processing, not reported. Overlapping periods mean
+the split: the runs are a duplicate group, ``confirmed`` (both producers had finished the key before the first run
+was made, and Airflow without the split makes one run of both events). A run without its own row (3.2's race loser,
+whose row was overwritten) cannot be cleared and stays ``suspected``.
 """
 
 from __future__ import annotations

@@ -141,8 +141,7 @@ def airflow_tables(family: Family) -> AirflowTables:
         Column("source_run_id", String(250)),
         Column("timestamp", UtcDateTime, nullable=False),
         # {"from_trigger": true, "payload": ...} on a trigger's event (docs/explanation/airflow-internals.md, "One
-        # message, one asset event per triggerer"):
-        # read only for events no task wrote (the trigger_event rule)
+        # message, one asset event per triggerer"): read only for events no task wrote (the trigger_event rule)
         Column("extra", JSON),
         *[Column("partition_key", String(250))] if family.has_partitions else [],
     )

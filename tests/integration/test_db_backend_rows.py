@@ -5,8 +5,7 @@ Real PostgreSQL with the real Airflow 3.1.2 schema (the ``race_asset_fanout`` fi
 pairs, every run queued, no task started). The backend's clock is fixed, so every timestamp it writes
 is known: the columns are compared whole with what Airflow's ``TaskInstance.set_state`` /
 ``DagRun.set_state`` would hold (docs/explanation/airflow-internals.md, "What marking a run failed does"), and the
-session settings the write
-ran under are read on its own server connection.
+session settings the write ran under are read on its own server connection.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 - ``fail``: ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` ``{"state": "failed", "note": …}``;
   Airflow's ``set_dag_run_state_to_failed`` then marks the TIs (docs/explanation/airflow-internals.md, "What marking a
-  run failed does") and fires
-  its listeners.
+  run failed does") and fires its listeners.
 - ``skip``: the unfinished TIs -> skipped through the bulk TI endpoint (one call), then the note
   alone (``update_mask=["note"]``). Refused at start-up on Airflow 3.0/3.1 (``ConfigError``): their
   scheduler can put skipped tasks back (``DagRun.schedule_tis`` updates by id without a state check,

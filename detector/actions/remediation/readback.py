@@ -12,8 +12,7 @@ A task instance the write acted on "had started before the write" when the read-
    only ever produce ``skipped``: ``set_dag_run_state_to_failed`` marks FAILED exactly the TIs that
    were RUNNING, DEFERRED or UP_FOR_RESCHEDULE and SKIPPED every other unfinished one
    (airflow/api/common/mark_tasks.py L292-333 in 3.1.2, docs/explanation/airflow-internals.md, "What marking a run
-   failed does"), and a skip sets
-   ``skipped``.
+   failed does"), and a skip sets ``skipped``.
    ``failed`` therefore means "was running and was stopped", ``success`` "finished in between"; or
 2. the marks of the Execution API's ``ti_run``, which a worker calls to move QUEUED -> RUNNING: a
    ``pid`` or ``last_heartbeat_at`` that the guard's re-read did not see (routes/task_instances.py

@@ -1,12 +1,11 @@
 """Task attempts bumped twice (apache/airflow#57618; 3.0.x/3.1.x, fixed in 3.2.0 by PR #60330).
 
-``DagRun.schedule_tis`` updates task instances by id with no state guard and adds 1 to
-``try_number``: a scheduler acting on a stale view sends a TI another scheduler already queued (or
-a worker already runs) back to ``scheduled`` with try k+1. The running attempt is killed at its next
-heartbeat and the task runs again (docs/explanation/airflow-internals.md, "Task attempts bumped twice"). Every
-legitimate new try (a retry,
-a clear; an orphan reset from 3.1.8 on) first writes a ``task_instance_history`` row for try k and
-gives the TI a new id, so the race leaves a TI whose earlier try has **no history row**.
+``DagRun.schedule_tis`` updates task instances by id with no state guard and adds 1 to ``try_number``: a scheduler
+acting on a stale view sends a TI another scheduler already queued (or a worker already runs) back to ``scheduled``
+with try k+1. The running attempt is killed at its next heartbeat and the task runs again
+(docs/explanation/airflow-internals.md, "Task attempts bumped twice"). Every legitimate new try (a retry, a clear; an
+orphan reset from 3.1.8 on) first writes a ``task_instance_history`` row for try k and gives the TI a new id, so the
+race leaves a TI whose earlier try has **no history row**.
 
 Two ways to see it:
 
