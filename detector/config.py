@@ -112,7 +112,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "poll_interval",
         # 30 ms, not 10: the idle CPU is per pass (2.3 % of a core at 10 ms, 1.2 % at 30 ms) and the share of
-        # duplicates stopped before their first task did not change (issue 25, benchmarks/results/measurements.md).
+        # duplicates stopped before their first task did not change (benchmarks/results/measurements.md).
         timedelta(milliseconds=30),
         positive_duration,
         "Time between polls for new runs (with --source api the default is 250ms: each poll is a request).",

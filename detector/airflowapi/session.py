@@ -64,7 +64,7 @@ class Session:
         self.timeout = timeout
         # The API server's clock minus this host's, in seconds, from the last answer's Date header: the
         # REST source measures ages of Airflow's timestamps on the server's clock, not on a host clock
-        # that may be off (issue 23 §6). None until an answer carried a Date.
+        # that may be off. None until an answer carried a Date.
         self.clock_offset: float | None = None
 
     @classmethod

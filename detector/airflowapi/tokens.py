@@ -1,4 +1,7 @@
-"""The bearer token for Airflow's REST API (docs/explanation/airflow-internals.md §4.3/4.4).
+"""The bearer token for Airflow's REST API.
+
+What Airflow accepts, and how its Python client sends it: docs/explanation/airflow-internals.md, "Authentication"
+and "The Python client".
 
 Three ways to get one:
 - static (``DUPGUARD_AIRFLOW_TOKEN``, e.g. an Astronomer Deployment API token): sent as is, never

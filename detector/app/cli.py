@@ -436,7 +436,7 @@ def _scan_api(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     try:
         version = reader.version()
-        since = None if args.since is None else reader.server_now(now) - args.since  # Airflow's clock (§6)
+        since = None if args.since is None else reader.server_now(now) - args.since  # Airflow's clock, not this host's
         result = scan_api(
             reader,
             now=now,

@@ -148,7 +148,7 @@ class Daemon:
         )
         self._db_error: str | None = None
         self._poll_error: str | None = None
-        self._preparer = Preparer(parts.remediator, self.refresh_status)  # off the heartbeat (issue 22 §6)
+        self._preparer = Preparer(parts.remediator, self.refresh_status)  # a hanging API never holds the heartbeat
         self.status = StatusBoard(parts.metrics)
         parts.metrics.set_build(parts.source.family)
         # Read at scrape time: a stale heartbeat shows as 0 even while the heartbeat job is blocked.
@@ -296,7 +296,7 @@ class Daemon:
             else:
                 self._source_reached(self.parts.source.ping())
             self._last_check = started
-            if not was and not leader:  # standing by: what a live leader elsewhere judges (issue 23 §1)
+            if not was and not leader:  # standing by: what a live leader elsewhere judges, no term of ours
                 live = self._db_error is None and self.parts.leadership.problem is None
                 self.parts.source.stood_by(live)
             self.status.note = self.parts.source.coverage_gap

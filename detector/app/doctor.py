@@ -266,7 +266,7 @@ def _guard(notes: int | None) -> dict[str, Any]:
 
 
 def _lock_database(cfg: Config) -> dict[str, Any] | None:
-    """The leader lock's own URL, when set: a standby or a transaction pooler there matters (issue 22 §3)."""
+    """The leader lock's own URL, when set: a standby or a transaction pooler there matters."""
     if not cfg.lock_database_url:
         return None
     engine = make_engine(parse_url(cfg.lock_database_url), pool_size=1, call_timeout=cfg.db_timeout.total_seconds())

@@ -1,6 +1,6 @@
 """Gets the remediation ready ahead of a duplicate (the api backend's token) in a thread of its own.
 
-Issue 22 §6: this used to run inside the leader check, which the daemon also runs once before its
+Why: this used to run inside the leader check, which the daemon also runs once before its
 first poll. With Airflow's API hanging, the token request waits ``DUPGUARD_AIRFLOW_TIMEOUT`` (5 s),
 so a starting leader watched nothing for that long, and each later check held the heartbeat past the
 lease (3 check intervals): the leader kept dropping its term. Now a leader check only asks; only

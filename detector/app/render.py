@@ -28,18 +28,18 @@ groups only.
 ``creating_job_ids``, ``creator_hostnames`` are null) and no ``asset_partition_dag_run`` rows
 (no ``split_partition`` check; a suspected partitioned group is never refined by them).
 
-``checks`` (added with issue 25, still ``format_version`` 1): what each periodic check that ran found, by
+``checks`` (added with the periodic checks, still ``format_version`` 1): what each periodic check that ran found, by
 kind (``{"split_partition": [...], ...}``; a check that does not apply to this Airflow or is switched off
 has no key). Every entry has ``key``, ``kind``, ``confidence`` (``confirmed``, ``suspected`` or
 ``exposure``: a risk inferred from the database, not a thing seen), ``severity``, ``dag_ids``, ``title``,
 ``lines``, ``advice``, ``seen_at`` and the kind's own fields (docs/explanation/detection.md).
 ``summary.checks`` counts them by kind.
 
-``check_errors`` (added with issue 25's 100M-row measurement, still ``format_version`` 1): ``{kind:
+``check_errors`` (added after the 100M-row measurement, still ``format_version`` 1): ``{kind:
 message}`` for each check that failed (e.g. its statement outlasted ``--db-timeout``); that kind then has
 no key in ``checks``, and the groups and the other checks stand. ``{}`` when every check answered.
 
-``server`` (added with issue 22, still ``format_version`` 1): ``{"role": "primary" | "standby",
+``server`` (added with standby support, still ``format_version`` 1): ``{"role": "primary" | "standby",
 "replay_lag_seconds": x | null}``, the PostgreSQL server the scan read; null for SQLite, ``--source
 api`` and an error document. A standby may lag the primary: runs committed there within the lag are
 not in the scan (``replay_lag_seconds``: 0 when it replayed all it received, else the age of the last

@@ -170,7 +170,7 @@ class Responder:
             raise failed
 
     def _alert_unrecorded(self, finding: Finding, actions: list[Action], now: datetime, exc: Exception) -> None:
-        """The ledger cannot record the group's claims (issue 23 §3). Its remediation waits: nothing
+        """The ledger cannot record the group's claims (e.g. its volume is full). Its remediation waits: nothing
         is acted on without a claim, and the failed poll is retried until the ledger takes it. Its
         alert does not: it goes out once per process, saying it may repeat (another replica, or this
         one after a restart, cannot know it was sent)."""

@@ -57,7 +57,7 @@ def scan(
     with connect(db.engine) as conn:
         server = server_role(conn)
         # ``since`` and the split grace are ages of Airflow's timestamps: on the clock that wrote them
-        # (issue 23 §6); ``now`` (this host's) dates the report.
+        # (this host's may be off); ``now`` (this host's) dates the report.
         db_now = catalog.database_now(conn)
         start = None if since is None else db_now - since
         asset_keys = [k for k in dag_runs.candidate_asset_keys(conn, t, start) if dag_filter.selects(k[0])]

@@ -99,7 +99,7 @@ class StatusBoard:
         self._metrics = metrics
         self._lock = threading.Lock()
         self.current = STARTING
-        self.note: str | None = None  # added to every reason, e.g. the last coverage gap (issue 23 §1)
+        self.note: str | None = None  # added to every reason, e.g. the last coverage gap
         for state in State:
             metrics.state.labels(state=state.value).set(0)
         self._publish(STARTING)

@@ -246,7 +246,7 @@ def build_remediator(
 
 
 # Imported here, not at the top: apache-airflow-client takes ~1 s and ~30 MB to import, which the
-# database source (the default) would pay at every start (issue 16, the start-up window).
+# database source (the default) would pay at every start (the start-up window).
 def api_reader(config: Config) -> Reader:
     from detector.airflowapi.session import Session
     from detector.sources.api.reader import Reader

@@ -1,4 +1,4 @@
-"""The one interface every periodic check implements (issue 25: like node_exporter's collectors).
+"""The one interface every periodic check implements (like node_exporter's collectors).
 
 A check is one package beside this module (``<kind>/``, docs/explanation/checks.md): its class (``check.py``) reads
 its rows through its ``statements`` and judges them with its pure ``rule``; the runner (``runner.py``)

@@ -74,7 +74,7 @@ class CheckRunner:
             try:
                 won = self.ledger.claim(obs.key, "detected")
             except Exception as exc:  # noqa: BLE001 - raised below, once every observation is alerted
-                # issue 23 §3: a ledger that cannot record holds no alert back (once per process; a
+                # a ledger that cannot record holds no alert back (once per process; a
                 # restart or another replica may send it again); the repair waits for the ledger
                 failed = failed or exc
                 if obs.key not in self._unrecorded:

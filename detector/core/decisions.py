@@ -3,12 +3,12 @@
 dupguard's remediation (``plan.note_for``) and the in-scheduler guard (``detector/guard/policy.py``
 ``_DUPGUARD_NOTE``) write a note on every run they stop, naming the kept run. The note lives in
 Airflow's ``dag_run_note``, so it is evidence of the decision that survives restarts and failovers
-even for read-only users without the durable ledger (issue 11 §1). Pure: notes in, ``Decisions`` out.
+even for read-only users without the durable ledger: a decision is final. Pure: notes in, ``Decisions`` out.
 
 A note is not proof on its own: an operator can type the same words, or copy a note onto another run.
 A note counts only where Airflow's record agrees that the run was stopped (``note_agrees``) and the
 ledger did not keep the run; any other note in dupguard's words is ``disputed``: the run is judged
-afresh, and the source logs the disagreement (issue 22 §4).
+afresh, and the source logs the disagreement: a note is not proof.
 """
 
 from __future__ import annotations

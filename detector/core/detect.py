@@ -3,7 +3,7 @@
 No clock, no environment, no I/O. The same function serves the one-shot history scan and the
 daemon's incremental poll, which passes only the neighbourhood of newly seen runs.
 
-Why these rules (see docs/explanation/airflow-internals.md §2):
+Why these rules (see docs/explanation/airflow-internals.md, "How asset-triggered runs are created"):
 - 3.0/3.1 (apache/airflow#54491, #63507): the second scheduler acts on a stale, unlocked read of
   ``asset_dag_run_queue`` and creates a run with the *same* ``run_after`` (max queue created_at) and
   the *same* consumed events -- or, when its stale snapshot is *older* than the first scheduler's
@@ -73,7 +73,7 @@ ALL_DAGS = DagFilter()
 def keep_order(run: Run, progress: Mapping[int, TaskProgress], prior: Decisions = NO_DECISIONS) -> tuple[int, int, int]:
     """Sort key of the keep rule; the first run of a group is kept.
 
-    1. a run an earlier judgement kept stays kept (a decision is final, issue 11 §1);
+    1. a run an earlier judgement kept stays kept (a decision is final);
     2. a run that was stopped, chosen as a duplicate, or made skipped by the in-scheduler guard (its
        note) is never kept, whatever its tasks did: stopping a duplicate whose task was starting
        leaves a *failed* task instance, which must not make it look like the run that did the work;

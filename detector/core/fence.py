@@ -1,4 +1,4 @@
-"""Permission to write for one leader term, until the term's lease ends (issue 22 §1).
+"""Permission to write for one leader term, until the term's lease ends.
 
 Made by the leader lock (``detector.app.leader.AdvisoryLock.fence``) and checked by the remediation
 before every write (``detector.actions.remediation``): a write is sent only while its fence is valid,

@@ -2,7 +2,7 @@
 
 Safety rules live here, in one place (issue: never touch a run that is not a confirmed duplicate):
 only ``confirmed`` groups are remediated, only their ``duplicates`` (never ``kept``), never a run an
-earlier judgement kept (issue 11 §1: a decision is final), and a duplicate whose tasks already
+earlier judgement kept (a decision is final), and a duplicate whose tasks already
 started is left alone unless the operator opted in.
 """
 

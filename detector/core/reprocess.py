@@ -5,7 +5,8 @@ Pure: findings and ``asset_partition_dag_run`` rows in, findings out.
 ``detect.find_duplicates`` marks runs of one (DAG, partition key) created within the suspect
 window with *different* consumed events as ``suspected``. On a clean Airflow 3.3.2 that also
 happens when a producer legitimately re-processes a key seconds later (fixture
-``partition_rerun``). Airflow records the difference (docs/explanation/airflow-internals.md §2.7):
+``partition_rerun``). Airflow records the difference (docs/explanation/airflow-internals.md, "A partition key split into
+two pending rows"):
 
 - each partitioned run is made from its own ``asset_partition_dag_run`` row
   (``created_dag_run_id`` points at it), created when the first event for the key arrived;
@@ -13,13 +14,12 @@ happens when a producer legitimately re-processes a key seconds later (fixture
   row for the key is created either after the first row already had its run (re-processing), or
   while it was still pending (the split of apache/airflow#71070, which then makes one run per row).
 
-So for two runs ``a`` (made first) and ``b`` with their own rows: ``b``'s row created after ``a``
-was created (``run_after`` of a partitioned run is its creation time, docs/explanation/airflow-internals.md §2.5) means
-the rows'
-pending periods never overlapped: a re-processing, not reported. Overlapping periods mean the
-split: the runs are a duplicate group, ``confirmed`` (both producers had finished the key before
-the first run was made, and Airflow without the split makes one run of both events). A run without
-its own row (3.2's race loser, whose row was overwritten) cannot be cleared and stays ``suspected``.
+So for two runs ``a`` (made first) and ``b`` with their own rows: ``b``'s row created after ``a`` was created
+(``run_after`` of a partitioned run is its creation time, docs/explanation/airflow-internals.md, "Partitioned runs
+(3.2+)") means the rows' pending periods never overlapped: a re-processing, not reported. Overlapping periods mean
+the split: the runs are a duplicate group, ``confirmed`` (both producers had finished the key before the first run
+was made, and Airflow without the split makes one run of both events). A run without its own row (3.2's race loser,
+whose row was overwritten) cannot be cleared and stays ``suspected``.
 """
 
 from __future__ import annotations

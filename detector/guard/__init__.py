@@ -1,4 +1,4 @@
-"""dupguard's in-scheduler guard (issue 6): an Airflow cluster policy, in ``policy.py``.
+"""dupguard's in-scheduler guard: an Airflow cluster policy, in ``policy.py``.
 
 ``policy.py`` runs inside Airflow's scheduler, with Airflow's own dependencies (SQLAlchemy 1.4 on
 Airflow 3.0/3.1), so it imports nothing but the standard library and Airflow, and nothing in this

@@ -260,7 +260,7 @@ def is_pinned(conn: Connection) -> bool:
     """True when ``conn``'s transactions are proven to reach one server session (direct, a plain TCP
     proxy, PgBouncer's session pooling); False behind transaction or statement pooling.
 
-    Proof, not inference from addresses (issue 22 §3: on one host a pooler's ephemeral port can equal
+    Proof, not inference from addresses (on one host a pooler's ephemeral port can equal
     the client's): a session variable (``leader_lock.mark_session``) is set with a fresh nonce in one
     transaction; then, ``PIN_ROUNDS`` times, a second client of the same URL runs a transaction, and
     ``conn`` runs another. Pinned only if ``conn`` always finds its backend pid and nonce and the other

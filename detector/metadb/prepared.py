@@ -1,4 +1,4 @@
-"""The daemon's idle probe, "is there a run above the watermark?", as cheap as PostgreSQL allows (issue 16).
+"""The daemon's idle probe, "is there a run above the watermark?", as cheap as PostgreSQL allows.
 
 At the default 30 ms poll the daemon asks this about thirty times a second and the answer is almost
 always "no". Sent as text, every statement is parsed, analysed and planned again: two thirds of its

@@ -1,7 +1,7 @@
 """The Airflow tables dupguard reads, declared explicitly (SQLAlchemy Core) per schema family.
 
 Only the columns dupguard needs are declared; Airflow owns the tables. Column sets per version come
-from docs/explanation/airflow-internals.md §1 and the committed ``airflow db migrate`` fixtures.
+from docs/explanation/airflow-internals.md, "The metadata schema" and the committed ``airflow db migrate`` fixtures.
 """
 
 from __future__ import annotations
@@ -140,8 +140,8 @@ def airflow_tables(family: Family) -> AirflowTables:
         Column("source_dag_id", String(250)),
         Column("source_run_id", String(250)),
         Column("timestamp", UtcDateTime, nullable=False),
-        # {"from_trigger": true, "payload": ...} on a trigger's event (docs/explanation/airflow-internals.md §13):
-        # read only for events no task wrote (the trigger_event rule)
+        # {"from_trigger": true, "payload": ...} on a trigger's event (docs/explanation/airflow-internals.md, "One
+        # message, one asset event per triggerer"): read only for events no task wrote (the trigger_event rule)
         Column("extra", JSON),
         *[Column("partition_key", String(250))] if family.has_partitions else [],
     )
@@ -175,7 +175,7 @@ def airflow_tables(family: Family) -> AirflowTables:
     partition_dag_run = partition_key_log = None
     if family.has_partitions:
         # Only PK(id) on asset_partition_dag_run; 3.3.2 adds idx_pakl_apdr_id on the log
-        # (docs/explanation/airflow-internals.md §1.3).
+        # (docs/explanation/airflow-internals.md, "Asset tables").
         partition_dag_run = Table(
             "asset_partition_dag_run",
             md,
@@ -224,7 +224,8 @@ def schedule_refs(md: MetaData) -> Table:
 
 
 def _asset_queue_tables(md: MetaData, family: Family) -> dict[str, Table]:
-    """Same columns in 3.0.6-3.3.2 (docs/explanation/airflow-internals.md §1.3); PKs as Airflow declares them."""
+    """Same columns in 3.0.6-3.3.2 (docs/explanation/airflow-internals.md, "Asset tables"); PKs as Airflow declares
+    them."""
     return {
         "asset_queue": Table(
             "asset_dag_run_queue",

@@ -1,4 +1,4 @@
-"""Telling that a note in dupguard's words decided nothing (issue 22 §4): one log line per such run.
+"""Telling that a note in dupguard's words decided nothing: one log line per such run.
 
 Both sources read earlier decisions back from notes (``detector.core.decisions``); a note that Airflow's
 record or the ledger contradicts is ``disputed`` there, and the run is judged afresh. This says so.

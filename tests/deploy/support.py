@@ -101,7 +101,7 @@ def yamllint_strict(files: list[str]) -> None:
 
 
 def assert_hardened_container(container: dict[str, Any], where: str) -> None:
-    """The pod-security baseline every dupguard container must meet (issue 7)."""
+    """The pod-security baseline every dupguard container must meet."""
     sc = container.get("securityContext", {})
     assert sc.get("runAsNonRoot") is True, f"{where}: runAsNonRoot"
     assert sc.get("runAsUser") == 10001, f"{where}: runAsUser must be the image's UID 10001"

@@ -234,7 +234,7 @@ def test_overlays_on_the_real_chart(airflow_chart: Any, combo: dict[str, Any]) -
         }[(combo["standard_naming"], release)]
         assert ref["name"] == expected
         # Behind PgBouncer's transaction pooling a session advisory lock is not safe
-        # (docs/explanation/airflow-internals.md §6).
+        # (docs/explanation/airflow-internals.md, "Next to the official Helm chart").
         assert env["DUPGUARD_LOCK_MODE"]["value"] == ("transaction" if combo["pgbouncer"] else "auto")
         assert {"name": "dupguard-tmp", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}} in pod["spec"]["volumes"]
     else:

@@ -68,7 +68,7 @@ def test_example_passes_check_config(path: Path) -> None:
 def test_the_examples_and_the_chart_poll_at_the_default_interval() -> None:
     """Where the database source's poll interval is written out (config/sidecar.yaml, the k8s
     manifests, the chart's values) it is dupguard's default: the default is chosen for its idle CPU and
-    its catch rate (benchmarks/results/measurements.md, issue 25), and an example pinning another one would deploy that
+    its catch rate (benchmarks/results/measurements.md), and an example pinning another one would deploy that
     trade-off unsaid."""
     from detector.config import SETTINGS, format_duration
 

@@ -1,4 +1,4 @@
-"""The companion chart refuses at render time what `dupguard check-config` would refuse (issue 24 §5).
+"""The companion chart refuses at render time what `dupguard check-config` would refuse.
 
 In sidecar mode a configuration dupguard refuses is a crash-looping container in every scheduler pod
 and a `rollout restart` that stalls, so the render must fail first, naming the value, in check-config's

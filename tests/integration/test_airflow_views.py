@@ -1,4 +1,4 @@
-"""Airflow's own asset-event views after dupguard stops a duplicate (issue 22 §5, apache/airflow#71360).
+"""Airflow's own asset-event views after dupguard stops a duplicate (apache/airflow#71360).
 
 Airflow 3.0.6-3.3.2 answer HTTP 500 for any asset event whose triggered runs include a run with no
 ``start_date`` (``DagRunAssetReference.start_date`` is required). For each version, on a real API
@@ -194,7 +194,7 @@ def test_the_default_on_a_role_without_the_db_grants_says_why(server: AirflowSer
         admin.dispose()
 
 
-# --- proof behind `done` with the api backend (issue 22 §4), on the same servers ---------------------
+# --- proof behind `done` with the api backend, on the same servers ---------------------
 
 
 def _api_remediator(server: AirflowServer, url: str, api_url: str) -> tuple[GuardedRemediator, Action]:

@@ -1,4 +1,4 @@
-"""Alerts name the assets of the duplicated trigger (issue 24 §1): the daemon reads them from Airflow's
+"""Alerts name the assets of the duplicated trigger: the daemon reads them from Airflow's
 ``asset`` table through the events the group's runs consumed, so the webhook's ``assets`` and Slack's
 "Asset(s)" line are filled. Real daemons on the Airflow-made fixture of every supported version; the
 events they produced are delivered by the real alerter to a local Slack-compatible server."""

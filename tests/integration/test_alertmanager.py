@@ -237,7 +237,7 @@ def test_a_failing_url_is_retried_and_counted_while_the_other_delivers(am: Alert
 def test_each_refused_push_of_a_storm_is_counted_and_logged_with_its_own_groups(
     am: Alertmanager, receiver: Receiver
 ) -> None:
-    """Issue 23 §4 on this sink: 250 groups in one digest are three pushes of at most 100 alerts; a
+    """250 groups in one digest are three pushes of at most 100 alerts; a
     proxy has Alertmanager's first answer be HTTP 400. The other two pushes still go out (they were
     left for the next re-send, a minute later), the refused one is one alert_undelivered line naming
     its own 100 groups and one ``failed``, and ``sent`` counts the two pushes that arrived."""

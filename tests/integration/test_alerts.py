@@ -379,7 +379,7 @@ def test_generic_webhook_honours_retry_after(server: SlackServer, ledger: Shared
 
 @pytest.mark.parametrize("form", ["seconds", "http_date"])
 def test_a_webhook_429_holds_the_payloads_after_it_too(server: SlackServer, form: str) -> None:
-    """Issue 23 §4: the JSON webhook answers a payload 429 with Retry-After 30 s (in seconds, or as an
+    """The JSON webhook answers a payload 429 with Retry-After 30 s (in seconds, or as an
     HTTP date): its retry waits for it, and so does the next payload, instead of being sent into the
     same refusal (a storm's next parts were). The waits are recorded, not slept."""
     slept: list[float] = []
@@ -471,7 +471,7 @@ def test_secrets_never_appear_in_logs(
         assert secret not in structured and secret not in stdlib
 
 
-# --- storms (issue 23 §4) -------------------------------------------------------------------------
+# --- storms -------------------------------------------------------------------------
 
 
 def _keys(payloads: list[dict[str, Any]], *types: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Backend ``api`` under mutation (issue 22 §8, benchmarks/results/mutation.md): what its results, retries and log
+"""Backend ``api`` under mutation (benchmarks/results/mutation.md): what its results, retries and log
 lines say, pinned whole, against a real Airflow 3.1.2 API server.
 
 The paths test_remediation_api.py reaches only in part: a run stopped by someone else while our

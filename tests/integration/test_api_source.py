@@ -503,7 +503,7 @@ def _webhook_assets(url: str, state: Path) -> list[list[str]]:
 
 
 def test_the_webhook_names_the_assets_read_through_the_api(af: AirflowServer, tmp_path: Path) -> None:
-    """Issue 24 §1: the REST source reads each consumed event's asset (name, URI) from
+    """The REST source reads each consumed event's asset (name, URI) from
     upstreamAssetEvents, so the webhook names it (was ``"assets": []``). Airflow 3.1.2, three groups."""
     af.reset(FANOUT)
     assert _webhook_assets(af.url, tmp_path / "state.json") == [["orders (s3://warehouse/orders)"]] * 3
@@ -582,7 +582,7 @@ def _stopped(proc: subprocess.Popen[bytes], hook: Any, log: Path) -> str:
 
 
 def test_an_api_that_trickles_is_cut_at_the_deadline_loudly(af: AirflowServer, tmp_path: Path) -> None:
-    """Issue 23 §2: a proxy forwards the run list one byte a second (no read ever waits long enough
+    """A proxy forwards the run list one byte a second (no read ever waits long enough
     for --airflow-timeout, 3 s, to fire). Each poll is cut at the deadline: /readyz turns red naming
     it, dupguard_deadline_exceeded_total{peer="airflow_api"} counts it, a poll_failed line says it.
     Then the API answers again and a duplicate appears while the JSON webhook trickles: the group is
@@ -616,7 +616,7 @@ def test_an_api_that_trickles_is_cut_at_the_deadline_loudly(af: AirflowServer, t
 
 
 def test_a_full_state_volume_alerts_anyway_and_remediates_once_it_can_record(af: AirflowServer, tmp_path: Path) -> None:
-    """Issue 23 §3, on a really full filesystem under DUPGUARD_STATE_FILE: three duplicates appear.
+    """A ledger that cannot record, on a really full filesystem under DUPGUARD_STATE_FILE: three duplicates appear.
     Each is alerted at once (log and webhook), once, saying it may repeat; none is remediated while
     its claim cannot be recorded; /readyz names the cause (no space left), not "invalid
     configuration:". Once space is freed each is stopped, and the alerts are not sent again."""

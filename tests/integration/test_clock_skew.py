@@ -1,4 +1,4 @@
-"""dupguard on a host whose clock is 10 minutes off the database's (issue 23 §6): ``dupguard run
+"""dupguard on a host whose clock is 10 minutes off the database's: ``dupguard run
 --once`` under libfaketime (Debian ``faketime``, installed by scripts/faketime.sh) against the real
 test PostgreSQL. Ages of Airflow's timestamps are measured on the database's clock, so the skew
 changes nothing: the start-up look-back re-examines exactly the runs queued within it, and a split

@@ -1,4 +1,4 @@
-"""Issue 23 §6 for ``--source api``: ages of Airflow's timestamps are measured on the API server's clock
+"""A host clock that is off, for ``--source api``: ages of Airflow's timestamps are measured on the API server's clock
 (the ``Date`` header of its answers), not on a host clock that is off. ``dupguard scan`` and ``run
 --once`` run under libfaketime (Debian ``faketime``, installed by scripts/faketime.sh) against a real
 Airflow 3.1.2 API server, whose clock is the true one; the runs' ages are set in Airflow's database.

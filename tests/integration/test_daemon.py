@@ -173,7 +173,7 @@ def hanging_api() -> Iterator[str]:
 def test_start_up_never_waits_on_a_hanging_airflow_api(
     db_url: str, writer: AirflowWriter, daemons: list[Running], hanging_api: str
 ) -> None:
-    """Issue 22 §6: with the api remediation backend and the Airflow API hanging, a starting leader
+    """With the api remediation backend and the Airflow API hanging, a starting leader
     detects a duplicate committed right after start before its first token request has even timed
     out (an ordering of events, not a time limit), and keeps leading: the heartbeat never waits on
     the API. The failure is loud once it is known: one log line, the readiness reason and

@@ -1,11 +1,11 @@
-"""What the ``db`` backend leaves in Airflow's rows, column by column, and what its result says (issue 22
-§8: the survivors of ``detector/actions/remediation/db.py`` under mutation, benchmarks/results/mutation.md).
+"""What the ``db`` backend leaves in Airflow's rows, column by column, and what its result says (the
+survivors of ``detector/actions/remediation/db.py`` under mutation, benchmarks/results/mutation.md).
 
 Real PostgreSQL with the real Airflow 3.1.2 schema (the ``race_asset_fanout`` fixture: three duplicate
 pairs, every run queued, no task started). The backend's clock is fixed, so every timestamp it writes
 is known: the columns are compared whole with what Airflow's ``TaskInstance.set_state`` /
-``DagRun.set_state`` would hold (docs/explanation/airflow-internals.md §4.2), and the session settings the write
-ran under are read on its own server connection.
+``DagRun.set_state`` would hold (docs/explanation/airflow-internals.md, "What marking a run failed does"), and the
+session settings the write ran under are read on its own server connection.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A database password holding ``@ / : ? #`` connects, in the userinfo and in ``?password=``, and no part
-of it shows in ``check-config``, ``config_loaded``, the exit-3 error or a warning (issue 23 §5).
+of it shows in ``check-config``, ``config_loaded``, the exit-3 error or a warning.
 
 A private PostgreSQL that checks the password (SCRAM for one role; the shared test server trusts
 every local connection, so a wrong password would connect there too). Each form is written as libpq

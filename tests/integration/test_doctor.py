@@ -194,7 +194,7 @@ def test_the_readme_grant_alone_detects_and_says_what_it_cannot_count(
     )
     code, doc = doctor("--database-url", _as(url, read_only_role, grant), "--remediation-backend", "db")
     assert code == 1
-    # the grant covers the periodic checks' tables (issue 25), so the doctor counts DAGs too
+    # the grant covers the periodic checks' tables, so the doctor counts DAGs too
     assert doc["dags"] == {"asset_scheduled": 1, "partitioned": 1, "partitioned_multi_asset": 0, "watcher_fed": 0}
     assert doc["problems"] == []
     assert doc["duplicates"]["groups"] == 1

@@ -1,5 +1,5 @@
-"""The remediation guard's dry run, pinned where mutation testing found it unpinned (issue 22 §8,
-benchmarks/results/mutation.md): what it reports and logs for each duplicate, judged on a group Airflow's own
+"""The remediation guard's dry run, pinned where mutation testing found it unpinned
+(benchmarks/results/mutation.md): what it reports and logs for each duplicate, judged on a group Airflow's own
 scheduler code made (3.1.2 ``race_asset_fanout``) on the real schema, and that it writes nothing.
 """
 

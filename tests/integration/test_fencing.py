@@ -1,4 +1,4 @@
-"""Fenced writes across replicas (issue 22 §1): the leader's lock backend is terminated (or PgBouncer
+"""Fenced writes across replicas: the leader's lock backend is terminated (or PgBouncer
 restarted) while its remediations are in flight through a slowed Airflow API; the other replica takes
 over. Whatever the timing, no group ends with both runs stopped, no kept run is touched, and every
 duplicate whose tasks never started is stopped in the end — all read from what Airflow recorded

@@ -1,4 +1,4 @@
-"""Issue 23 §3 with the durable ledger: its server can read but not write (a full volume), on a real
+"""A ledger that cannot record, the durable one: its server can read but not write (a full volume), on a real
 PostgreSQL with the real Airflow 3.1.2 schema.
 
 A full volume on the shared test server would break every other test using it, so the ledger's own

@@ -84,7 +84,7 @@ def test_read_only_role_with_the_documented_grant_scans_and_runs(
         expected = {"ledger_in_memory", "duplicate_detected"}  # a read-only role has no durable ledger
         warned = [e for e in lines if e["level"] in ("warning", "error") and e["event"] not in expected]
         # a duplicate of these fixtures whose task already ran is reported too_late, a warning (every
-        # outcome gives one remediation line, issue 24 §1): what on-call must hear, not a grant problem
+        # outcome gives one remediation line): what on-call must hear, not a grant problem
         assert [e for e in warned if not (e["event"] == "remediation" and e["result"] == "too_late")] == []
         assert "permission denied" not in once.stderr
 

@@ -1,5 +1,5 @@
 """What ``GuardedRemediator.execute`` reports, counts and logs for a write, pinned whole where mutation
-testing found it unpinned (issue 22 §8, benchmarks/results/mutation.md): the ``remediation`` line and the metrics of a
+testing found it unpinned (benchmarks/results/mutation.md): the ``remediation`` line and the metrics of a
 committed stop and of a stop caught after start, a write fenced off (leadership lost: nothing counted,
 retried), a database that cannot be reached and a lock wait that timed out (failures retried, their
 cause's first line), and a refused mode. The ``db`` backend on real PostgreSQL with Airflow 3.1.2's

@@ -1,5 +1,5 @@
 """The guard's reads of the metadata database (``DbRunStates``), pinned where mutation testing found
-them unpinned (issue 22 §8, benchmarks/results/mutation.md): the note a write is read back by (the ``api`` backend
+them unpinned (benchmarks/results/mutation.md): the note a write is read back by (the ``api`` backend
 proves its own write by it), and the refusal of each read on a hot standby, whole, since it is what
 the result and the log tell the operator. Real PostgreSQL, Airflow 3.1.2's schema with a duplicate
 pair made by its scheduler code, and a real streaming replica (tests/pg_replica.py).

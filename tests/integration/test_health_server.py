@@ -1,4 +1,4 @@
-"""Issue 12 §5: the health server of a real `dupguard run` process answers a scrape storm and never
+"""The health server of a real `dupguard run` process answers a scrape storm and never
 prints a traceback for clients that leave early."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A keep decision is final (issue 11 §1): restarts, failovers, two replicas and a third run joining
+"""A keep decision is final: restarts, failovers, two replicas and a third run joining
 never turn a kept run into a remediated one. Real PostgreSQL with the real 3.1.2 schema, the real
 ``db`` backend, and a real Airflow 3.1.2 API server for the ``api`` backend.
 
@@ -31,7 +31,8 @@ LONG_AGO = timedelta(days=3650)  # the look-back reaches the Airflow-made scenar
 
 def _start(daemons: list[Running], url: str, *, task_starts: str | None = None, **settings: Any) -> Running:
     """A daemon with the real remediator; ``task_starts``: that run's first task starts after the
-    group was judged and right before the remediation re-reads it (the window of issue 11 §1)."""
+    group was judged and right before the remediation re-reads it (the window a keep decision
+    must survive)."""
     wrap = None if task_starts is None else (lambda inner: _TaskStartsFirst(inner, url, task_starts))
     d = start_daemon(url, real_remediation=True, wrap_remediator=wrap, **settings)
     daemons.append(d)

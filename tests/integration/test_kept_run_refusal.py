@@ -1,4 +1,4 @@
-"""The remediation guard's last refusal: never a write on the kept run (issue 22 §8, benchmarks/results/mutation.md).
+"""The remediation guard's last refusal: never a write on the kept run (benchmarks/results/mutation.md).
 
 ``plan`` never targets the kept run, so only an action built by hand reaches this refusal; deleting it
 survived a unit-only mutation run. Here the action names the kept run of a group Airflow's own

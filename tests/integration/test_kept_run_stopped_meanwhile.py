@@ -1,5 +1,5 @@
 """Never both runs of a group: a duplicate is left alone once its kept run was stopped after the keep
-decision (issue 22 §1, the CI failure of 2026-12-01's fencing trials).
+decision (the CI failure of 2026-12-01's fencing trials).
 
 The case: a deposed leader's write lands late and stops the run a new leader keeps (each judged from
 what it had read); or an operator fails the kept run by hand. The duplicate's own re-read finds nothing

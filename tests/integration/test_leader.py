@@ -99,7 +99,7 @@ def test_a_heartbeat_overdue_past_the_lease_is_a_lock_problem(pg_templates: Temp
     """The held lock's lease ended with no answer to a heartbeat (a stalled server, before the call's
     deadline): the replica neither leads nor stands by behind a live leader, so it reports
     lock_unavailable (with no problem /readyz said "standby: another replica holds the leader lock" on a
-    single replica, issue 23 §7). A heartbeat answered again clears it."""
+    single replica). A heartbeat answered again clears it."""
     clock = _Clock()
     a = AdvisoryLock(make_engine(parse_url(pg_templates.clone("3.1.2")), pool_size=1), 4242, lease=LEASE, clock=clock)
     try:
@@ -154,7 +154,7 @@ def test_a_new_leader_waits_before_its_first_write(mode: str, pg_templates: Temp
 def test_a_stopped_daemon_never_takes_the_lock_again(pg_templates: Templates) -> None:
     """After ``shutdown`` a leader check (APScheduler's thread may still fire one) leaves the lock free
     for the standby: a stopping leader that retook it would hold up the takeover until its process
-    exits (seen as a flaky restart test under load, issue 16)."""
+    exits (seen as a flaky restart test under load)."""
     from tests.daemon_harness import start_daemon, wait_for
 
     url = pg_templates.clone("3.1.2")
@@ -174,7 +174,7 @@ def test_a_stopped_daemon_never_takes_the_lock_again(pg_templates: Templates) ->
 @pytest.mark.parametrize("mode", ["session", "transaction"])
 def test_a_standby_keeps_one_connection_for_its_attempts(mode: str, pg_templates: Templates) -> None:
     """A standby tries the lock every check interval on one kept connection (a new one each time cost
-    the database a backend start a second, issue 16), holds nothing while it waits, and takes over on
+    the database a backend start a second), holds nothing while it waits, and takes over on
     that connection once the holder lets go. The session lock's pinning proof opens a second client once."""
     from sqlalchemy import event
 

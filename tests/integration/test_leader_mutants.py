@@ -1,4 +1,4 @@
-"""The leader lock's reports and edges, pinned whole (issue 22 §8: ``detector/app/leader.py`` under
+"""The leader lock's reports and edges, pinned whole (``detector/app/leader.py`` under
 mutation, benchmarks/results/mutation.md). What an operator reads (every log line, every problem's reason), what
 the remediation is handed (the fence's term, end, clock, key and lock backend), the exact instants a
 fence starts and a takeover wait ends, that ``release`` frees the lock itself before closing its
@@ -273,7 +273,7 @@ def _other_backends(url: str) -> int:
 def test_a_standby_leaves_no_connection_open_once_it_stops_or_an_attempt_fails(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A standby keeps one connection between its attempts (issue 16) and closes it when it stops; an
+    """A standby keeps one connection between its attempts and closes it when it stops; an
     attempt that fails while classifying its connection (here the recovery check, made to fail) closes
     that one too: none is left open, nor pooled for the next attempt. (Waits: the server ends a
     closed connection's backend a moment after the client closed it.)"""

@@ -1,5 +1,5 @@
 """``DbLedger.on(conn)``: the ledger's statements on a connection the caller holds (the daemon's poll
-connection, issue 16) keep the ledger's guarantees: a claim is won exactly once, whichever connection
+connection) keep the ledger's guarantees: a claim is won exactly once, whichever connection
 asks, and a write is durable at once; a write on a connection with an open transaction is refused
 (it would vanish with that transaction's rollback)."""
 

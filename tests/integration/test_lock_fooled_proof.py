@@ -1,4 +1,4 @@
-"""A fooled pinning proof never gives two leaders (issue 22 §3, the gap after the proof).
+"""A fooled pinning proof never gives two leaders (the gap after the proof).
 
 ``auto`` takes a session lock only when ``is_pinned`` proves the lock connection stays on one server
 session. The proof is probabilistic: behind PgBouncer's transaction pooling a busy neighbour can make

@@ -1,4 +1,4 @@
-"""`auto` takes a session lock only on a session proven pinned (issue 22 §3).
+"""`auto` takes a session lock only on a session proven pinned.
 
 A session lock is safe only when every statement of the lock connection reaches one server session.
 The old check compared the server's view of the client address and port with the local socket; on

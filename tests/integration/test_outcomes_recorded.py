@@ -1,4 +1,4 @@
-"""Every outcome is counted and logged once (issue 24 §1): a duplicate the planner decides without a
+"""Every outcome is counted and logged once: a duplicate the planner decides without a
 remediation attempt (too late, prevented by the guard, stopped before, remediation off, a full
 queue) gives one ``dupguard_remediations_total`` increment and one ``remediation`` line, exactly
 like an executed one; ``DupguardDuplicateCaughtAfterStart`` and the docs rely on it.

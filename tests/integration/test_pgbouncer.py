@@ -1,6 +1,6 @@
 """Leader election through a real PgBouncer (Debian's), as with the official chart's
 ``pgbouncer.enabled: true``: the default settings must never give two leaders, in transaction or in
-session pooling, across 20 leader kills (issue 11 §4)."""
+session pooling, across 20 leader kills."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The poll path's shape, not its speed (issue 16): what an idle poll and a leader check send to a real
+"""The poll path's shape, not its speed: what an idle poll and a leader check send to a real
 PostgreSQL with the real Airflow 3.1.2 schema, directly and through a real PgBouncer. Statements are
 counted where they leave the driver (a counting psycopg2 cursor on every connection of the engine), so
 the prepared probe, which bypasses SQLAlchemy's execution path, is counted like everything else; pool
@@ -11,7 +11,7 @@ The shape this pins (benchmarks/results/measurements.md, "Poll path shape"):
 - one leader check on a leader that polled since the last check: 1 statement (the heartbeat) on the
   lock connection and nothing on the main engine; without a poll since the last check the database-up
   ping comes back (1 statement plus 1 checkout).
-A change that adds work to either path fails here. Before issue 16's cut, an idle poll sent the full
+A change that adds work to either path fails here. Before the poll path was cut down, an idle poll sent the full
 ``new_runs`` select and every leader check pinged through the pool (4 round trips a second).
 """
 

@@ -1,6 +1,6 @@
 """``PriorDecisions`` (the database source's earlier decisions): a kept role in the ledger wins over a
 note in dupguard's words on the same run, even where Airflow's record agrees with the note (the run
-failed), on a real PostgreSQL with the Airflow 3.1.2 schema (issue 22 §4)."""
+failed), on a real PostgreSQL with the Airflow 3.1.2 schema."""
 
 from __future__ import annotations
 

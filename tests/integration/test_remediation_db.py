@@ -1,9 +1,8 @@
 """Backend ``db`` on real Airflow schemas with duplicates made by Airflow's own scheduler code.
 
 No API server is needed: the writes are checked in the database against what Airflow's
-``set_dag_run_state_to_failed`` does (docs/explanation/airflow-internals.md §4.2), including the row lock that keeps a
-task which
-starts concurrently from being touched.
+``set_dag_run_state_to_failed`` does (docs/explanation/airflow-internals.md, "What marking a run failed does"),
+including the row lock that keeps a task which starts concurrently from being touched.
 """
 
 from __future__ import annotations

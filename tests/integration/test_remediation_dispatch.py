@@ -1,4 +1,4 @@
-"""Remediation never blocks detection, and failures are retried (issue 11 §3). Real PostgreSQL with the
+"""Remediation never blocks detection, and failures are retried. Real PostgreSQL with the
 real 3.1.2 schema; a real Airflow 3.1.2 API server behind a proxy that can play "down"; for the
 cadence test an HTTP server that accepts connections and never answers (a hanging API).
 """

@@ -1,4 +1,4 @@
-"""Proof behind every ``done`` (issue 22 §4), backend ``db`` on a real Airflow 3.1.2 schema.
+"""Proof behind every ``done``, backend ``db`` on a real Airflow 3.1.2 schema.
 
 The duplicates are Airflow-made (``race_asset_fanout``); a task's earlier life is written as Airflow
 records it (its state, and the ``pid`` / ``last_heartbeat_at`` a worker's ``ti_run`` stamps). Whatever

@@ -1,4 +1,4 @@
-"""The alert rules on series scraped from real daemons (issue 24 §1), not on invented ones.
+"""The alert rules on series scraped from real daemons, not on invented ones.
 
 Each case runs a real ``Daemon`` on an Airflow-made 3.1.2 fixture (real PostgreSQL, real ``db`` or
 ``api`` remediation), scrapes its registry (``generate_latest``, what ``/metrics`` serves) before and

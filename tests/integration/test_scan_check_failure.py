@@ -1,4 +1,4 @@
-"""A periodic check that fails in ``scan`` costs its own answer only (issue 25, the 100M-row measurement).
+"""A periodic check that fails in ``scan`` costs its own answer only (the 100M-row measurement).
 
 At 100M task instances the double_bump check's sequential scan outlasts scan's 60 s round-trip
 deadline (benchmarks/results/measurements.md, double-bump check). Before, that one statement ended the whole scan with

@@ -50,9 +50,10 @@ def test_airflow_2_is_reported_as_immune(pg_templates: Templates, capsys: pytest
     assert "Airflow 2 cannot create duplicate" in capsys.readouterr().out
 
 
-# Suspected groups Airflow made that dupguard reports as a periodic check's observation, not as a group:
-# one Redis message delivered to two triggerers is told from two equal messages only by its body, so it
-# is a suspected copy set of the trigger_flapping check (docs/explanation/airflow-internals.md §13), never a group.
+# Suspected groups Airflow made that dupguard reports as a periodic check's observation, not as a group: one Redis
+# message delivered to two triggerers is told from two equal messages only by its body, so it is a suspected copy set
+# of the trigger_flapping check (docs/explanation/airflow-internals.md, "One message, one asset event per
+# triggerer"), never a group.
 AS_OBSERVATIONS = {"trigger_event"}
 
 
@@ -90,7 +91,8 @@ def test_scenarios_made_by_airflow_match_ground_truth(
     assert copies == sorted((g["dag_id"], sorted(g["run_ids"])) for g in truth_copies)
     assert code == (1 if doc["groups"] or any(doc["checks"].values()) else 0)  # split partitions are a check too
     stranded = doc["checks"].get("stranded_events", [])
-    late = [s for s in stranded if s.get("reason") == "committed_late"]  # docs/explanation/airflow-internals.md §11.2
+    # docs/explanation/airflow-internals.md, "Committed late"
+    late = [s for s in stranded if s.get("reason") == "committed_late"]
     assert sorted((s["dag_id"], s["event_ids"], s["run_id"]) for s in stranded if s not in late) == sorted(
         (s["dag_id"], s["event_ids"], s["stranding_run_id"]) for s in truth.get("expected_stranded", [])
     )

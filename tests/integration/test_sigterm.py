@@ -1,5 +1,5 @@
 """SIGTERM ends a real ``dupguard run`` within the pod's grace period while every alert endpoint (Slack's
-webhook or its bot API, the JSON webhook, Alertmanager) and the Airflow API hang (issue 23 §7: it took
+webhook or its bot API, the JSON webhook, Alertmanager) and the Airflow API hang (it took
 5.3-5.6 s).
 
 The grace period is a hard bound, not a speed target: when it ends Kubernetes SIGKILLs the process,

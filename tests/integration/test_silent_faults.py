@@ -1,4 +1,4 @@
-"""Issue 12 §1: a state in which dupguard cannot detect or cannot act is never silent. Real
+"""A state in which dupguard cannot detect or cannot act is never silent. Real
 `dupguard run` processes on real PostgreSQL (a private server where backends are stopped with
 SIGSTOP: a stopped backend would block every other test's DROP DATABASE on the shared one).
 

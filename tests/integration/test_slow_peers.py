@@ -1,4 +1,4 @@
-"""Issue 23 §2: a peer that trickles its answer one byte a second (``tests.trickle``) trips no per-read
+"""A peer that trickles its answer one byte a second (``tests.trickle``) trips no per-read
 timeout; every outbound call has a whole-request deadline instead (``detector.deadline``), and an
 overrun is counted (``dupguard_deadline_exceeded_total``), logged and, for alerts, shown in health.
 

@@ -1,4 +1,4 @@
-"""Hot standbys and reader endpoints (issue 22 §2), on a real streaming replica of the test server
+"""Hot standbys and reader endpoints, on a real streaming replica of the test server
 (PostgreSQL 15, ``pg_basebackup -R``, started and stopped here: tests/pg_replica.py).
 
 Advisory locks work on a hot standby, where they exclude only the replicas on that standby: a

@@ -1,8 +1,8 @@
 """A trigger's second copy of a message a run consumed (Airflow-made fixture trigger_event_one_run,
-docs/explanation/airflow-internals.md §13): two triggerers ran one AssetWatcher trigger, the run consumed the
-first copy only, and the second is consumed by no run. It is still reported (it is evidence of the
-double-run trigger) but as a copy, never as "the consumer will not run for it", and the repair
-refuses it: re-queueing it would run the consumer again for a message already processed."""
+docs/explanation/airflow-internals.md, "One message, one asset event per triggerer"): two triggerers ran one
+AssetWatcher trigger, the run consumed the first copy only, and the second is consumed by no run. It is still
+reported (it is evidence of the double-run trigger) but as a copy, never as "the consumer will not run for it", and
+the repair refuses it: re-queueing it would run the consumer again for a message already processed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Asset events committed after the run whose window held them (docs/explanation/airflow-internals.md §11.2), on
-databases made by Airflow's own code: every scenario of every version is loaded into the real test
+"""Asset events committed after the run whose window held them (docs/explanation/airflow-internals.md, "Committed
+late"), on databases made by Airflow's own code: every scenario of every version is loaded into the real test
 PostgreSQL and ``stranded_late_candidates`` + ``find_late`` must find exactly the events Airflow left
 consumed by no run inside a run's window (``expected_committed_late``, recorded from Airflow's records),
 and nothing elsewhere: the late commits that were not lost (``stranded_late_next_window``,

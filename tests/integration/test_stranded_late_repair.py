@@ -1,5 +1,5 @@
-"""Events committed late (docs/explanation/airflow-internals.md §11.2) through the runner, as `dupguard run` does each
-check pass, on Airflow's stranded_late_commit dump: alerted once with its reason, and never repaired. A
+"""Events committed late (docs/explanation/airflow-internals.md, "Committed late") through the runner, as `dupguard run`
+does each check pass, on Airflow's stranded_late_commit dump: alerted once with its reason, and never repaired. A
 queue row at the event's timestamp would make a run whose window is (the earlier run's run_after, that
 timestamp]: the events the window run consumed in that range would be consumed a second time."""
 

@@ -1,4 +1,4 @@
-"""THE repair test of issue 25 §2: after dupguard's requeue, Airflow's own scheduler code makes the run,
+"""THE repair test of stranded events: after dupguard's requeue, Airflow's own scheduler code makes the run,
 and that run consumed exactly the stranded events (every version, on the dumps Airflow made)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A new leader term resumes where this process stopped judging (issue 23 §1), on a real PostgreSQL
+"""A new leader term resumes where this process stopped judging, on a real PostgreSQL
 with the real Airflow 3.1.2 schema and the deploy guide's read-only role (the in-memory ledger).
 
 A term ends the way the issue tells it: dupguard's role cannot connect any more (its connection limit

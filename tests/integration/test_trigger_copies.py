@@ -1,4 +1,4 @@
-"""Copies of one message without an id, on databases Airflow's own code made (issue 25 §1): the
+"""Copies of one message without an id, on databases Airflow's own code made: the
 trigger_flapping check reports them as `suspected` (checks.trigger_flapping.rule_copies), never as a duplicate group.
 
 Truth: ``suspected_groups`` of scripts/airflow/scenarios_trigger_event.py, the runs that consumed the

@@ -1,4 +1,4 @@
-"""The trigger_event kind on databases where Airflow's own code made the copies (issue 25 §1, the
+"""The trigger_event kind on databases where Airflow's own code made the copies (the
 consequence): scripts/airflow/scenarios_trigger_event.py; the truth is which message each event
 carried (as delivered) and which run consumed it, never dupguard's rule."""
 

@@ -1,4 +1,4 @@
-"""The periodic-check interface (issue 25 "How they fit"): one runner for every kind, the daemon unaware of
+"""The periodic-check interface: one runner for every kind, the daemon unaware of
 which exist; claims, alerts, metrics and failures handled the same way for each. A check here is a test
 class behind the real interface, run on the demo's SQLite database (the runner's own connection and the
 database clock), with the real alert dispatcher, ledger and metrics."""

@@ -1,4 +1,4 @@
-"""Every measured figure in README.md and docs/*.md names the stored result it comes from (issue 24 §7).
+"""Every measured figure in README.md and docs/*.md names the stored result it comes from.
 
 The rule, per block of Markdown (a paragraph, a list item, or a table together with the paragraph just
 above it, its caption; fenced code is skipped):

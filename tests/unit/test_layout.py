@@ -1,4 +1,4 @@
-"""The package's folders show the flow (STYLE.md §15): a pure core, the metadata database, sources, actions,
+"""The package's folders show the flow: a pure core, the metadata database, sources, actions,
 and the app wiring on top. Imports only point down; there are no import circles between modules.
 
 A periodic check's package (``detector/checks/<kind>/``, docs/explanation/checks.md) holds those layers in small, told

@@ -14,8 +14,6 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 # ../shared/anything, or shared/ and a name of what that folder held (so "a shared/exclusive lock" is fine)
 _OUTSIDE = re.compile(r"airflow-facts|\.\./shared/|(?<![\w./-])shared/(?:seed|charts|hooks|STYLE)|\bfacts (?:§|\d\.\d)")
@@ -110,7 +108,6 @@ def files_citing_the_tracker() -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.skip(reason="switched on once the files still citing the tracker say the reason instead")
 def test_no_file_cites_the_tracker() -> None:
     """No code, test, script, doc or manifest cites our issue tracker: a reader does not have it."""
     assert files_citing_the_tracker() == {}

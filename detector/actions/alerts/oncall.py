@@ -1,4 +1,4 @@
-"""What on-call must know first: how bad it is, what to do now, and where to look (issue 24 §4).
+"""What on-call must know first: how bad it is, what to do now, and where to look.
 
 Pure: a group's state in, Slack mrkdwn out. The severity is words (``CRITICAL — both runs executed``),
 not only an emoji, so it survives notifications, screen readers and colour blindness. Each outcome has

@@ -1,7 +1,7 @@
 """Delivering an alert in parts (a storm's digest): each part is sent, also after one failed.
 
 Shared by the dispatcher's channels and the Alertmanager sink, so that every part is either
-delivered or reported with its own groups (issue 23 §4: after one refused part the rest of a digest
+delivered or reported with its own groups (after one refused part the rest of a digest
 was never attempted, and one line covered every group)."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Backend ``api``: the remediation through Airflow 3's REST API with ``apache-airflow-client``.
 
 - ``fail``: ``PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}`` ``{"state": "failed", "note": …}``;
-  Airflow's ``set_dag_run_state_to_failed`` then marks the TIs (docs/explanation/airflow-internals.md §4.2) and fires
-  its listeners.
+  Airflow's ``set_dag_run_state_to_failed`` then marks the TIs (docs/explanation/airflow-internals.md, "What marking a
+  run failed does") and fires its listeners.
 - ``skip``: the unfinished TIs -> skipped through the bulk TI endpoint (one call), then the note
   alone (``update_mask=["note"]``). Refused at start-up on Airflow 3.0/3.1 (``ConfigError``): their
   scheduler can put skipped tasks back (``DagRun.schedule_tis`` updates by id without a state check,
@@ -169,7 +169,7 @@ class ApiBackend:
         the ~100 ms a duplicate's first task waits. A no-op while the cached token is fresh; wrong
         credentials stay behind TokenSource's back-off, so this never becomes a login storm. Returns
         why no token could be had (None: one is held). Called off the detection path and off the
-        leader heartbeat (the daemon's preparer thread): a hanging API delays neither (issue 22 §6)."""
+        leader heartbeat (the daemon's preparer thread): a hanging API delays neither."""
         try:
             self.tokens.get(Budget())
         except (AirflowApiError, Transient) as exc:

@@ -1,8 +1,8 @@
 """Backend ``db``: the remediation written straight into Airflow's metadata DB, in one short transaction.
 
 The opt-in fast path (no HTTP, no token, no API server in the way). It makes the same state changes
-as Airflow's ``set_dag_run_state_to_failed`` (airflow/api/common/mark_tasks.py, docs/explanation/airflow-internals.md
-§4.2):
+as Airflow's ``set_dag_run_state_to_failed`` (airflow/api/common/mark_tasks.py, docs/explanation/airflow-internals.md,
+"What marking a run failed does"):
 
 - ``fail``: running / deferred / up_for_reschedule TIs -> failed, every other unfinished TI ->
   skipped, the run -> failed with ``end_date`` (and ``start_date`` = ``end_date`` if it never

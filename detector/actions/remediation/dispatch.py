@@ -1,6 +1,6 @@
 """Remediation off the detection path: a bounded pool of workers fed by the poll loop, with retries.
 
-Why (issue 11 §3): the poll loop used to wait for every remediation, so a hanging Airflow API
+Why: the poll loop used to wait for every remediation, so a hanging Airflow API
 (5 s timeout x 4 attempts) stalled detection of every other duplicate for ~21 s; and a failed
 action was never tried again because its claim was already taken.
 

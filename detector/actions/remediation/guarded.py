@@ -46,7 +46,7 @@ log = logs.get("dupguard.remediation")
 # airflow/utils/state.py State.finished; everything else (None included) is unfinished.
 FINISHED_TI_STATES = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 # What set_dag_run_state_to_failed marks FAILED rather than SKIPPED (mark_tasks.py,
-# docs/explanation/airflow-internals.md §4.2).
+# docs/explanation/airflow-internals.md, "What marking a run failed does").
 FAIL_AS_FAILED_STATES = frozenset({"running", "deferred", "up_for_reschedule"})
 # Finished without running user code: a run left with only these did no work.
 NOT_RUN_STATES = frozenset({"skipped", "removed", "upstream_failed"})
@@ -195,7 +195,7 @@ class Backend(Protocol):
 
 def read_state(engine: Engine, tables: AirflowTables, action: Action) -> RunState | None:
     """The guard's re-read: one short read-only transaction, never on a standby (it may lag the primary:
-    a task that started there would look queued; issue 22 §2). Checked in the re-read's own transaction,
+    a task that started there would look queued). Checked in the re-read's own transaction,
     which also pins it to one server connection behind a pooler."""
     with connect(engine) as conn:
         refuse_standby(conn, "DUPGUARD_DATABASE_URL", "re-reads a run before a write")

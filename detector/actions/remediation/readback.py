@@ -11,8 +11,8 @@ A task instance the write acted on "had started before the write" when the read-
    ``success``, ``running``, …). From an unstarted state (none, scheduled, queued, …) both writes
    only ever produce ``skipped``: ``set_dag_run_state_to_failed`` marks FAILED exactly the TIs that
    were RUNNING, DEFERRED or UP_FOR_RESCHEDULE and SKIPPED every other unfinished one
-   (airflow/api/common/mark_tasks.py L292-333 in 3.1.2, docs/explanation/airflow-internals.md §4.2), and a skip sets
-   ``skipped``.
+   (airflow/api/common/mark_tasks.py L292-333 in 3.1.2, docs/explanation/airflow-internals.md, "What marking a run
+   failed does"), and a skip sets ``skipped``.
    ``failed`` therefore means "was running and was stopped", ``success`` "finished in between"; or
 2. the marks of the Execution API's ``ti_run``, which a worker calls to move QUEUED -> RUNNING: a
    ``pid`` or ``last_heartbeat_at`` that the guard's re-read did not see (routes/task_instances.py
@@ -41,7 +41,7 @@ from detector.core.plan import Mode
 from detector.core.ports import Result, StartedTask
 from detector.metadb.run_state import RunState, TaskState
 
-# What a run failed through the API before it started lacks (issue 22 §5): Airflow's set-failed sets
+# What a run failed through the API before it started lacks: Airflow's set-failed sets
 # only end_date (DagRun.set_state, QUEUED -> FAILED), no public endpoint can set start_date
 # (DAGRunPatchBody is state and note, 3.0.6-3.3.2), and without one Airflow answers HTTP 500 for its
 # asset events (apache/airflow#71360). Said in every such result of the api backend

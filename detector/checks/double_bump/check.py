@@ -1,12 +1,12 @@
 """Task attempts bumped twice (apache/airflow#57618, Airflow 3.0/3.1): ``rule`` (beside it) has the rule.
 
-Live (``dupguard run``) the check remembers, between its runs, the TIs that were scheduled, queued or
-running (id -> try, state, host, queuer): read through the ``ti_state`` index Airflow ships, so a run
-costs what the in-flight set costs, not what task_instance holds (10M-100M rows in issue 25). Only
-the in-flight TIs at try >= 2 are looked up in ``task_instance_history`` (its unique key), and only
-those with a missing try cost the job and archive-table reads. ``scan`` has no memory: it reads every
-TI at try >= 2 once (a sequential scan: there is no index on try_number; benchmarks/results/measurements.md) and
-reports what it finds as ``suspected``. Alert only: nothing is ever remediated.
+Live (``dupguard run``) the check remembers, between its runs, the TIs that were scheduled, queued or running (id ->
+try, state, host, queuer): read through the ``ti_state`` index Airflow ships, so a run costs what the in-flight set
+costs, not what task_instance holds (10M-100M rows in large deployments, benchmarks/results/measurements.md). Only
+the in-flight TIs at try >= 2 are looked up in ``task_instance_history`` (its unique key), and only those with a
+missing try cost the job and archive-table reads. ``scan`` has no memory: it reads every TI at try >= 2 once (a
+sequential scan: there is no index on try_number; benchmarks/results/measurements.md) and reports what it finds as
+``suspected``. Alert only: nothing is ever remediated.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Task attempts bumped twice (apache/airflow#57618; 3.0.x/3.1.x, fixed in 3.2.0 by PR #60330).
 
-``DagRun.schedule_tis`` updates task instances by id with no state guard and adds 1 to
-``try_number``: a scheduler acting on a stale view sends a TI another scheduler already queued (or
-a worker already runs) back to ``scheduled`` with try k+1. The running attempt is killed at its next
-heartbeat and the task runs again (docs/explanation/airflow-internals.md §12). Every legitimate new try (a retry,
-a clear; an orphan reset from 3.1.8 on) first writes a ``task_instance_history`` row for try k and
-gives the TI a new id, so the race leaves a TI whose earlier try has **no history row**.
+``DagRun.schedule_tis`` updates task instances by id with no state guard and adds 1 to ``try_number``: a scheduler
+acting on a stale view sends a TI another scheduler already queued (or a worker already runs) back to ``scheduled``
+with try k+1. The running attempt is killed at its next heartbeat and the task runs again
+(docs/explanation/airflow-internals.md, "Task attempts bumped twice"). Every legitimate new try (a retry, a clear; an
+orphan reset from 3.1.8 on) first writes a ``task_instance_history`` row for try k and gives the TI a new id, so the
+race leaves a TI whose earlier try has **no history row**.
 
 Two ways to see it:
 
@@ -14,7 +14,7 @@ Two ways to see it:
 * **suspected** (``scan``, or a bump the previous pass did not see in flight): a TI at try n >= 2
   whose tries below n lack a history row. Airflow keeps no old id, so "same id" cannot be proven.
 
-Never flagged (the look-alikes of issue 25 §3): retries and clears (history row); sensors in
+Never flagged (the look-alikes): retries and clears (history row); sensors in
 reschedule mode and deferrals (the try does not move); rows written by Airflow 2 (no
 ``dag_version_id``: older than the history table); an orphan reset, which on 3.0/3.1 also sets the
 state back with no history row, told apart by what else Airflow recorded: the previous attempt's

@@ -1,5 +1,6 @@
-"""What the double_bump check reads (docs/explanation/airflow-internals.md §12): its tables (``BumpTables``: Airflow
-3's ``task_instance`` by id, ``task_instance_history``, the scheduler jobs) and the tries they record.
+"""What the double_bump check reads (docs/explanation/airflow-internals.md, "Task attempts bumped twice"): its tables
+(``BumpTables``: Airflow 3's ``task_instance`` by id, ``task_instance_history``, the scheduler jobs) and the tries
+they record.
 SQLAlchemy Core; read-only.
 """
 
@@ -37,9 +38,9 @@ from detector.metadb.schema import UtcDateTime
 
 @dataclass(frozen=True)
 class BumpTables:
-    """What the double_bump check reads (docs/explanation/airflow-internals.md §12), Airflow 3 only: task instances
-    by their 3.x ``id``, their tries recorded in ``task_instance_history``, the run's ``queued_at`` and
-    the scheduler ``job`` rows."""
+    """What the double_bump check reads (docs/explanation/airflow-internals.md, "Task attempts bumped twice"),
+    Airflow 3 only: task instances by their 3.x ``id``, their tries recorded in ``task_instance_history``, the run's
+    ``queued_at`` and the scheduler ``job`` rows."""
 
     task_instance: Table
     history: Table
@@ -89,7 +90,7 @@ def bump_tables() -> BumpTables:
     )
 
 
-# --- double_bump (docs/explanation/airflow-internals.md §12) ------------------------------------------------
+# --- double_bump (docs/explanation/airflow-internals.md, "Task attempts bumped twice") ---------------------------
 
 
 def _ti_select(bt: BumpTables) -> Select[Any]:

@@ -3,7 +3,7 @@
 A split is a state, not a new row: it cannot be tailed by ``dag_run.id`` like duplicates, and
 ``asset_partition_dag_run`` has only its primary key, so each run reads the pending rows with a scan
 (benchmarks/results/measurements.md gives its cost), every ``split_poll_interval`` (60 s). A split that lasted
-``split_grace`` (on the database's clock, which wrote ``created_at``: issue 23 §6) is alerted once.
+``split_grace`` (on the database's clock, which wrote ``created_at``; this host's may be off) is alerted once.
 Nothing is ever remediated.
 """
 

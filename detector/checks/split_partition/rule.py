@@ -3,9 +3,9 @@
 
 Pure: rows in, findings out; ``now`` is passed in.
 
-Why the rule holds (docs/explanation/airflow-internals.md §2.7): ``AssetManager._get_or_create_apdr``
-(airflow/assets/manager.py, 3.3.2 L712) takes the *newest* row of (target DAG, key) and reuses it
-while it is pending; it creates a new row only when the newest row already has its run. Its lock
+Why the rule holds (docs/explanation/airflow-internals.md, "A partition key split into two pending rows"):
+``AssetManager._get_or_create_apdr`` (airflow/assets/manager.py, 3.3.2 L712) takes the *newest* row of (target DAG,
+key) and reuses it while it is pending; it creates a new row only when the newest row already has its run. Its lock
 is the producer's asset row, so two events of two different assets registered at the same time
 both see no pending row and both insert one. Hence a pending row that is not the newest row of its
 (DAG, key) exists only through that split: no later event will ever join it. A consumer on

@@ -27,10 +27,9 @@ from detector.metadb.schema import AirflowTables
 def partition_rows_with_pending(conn: Connection, t: AirflowTables) -> list[PartitionRow]:
     """Every pending APDR row, and the newest row of each (DAG, key) that has one.
 
-    APDR has only its primary key (docs/explanation/airflow-internals.md §1.3): the pending rows are one sequential
-    scan; when a
-    row is pending, the newest id of its key a second pass over the rows from the oldest pending
-    one on; the newest rows then by primary key. benchmarks/results/measurements.md gives the cost.
+    APDR has only its primary key (docs/explanation/airflow-internals.md, "Asset tables"): the pending rows are one
+    sequential scan; when a row is pending, the newest id of its key a second pass over the rows from the oldest
+    pending one on; the newest rows then by primary key. benchmarks/results/measurements.md gives the cost.
     """
     a = t.partition_dag_run
     if a is None:

@@ -4,7 +4,8 @@ Airflow queues one ``asset_dag_run_queue`` row per (asset, DAG) with ON CONFLICT
 row keeps the time of the first event after the last run; the scheduler's run consumes the events
 up to the newest row's ``created_at`` and deletes the rows. An event registered after that row was
 written and before the DELETE is neither consumed nor queued again: the consumer does not run for
-it until some unrelated later event arrives (docs/explanation/airflow-internals.md §11).
+it until some unrelated later event arrives (docs/explanation/airflow-internals.md, "Asset events that trigger
+nothing").
 
 The rule, per DAG scheduled directly on assets, on rows read in one snapshot:
 an event of one of its assets is **stranded** when no run of the DAG consumed it, it is newer than
@@ -23,9 +24,9 @@ even of another asset, could still make a run that consumes it). Not flagged, ea
 * cleared runs: a clear resets ``queued_at``; a run's creation time is ``created_at`` (3.2+) or
   ``queued_at`` of a run never cleared (``clear_number`` 0), otherwise unknown and not evidence.
 
-A stranded event that is a trigger's copy of a message a run of the DAG consumed (two triggerers ran
-one AssetWatcher trigger, docs/explanation/airflow-internals.md §13) is kept, as evidence of the double-run
-trigger, but marked (``copies``): the message was processed, so nothing is to re-run and the repair
+A stranded event that is a trigger's copy of a message a run of the DAG consumed (two triggerers ran one AssetWatcher
+trigger, docs/explanation/airflow-internals.md, "One message, one asset event per triggerer") is kept, as evidence of
+the double-run trigger, but marked (``copies``): the message was processed, so nothing is to re-run and the repair
 refuses the set (re-queueing would run the consumer again for it).
 
 Pure: rows in, findings out; ``db_now`` is passed in.
@@ -51,8 +52,8 @@ ADVICE = (
 )
 COPY_ADVICE = (
     "These events are copies of messages a run of the DAG already consumed: the AssetWatcher's trigger ran "
-    "on two triggerers (docs/explanation/airflow-internals.md §13). Nothing to re-run; "
-    "do not create an event for them. "
+    "on two triggerers (docs/explanation/airflow-internals.md#13-one-message-one-asset-event-per-triggerer). "
+    "Nothing to re-run; do not create an event for them. "
     "Find why the trigger ran twice (DupguardTriggerFlapping, the triggerers' logs)."
 )
 

@@ -1,13 +1,12 @@
-"""Asset events committed after the run that should have consumed them: lost for good (issue 25 §2).
+"""Asset events committed after the run that should have consumed them: lost for good.
 
 An asset event's ``timestamp`` is taken when its producer flushes it, and the producer commits at the
 end of its request; the scheduler's run consumes the committed events with ``previous run_after <
-timestamp <= run_after``. An event whose timestamp falls in that window but which was committed after
-the run's SELECT is consumed by no run: not by that run (it could not see it), and not by any later
-one (their windows start at or after that run's run_after), whatever is queued later
-(docs/explanation/airflow-internals.md §11.2). Same kind as ``detector.checks.stranded_events.rule``, another reason,
-because
-the remedy differs: another event does not rescue it.
+timestamp <= run_after``. An event whose timestamp falls in that window but which was committed after the run's
+SELECT is consumed by no run: not by that run (it could not see it), and not by any later one (their windows start at
+or after that run's run_after), whatever is queued later (docs/explanation/airflow-internals.md, "Committed late").
+Same kind as ``detector.checks.stranded_events.rule``, another reason, because the remedy differs: another event does
+not rescue it.
 
 Airflow records no commit time, so the rule reads the shape, per (DAG, scheduled asset), on rows of one
 snapshot: an event consumed by no run of the DAG, newer than the asset's newest event consumed by an

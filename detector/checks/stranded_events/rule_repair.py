@@ -2,11 +2,11 @@
 
 The write puts back the ``asset_dag_run_queue`` row Airflow's ``ON CONFLICT DO NOTHING`` left out, with
 ``created_at`` = the newest stranded event's timestamp ``T``. Airflow's own scheduler then makes the run
-(docs/explanation/airflow-internals.md §11.1): ``triggered_date`` = the newest queue row's ``created_at`` = ``T``, and
-the run consumes the events of the DAG's assets with ``previous < timestamp <= T``, where ``previous`` is
-the newest ``run_after`` of the DAG's asset-triggered runs below ``T`` (3.0.6-3.3.2; 3.3's catchup floor
-applies only when there is no previous run, and a stranded set always has one). So the plan writes only
-when that window, read from the database, holds **exactly** the stranded events.
+(docs/explanation/airflow-internals.md, "Repairing a stranded set"): ``triggered_date`` = the newest queue row's
+``created_at`` = ``T``, and the run consumes the events of the DAG's assets with ``previous < timestamp <= T``, where
+``previous`` is the newest ``run_after`` of the DAG's asset-triggered runs below ``T`` (3.0.6-3.3.2; 3.3's catchup
+floor applies only when there is no previous run, and a stranded set always has one). So the plan writes only when
+that window, read from the database, holds **exactly** the stranded events.
 
 Refused (the alert says why; on-call can still create one asset event by hand):
 

@@ -1,6 +1,6 @@
 """What the stranded_events check reads, in one snapshot each, and the one row its repair writes back
 (``requeue_stranded``). SQLAlchemy Core over ``detector.metadb.schema``'s tables; the index each read
-relies on is named beside it (docs/explanation/airflow-internals.md §11).
+relies on is named beside it (docs/explanation/airflow-internals.md, "Asset events that trigger nothing").
 """
 
 from __future__ import annotations

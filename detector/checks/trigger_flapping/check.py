@@ -1,4 +1,4 @@
-"""Triggers claimed by every triggerer (issue 25 §1): ``detector.checks.trigger_flapping.rule`` has the rule.
+"""Triggers claimed by every triggerer: ``detector.checks.trigger_flapping.rule`` has the rule.
 
 Airflow keeps no history of a trigger's owners, so ``dupguard run`` sees the flapping live: this
 instance remembers the owner of each trigger (and that owner's heartbeat) from its previous run.

@@ -1,10 +1,10 @@
-"""Triggers claimed by every triggerer (issue 25 §1; apache/airflow PR #65792, callbacks PR #72848).
+"""Triggers claimed by every triggerer (apache/airflow PR #65792, callbacks PR #72848).
 
-Up to 3.2.1 ``Trigger.get_sorted_triggers`` selects asset (AssetWatcher) triggers without the
-"owner is not an alive triggerer" filter, and deadline-callback triggers lack it through 3.3.2
-(docs/explanation/airflow-internals.md §10). Each triggerer loop (about once a second) then re-claims such a
-trigger from the other, alive, triggerer and runs it too: every copy emits its own asset event (the
-consumers run once per copy, unlinked: the events differ) and a deadline callback can fire twice.
+Up to 3.2.1 ``Trigger.get_sorted_triggers`` selects asset (AssetWatcher) triggers without the "owner is not an alive
+triggerer" filter, and deadline-callback triggers lack it through 3.3.2 (docs/explanation/airflow-internals.md,
+"Triggers claimed by every triggerer"). Each triggerer loop (about once a second) then re-claims such a trigger from
+the other, alive, triggerer and runs it too: every copy emits its own asset event (the consumers run once per copy,
+unlinked: the events differ) and a deadline callback can fire twice.
 
 Airflow keeps no history of owners, so the condition is seen live: ``judge_owners`` compares the
 owner of each trigger with the owner seen at the previous look (memory kept by the caller). An owner

@@ -1,10 +1,11 @@
 """Copies of one message that carry no id: reported as suspected, never linked, never remediated.
 
-Why (issue 25 §1, docs/explanation/airflow-internals.md §13): a trigger run by two triggerers submits one event per
-copy, and only a message id proves two events are one message (``core.trigger_event``). Without one,
-equal payloads were a first rule, and the end-to-end run (a ``FileDeleteTrigger`` watcher, payload
-``true`` for every file) made 20 false groups of it: there the copies *compete* for a file, so each
-file gives one event and equal payloads are distinct messages. What is reported here is narrower:
+Why (docs/explanation/airflow-internals.md, "One message, one asset event per triggerer"): a trigger run by two
+triggerers submits one event per copy, and only a message id proves two events are one message
+(``core.trigger_event``). Without one, equal payloads were a first rule, and the end-to-end run (a
+``FileDeleteTrigger`` watcher, payload ``true`` for every file) made 20 false groups of it: there the copies
+*compete* for a file, so each file gives one event and equal payloads are distinct messages. What is reported
+here is narrower:
 
 * the payload is a message every copy receives (``trigger_event.broadcast``: a Redis pub/sub message;
   competing triggers' copies meet a message twice only on a redelivery, which looks like a repeat);

@@ -1,5 +1,6 @@
-"""What the trigger_flapping check reads (docs/explanation/airflow-internals.md §10): its tables per schema family
-(``TriggerTables``: only this check reads them this way) and the triggers, their owners and the triggerer jobs.
+"""What the trigger_flapping check reads (docs/explanation/airflow-internals.md, "Triggers claimed by every
+triggerer"): its tables per schema family (``TriggerTables``: only this check reads them this way) and the triggers,
+their owners and the triggerer jobs.
 SQLAlchemy Core; read-only.
 """
 
@@ -34,9 +35,9 @@ from detector.metadb.schema import (
 
 @dataclass(frozen=True)
 class TriggerTables:
-    """What the trigger_flapping check reads (docs/explanation/airflow-internals.md §10): the ``trigger`` rows, the
-    asset link (``asset_trigger`` in 3.0/3.1, ``asset_watcher`` from 3.2), the consumer references,
-    the deadline-callback link (3.1: ``deadline.trigger_id``; 3.2+: ``callback.trigger_id`` and
+    """What the trigger_flapping check reads (docs/explanation/airflow-internals.md, "Triggers claimed by every
+    triggerer"): the ``trigger`` rows, the asset link (``asset_trigger`` in 3.0/3.1, ``asset_watcher`` from 3.2), the
+    consumer references, the deadline-callback link (3.1: ``deadline.trigger_id``; 3.2+: ``callback.trigger_id`` and
     ``deadline.callback_id``) and the triggerer ``job`` rows."""
 
     trigger: Table

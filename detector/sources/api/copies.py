@@ -5,7 +5,7 @@ their ``extra``, ``source_dag_id``, ``asset_id`` and ``timestamp`` (``upstreamAs
 request tells a trigger's event from a task's. Only a trigger's event with a message id (the only
 proof of a copy) leads to one ``GET /assets/events`` per asset, filtered by ``asset_id`` and the
 ``timestamp`` range of ``window`` around its events; each event there names the runs that consumed
-it (``created_dagruns``). docs/explanation/airflow-internals.md §13.1.
+it (``created_dagruns``). docs/explanation/airflow-internals.md, "Through the REST API".
 """
 
 from __future__ import annotations

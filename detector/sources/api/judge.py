@@ -14,12 +14,11 @@ key within the suspect window. Followed for at most ``MAX_HOPS`` rounds: real gr
 
 Which new runs the daemon's poll reads further (``suspect``): reading a run's events costs Airflow a
 request, so a run the tail's list already clears costs none. A non-partitioned duplicate either
-shares its ``run_after`` with another run of its DAG (the exact pair), or has an *earlier*
-``run_after`` than a run of its DAG committed before it (the overlap race: the creators of one DAG's
-runs are serialised by its DagModel row lock, so a run created from a stale snapshot after another
-run committed is the one out of order; docs/explanation/airflow-internals.md §2.3, ``core.detect``). Runs of one DAG
-made in the
-normal way come in ``run_after`` order with distinct values, so neither holds and nothing is read.
+shares its ``run_after`` with another run of its DAG (the exact pair), or has an *earlier* ``run_after`` than a run
+of its DAG committed before it (the overlap race: the creators of one DAG's runs are serialised by its DagModel row
+lock, so a run created from a stale snapshot after another run committed is the one out of order;
+docs/explanation/airflow-internals.md, "The 3.0/3.1 race", ``core.detect``). Runs of one DAG made in the normal way
+come in ``run_after`` order with distinct values, so neither holds and nothing is read.
 A partitioned run is read only when its key repeats within the suspect window.
 A run out of order without a race (a producer that committed its queue row late) is read and
 judged like any other suspect: the filter only saves requests, the core still decides.

@@ -3,10 +3,9 @@
 Airflow 3's public API v2 (routes in ``airflow/api_fastapi/core_api/routes/public/``):
 
 - ``GET /api/v2/dags/~/dagRuns`` (``get_dag_runs``, 3.1.2 dag_run.py L307): ``~`` is every DAG;
-  filters ``run_type``, ``run_after_gte``/``_lte`` (``idx_dag_run_run_after``, docs/explanation/airflow-internals.md
-  §1.5),
-  ``order_by=id`` (the keep rule's order; the id itself is not in the answer). Each page also runs a
-  ``count(*)`` of the filtered rows, so every list here is bounded by a ``run_after`` range.
+  filters ``run_type``, ``run_after_gte``/``_lte`` (``idx_dag_run_run_after``, docs/explanation/airflow-internals.md,
+  "Indexes the detection queries use"), ``order_by=id`` (the keep rule's order; the id itself is not in the answer).
+  Each page also runs a ``count(*)`` of the filtered rows, so every list here is bounded by a ``run_after`` range.
 - ``GET …/dagRuns/{run_id}/upstreamAssetEvents`` (L218): the run's consumed events; each names the
   runs that consumed it (``created_dagruns``).
 - ``GET …/dagRuns/{run_id}/taskInstances``: task states for the keep rule and the remediation guard.
@@ -108,7 +107,7 @@ class NearEvents:
 def _trigger(event: Mapping[str, Any]) -> TriggerEvent | None:
     """The event as the trigger_event rule sees it (None when no trigger wrote it): the API serves the
     columns the database source reads (``extra`` with secrets masked, ``source_dag_id``, ``asset_id``,
-    ``timestamp``), docs/explanation/airflow-internals.md §13.1."""
+    ``timestamp``), docs/explanation/airflow-internals.md, "Through the REST API"."""
     at = parse_time(event.get("timestamp"))
     if at is None or not isinstance(event.get("asset_id"), int):
         return None

@@ -1,4 +1,4 @@
-"""Where earlier keep decisions are read from before a group is judged (issue 11 §1).
+"""Where earlier keep decisions are read from before a group is judged: a decision is final.
 
 Two sources, because either may be missing: the ledger's recorded roles (durable across restarts
 with ``dupguard init-db``, in memory otherwise) and the notes dupguard and its guard write on every

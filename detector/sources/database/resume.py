@@ -1,4 +1,4 @@
-"""Where a leader term of the database source starts reading (issue 23 §1).
+"""Where a leader term of the database source starts reading.
 
 A term resumes where this process stopped judging, whatever the gap's age: an outage longer than
 ``--startup-lookback`` used to lose every duplicate in it silently, and every term change re-read the

@@ -83,7 +83,7 @@ class DatabaseSource:
 
     def start(self, now: datetime) -> None:
         """Where a new leader term starts reading (``resume``). Ages are measured on the database's
-        clock, on the connection that reads the runs (issue 23 §6): ``now`` is this host's."""
+        clock, on the connection that reads the runs, since this host's may be off: ``now`` is this host's."""
         t = self.db.tables
         watermark = self.ledger.watermark() if self.ledger.durable else None
         state = (watermark, {}, {}) if watermark is not None else self._progress.resumed()
@@ -218,7 +218,7 @@ class DatabaseSource:
                 conn.close()
 
     def _report_gap(self, gap: resume.CoverageGap) -> None:
-        """Runs no term will judge are never dropped silently (issue 23 §1)."""
+        """Runs no term will judge are never dropped silently."""
         self.coverage_gap = gap.reason()
         self.metrics.coverage_gaps.inc()
         log.warning(
@@ -231,7 +231,7 @@ class DatabaseSource:
         )
 
     def _report_late(self, late: tuple[tuple[int, float], ...], abandoned: int) -> None:
-        """A run that committed after ``gap_grace`` is never dropped silently (issue 12 §1)."""
+        """A run that committed after ``gap_grace`` is never dropped silently."""
         if late:
             self.metrics.late_runs.inc(len(late))
             log.warning(

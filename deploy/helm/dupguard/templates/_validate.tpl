@@ -1,5 +1,5 @@
 {{/*
-What `dupguard check-config` would refuse, refused at render time instead (issue 24 §5): in sidecar
+What `dupguard check-config` would refuse, refused at render time instead: in sidecar
 mode a refused configuration is a crash-looping container in every scheduler pod, and a scheduler
 rollout that stalls. Each problem starts with the value to change, then check-config's own words
 (detector/config.py; tests/deploy/test_deploy_render_checks.py keeps the two in step). All problems
@@ -65,7 +65,7 @@ are reported at once, as check-config does. A few refusals are the chart's own (
 {{- else if regexMatch "^-([0-9]+\\.?[0-9]*|\\.[0-9]+)(e[+-]?[0-9]+)?$" $raw }}
 {{- $why = printf "%s is not a duration (it must be zero or more)" $shown }}
 {{- else if and (regexMatch "^[+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)(e[+-]?[0-9]+)?$" $raw) (gt (float64 $raw) 0.0) }}
-{{- /* durations.py: a bare number could mean ms or s (issue 24: `--poll-interval 10`). */}}
+{{- /* durations.py: a bare number could mean ms or s (`--poll-interval 10`: 10 s or 10 ms?). */}}
 {{- $bare := printf "%g" (float64 $raw) }}
 {{- $why = printf "%s has no unit: write %sms or %ss (or another unit: m, h, d)" $shown $bare $bare }}
 {{- else if regexMatch "^[+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)(e[+-]?[0-9]+)?$" $raw }}
