@@ -100,6 +100,7 @@ NOT_CHECKED_BY_THE_CHART = {
     "alert_storm_threshold": CONFIG_ONLY,
     "alert_timeout": CONFIG_ONLY,
     "runbook_url": CONFIG_ONLY,
+    "unstopped_severity": CONFIG_ONLY,
     "grafana_dashboard_url": CONFIG_ONLY,
     **{
         f"alertmanager_{name}": CONFIG_ONLY
