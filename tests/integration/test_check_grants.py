@@ -57,7 +57,8 @@ def test_a_check_without_its_grant_says_so_once_and_recovers(pg_templates: Templ
             assert runner.run_reported("trigger_flapping", now) is False
         said = [e for e in logged if e["event"] == "check_not_permitted"]
         assert len(said) == 1 and said[0]["kind"] == "trigger_flapping"
-        assert "permission denied for table" in said[0]["error"] and "README" in said[0]["detail"]
+        assert "permission denied for table" in said[0]["error"]
+        assert "docs/how-to/deploy-kubernetes.md, section 2: Database role" in said[0]["detail"]
         failures = metrics.registry.get_sample_value("dupguard_check_failures_total", {"kind": "trigger_flapping"})
         assert failures == 2
         execute_admin(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"', dbname=dbname)
