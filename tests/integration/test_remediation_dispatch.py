@@ -73,6 +73,7 @@ def test_detection_keeps_its_cadence_while_the_api_hangs(pg_templates: Templates
             url,
             real_remediation=True,
             remediation="fail",
+            remediation_backend="api",  # the API is what hangs (auto would write to the database)
             airflow_api_url=hanging.url,
             airflow_token="static-token",  # no token request: the PATCH itself hangs
             airflow_timeout=timedelta(seconds=30),
