@@ -304,7 +304,8 @@ def test_a_task_started_between_the_re_read_and_the_patch_is_caught_after_start(
 
     event = AlertEvent(AlertKind.OUTCOME, finding, planned_at, "prod", "fail", (action,), (result,))
     payload = webhook_payload(event)
-    assert payload["severity"] == "warning" and payload["remediation"]["status"] == "caught_after_start"
+    # a task ran: the duplicate did harm, so it pages (critical; the webhook's word for it is "error")
+    assert payload["severity"] == "error" and payload["remediation"]["status"] == "caught_after_start"
     (entry,) = payload["remediation"]["results"]
     assert entry["result"] == "caught_after_start"
     assert entry["started_tasks"] == [
