@@ -266,7 +266,8 @@ def test_a_viewer_watches_and_a_remediation_it_may_not_make_names_the_permission
     assert done.returncode == 1, done.stderr
     assert _groups(json.loads(done.stdout)) == _truth(FANOUT)
     code, out = _once(_env(af.url, tmp_path / "state.json", DUPGUARD_REMEDIATION="fail", **viewer))
-    assert code == 0  # a pass that ran: failed remediations are told in alerts and logs (docs/reference/cli.md, exit codes)
+    # a pass that ran: failed remediations are told in alerts and logs (docs/reference/cli.md, exit codes)
+    assert code == 0
     assert len(_events(out, "duplicate_detected")) == 3, out
     refused = [e for e in _events(out) if "HTTP 403" in json.dumps(e)]
     assert refused and all("can edit" in json.dumps(e) for e in refused), refused

@@ -81,6 +81,7 @@ class Live:
             env={
                 "DUPGUARD_DATABASE_URL": self.url,
                 "DUPGUARD_REMEDIATION": mode.value,
+                "DUPGUARD_REMEDIATION_BACKEND": "api",  # TLS to the API is the subject (auto may pick db)
                 "DUPGUARD_AIRFLOW_API_URL": self.server.url,
                 "DUPGUARD_AIRFLOW_USERNAME": USER,
                 "DUPGUARD_AIRFLOW_PASSWORD": self.password,

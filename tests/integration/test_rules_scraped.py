@@ -236,10 +236,13 @@ def case(pg_templates: Templates, daemons: list[Running]) -> Callable[..., Case]
 
 
 def test_detected_in_dry_run(case: Callable[..., Case], tmp_path: Path) -> None:
-    """Three Airflow-made duplicate groups, dry-run: DupguardDuplicatesDetected, nothing else."""
+    """Three Airflow-made duplicate groups, dry-run: DupguardDuplicatesDetected, and DupguardDuplicateNotStopped
+    (nothing stops them: they run), nothing else."""
     c = case("race_asset_fanout")
     before, after = c.run(lambda d: counted(d, "dry_run") == 3, "three dry-run outcomes")
-    assert_rules(tmp_path, input_series(before, after), {"DupguardDuplicatesDetected": [DETECTED]}, grew={"dry_run": 3})
+    not_stopped = {"mode": "dry-run", "backend": "none", "result": "dry_run", **TARGET}
+    expected = {"DupguardDuplicatesDetected": [DETECTED], "DupguardDuplicateNotStopped": [not_stopped]}
+    assert_rules(tmp_path, input_series(before, after), expected, grew={"dry_run": 3})
 
 
 def test_done(case: Callable[..., Case], tmp_path: Path) -> None:
@@ -303,6 +306,7 @@ def test_failed(case: Callable[..., Case], tmp_path: Path) -> None:
     c = case(
         "race_asset_fanout",
         remediation="fail",
+        remediation_backend="api",  # the refusing API is the subject (auto would write to the database)
         airflow_api_url="http://127.0.0.1:9",
         airflow_username="admin",
         airflow_password="admin",
