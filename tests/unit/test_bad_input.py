@@ -29,7 +29,6 @@ import pytest
 from detector import config
 from detector.app import demo
 from detector.app.cli import main
-from detector.checks import enabled as checks
 from detector.config import SETTINGS, Config, Setting
 from detector.errors import ConfigError
 
@@ -135,7 +134,7 @@ class _Runs:
         """The exit code of ``run --once`` with ``extra`` arguments (``flags``: their settings by name)."""
         config_file = extra[extra.index("--config") + 1] if "--config" in extra else None
         try:
-            cfg: Config | None = self._load(flags, os.environ, config_file, check_kinds=checks.KINDS)
+            cfg: Config | None = self._load(flags, os.environ, config_file)
         except ConfigError:
             cfg = None
         if cfg is not None and cfg in self.codes:
