@@ -4,7 +4,7 @@ Code comments and docs used to cite ``shared/airflow-facts.md`` (or "facts §2.3
 who clones the project does not have. What the code relies on in Airflow is in
 docs/explanation/airflow-internals.md, cited by the section's title or its anchor.
 
-Nor does a file cite our issue tracker ("issue 25", "§3"), which a reader does not have either: it says
+Nor does a file cite our issue tracker (an issue's number or a section sign), which a reader does not have: it says
 the reason, or links the doc or the upstream Airflow issue (apache/airflow#NNNN is public).
 """
 
@@ -21,8 +21,9 @@ _OUTSIDE = re.compile(r"airflow-facts|\.\./shared/|(?<![\w./-])shared/(?:seed|ch
 # chart that tests/deploy looks for before pulling it (tests/deploy/support.py); a clone without it
 # pulls the chart.
 _ALLOWED = re.compile(r"\.\./shared/charts/airflow-\d")
-# Our tracker: "issue 25", "issues 8 and 17", "Issue 22 #3", and any section sign. "an issue with",
+# Our tracker: the word issue(s) with a number ("#3" too), and any section sign. "an issue with",
 # version numbers and apache/airflow#54491 (public) are not citations of it.
+ISSUE = "issue"  # the examples below build the citations, so this file cites no issue itself
 _TRACKER = re.compile(r"\bissues? #?\d+|§", re.IGNORECASE)
 # Files that hold the tracker pattern itself as data: the checks of commit messages, of the changelog
 # and this one.
@@ -116,8 +117,8 @@ def test_no_file_cites_the_tracker() -> None:
 def test_the_tracker_check_sees_each_form() -> None:
     """Each way the tracker was cited is caught; upstream issues, ordinary words and versions are not."""
     cited = [
-        "End to end on the reporter's stack (issue 17): a real HA Airflow",
-        "Catch rate: a matrix of end-to-end runs (issues 8 and 17, benchmarks/results/e2e.md).",
+        f"End to end on the reporter's stack ({ISSUE} 17): a real HA Airflow",
+        f"Catch rate: a matrix of end-to-end runs ({ISSUE}s 8 and 17, benchmarks/results/e2e.md).",
         "Issue 22 §7: Airflow's own ``DagRun.set_state`` raises",
         "a decision is final (see issue #11)",
         "docs/explanation/airflow-internals.md §2.3",
