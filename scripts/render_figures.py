@@ -37,7 +37,7 @@ DAEMON = (
     "detector/metadb",
     "detector/checks",
     "detector/app",
-    "detector/config.py",
+    "detector/config",
     "detector/settings.py",
     "detector/deadline.py",
     "detector/durations.py",

@@ -2,7 +2,7 @@
 
 In sidecar mode a configuration dupguard refuses is a crash-looping container in every scheduler pod
 and a `rollout restart` that stalls, so the render must fail first, naming the value, in check-config's
-own words. These tests take check-config's refusals from detector/config.py itself (``config.load``
+own words. These tests take check-config's refusals from detector/config/table.py itself (``config.load``
 fed the settings the pod would get) and compare them with what the render says:
 
 * each value the chart hands to a setting, with bad values (test_each_bad_value_...);
@@ -63,7 +63,7 @@ VALUE_SETTINGS = {
 CONFIG_ONLY = "a config entry: values.schema.json checks its form only"
 # Secrets from secretKeyRefs only (or existingSecret): the chart never sees their values.
 SECRET_REF_ONLY = "a secret from secretKeyRefs: its value is not known at render time"
-# Settings of detector/config.py whose refusal the chart cannot see, and why.
+# Settings of detector/config/table.py whose refusal the chart cannot see, and why.
 NOT_CHECKED_BY_THE_CHART = {
     "database_url": "from the Airflow chart's metadata Secret (database.metadataSecret / the overlay's "
     "airflow_metadata_secret) or secretKeyRefs.DUPGUARD_DATABASE_URL: its content is not known at render "
@@ -202,7 +202,7 @@ def assert_names_values(line: str, problem: str) -> None:
 
 
 def test_every_setting_is_a_chart_value_or_listed_as_not_checked() -> None:
-    """A setting added to detector/config.py is either given a chart value (and checked) or listed here."""
+    """A setting added to detector/config/table.py is either given a chart value (and checked) or listed here."""
     mapped = {v.removeprefix("DUPGUARD_").lower() for v in VALUE_SETTINGS.values()}
     every = {s.name for s in config.SETTINGS}
     assert every - mapped - set(NOT_CHECKED_BY_THE_CHART) == set()
@@ -310,7 +310,7 @@ SLACK: dict[str, dict[str, Any]] = {
 SWEEP = {
     "mode": ["sidecar", "standalone"],
     "source": ["database", "api"],
-    "remediation.mode": ["dry-run", "fail"],  # skip: checked as fail (config.py and the chart alike)
+    "remediation.mode": ["dry-run", "fail"],  # skip: checked as fail (detector/config and the chart alike)
     "remediation.backend": ["auto", "api", "db"],
     "airflow.apiUrl": ["", "http://airflow-api-server:8080"],
     "auth": list(AUTH),
@@ -379,7 +379,7 @@ def test_check_config_refuses_exactly_what_the_render_refuses() -> None:
             relevant = set(VALUE_SETTINGS.values()) | {"DUPGUARD_DATABASE_URL"}
             derived = {k: v for k, v in settings_of(values).items() if k in relevant}
             assert derived.items() <= env.items(), f"{label}: {derived} vs {env}"
-    # The sweep reaches every cross-check of config.py the chart can see.
+    # The sweep reaches every cross-check of detector/config/cross_checks.py the chart can see.
     assert len(seen) >= 8, sorted(seen)
 
 

@@ -1,6 +1,6 @@
 """Every setting of `dupguard run` is a value of the companion chart, in both modes.
 
-detector/config.py ``SETTINGS`` is the one table of settings; deploy/helm/settings_schema.py writes the
+detector/config/table.py ``SETTINGS`` is the one table of settings; deploy/helm/settings_schema.py writes the
 chart's `config` (every non-secret setting without a value of its own) and `secretKeyRefs` (every
 secret) schema from it. These tests check that the schema is that table's, that each setting reaches
 the dupguard container's environment (env entries over the ConfigMap and Secret read with envFrom, as
@@ -88,7 +88,7 @@ def secret_ref_names() -> list[str]:
     return names
 
 
-def sample(setting: config.Setting, index: int) -> tuple[Any, str]:
+def sample(setting: settings.Setting, index: int) -> tuple[Any, str]:
     """A chart value other than the default for ``setting``, and the text dupguard then reads."""
     default = setting.default
     allowed = generator()._choices(setting)
@@ -212,7 +212,7 @@ def test_the_schema_is_generated_from_the_settings_table() -> None:
 def test_a_new_setting_lands_in_config_when_the_schema_is_written_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """What makes forgetting impossible: the generator takes any setting it has no chart value for."""
     module = generator()
-    new = config.Setting("page_interval", timedelta(minutes=5), settings.positive_duration, "A new setting.")
+    new = settings.Setting("page_interval", timedelta(minutes=5), settings.positive_duration, "A new setting.")
     monkeypatch.setattr(config, "SETTINGS", (*config.SETTINGS, new))
     schema = module.generated(SCHEMA)
     assert schema["properties"]["config"]["properties"]["DUPGUARD_PAGE_INTERVAL"]["pattern"]

@@ -29,8 +29,9 @@ import pytest
 from detector import config
 from detector.app import demo
 from detector.app.cli import main
-from detector.config import SETTINGS, Config, Setting
+from detector.config import SETTINGS, Config
 from detector.errors import ConfigError
+from detector.settings import Setting
 
 MALFORMED = (
     "",

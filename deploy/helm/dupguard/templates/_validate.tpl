@@ -2,7 +2,7 @@
 What `dupguard check-config` would refuse, refused at render time instead: in sidecar
 mode a refused configuration is a crash-looping container in every scheduler pod, and a scheduler
 rollout that stalls. Each problem starts with the value to change, then check-config's own words
-(detector/config.py; tests/deploy/test_deploy_render_checks.py keeps the two in step). All problems
+(detector/config/; tests/deploy/test_deploy_render_checks.py keeps the two in step). All problems
 are reported at once, as check-config does. A few refusals are the chart's own (named "chart:").
 */}}
 
@@ -11,7 +11,7 @@ are reported at once, as check-config does. A few refusals are the chart's own (
 {{- if and (contains "'" .) (not (contains "\"" .)) }}{{ printf "%q" . }}{{ else }}'{{ . | replace "'" "\\'" }}'{{ end }}
 {{- end }}
 
-{{/* One choice setting (config.py _choice): dict path env value allowed. */}}
+{{/* One choice setting (detector/settings.py choice): dict path env value allowed. */}}
 {{- define "dupguard.checkChoice" -}}
 {{- $value := toString .value }}
 {{- if and $value (not (has ($value | trim | lower) .allowed)) }}
@@ -20,7 +20,7 @@ are reported at once, as check-config does. A few refusals are the chart's own (
 {{- end }}
 {{- end }}
 
-{{/* One URL setting (config.py _url): dict path env value secret. */}}
+{{/* One URL setting (detector/settings.py url): dict path env value secret. */}}
 {{- define "dupguard.checkUrl" -}}
 {{- $value := toString .value }}
 {{- $why := "" }}
@@ -55,7 +55,7 @@ are reported at once, as check-config does. A few refusals are the chart's own (
 {{- end }}
 {{- end }}
 
-{{/* One duration that must be above zero (config.py _positive_duration, durations.parse_duration). */}}
+{{/* One duration that must be above zero (detector/settings.py positive_duration). */}}
 {{- define "dupguard.checkDuration" -}}
 {{- $value := toString .value }}
 {{- $raw := $value | trim | lower }}
@@ -88,7 +88,7 @@ are reported at once, as check-config does. A few refusals are the chart's own (
 {{- with $why }}{{ printf "%s: %s: invalid value %s: %s" $.path $.env $shown . }}{{ end }}
 {{- end }}
 
-{{/* Exactly one way to authenticate to Airflow's API (config.py api_auth_problems): dict who has maybe. */}}
+{{/* Exactly one way to authenticate to Airflow's API (detector/config/cross_checks.py api_auth_problems): dict who has maybe. */}}
 {{- define "dupguard.checkAuth" -}}
 {{- $has := .has }}
 {{- $ways := or $has.DUPGUARD_AIRFLOW_TOKEN $has.DUPGUARD_AIRFLOW_TOKEN_COMMAND (and $has.DUPGUARD_AIRFLOW_USERNAME $has.DUPGUARD_AIRFLOW_PASSWORD) }}

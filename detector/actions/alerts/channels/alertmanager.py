@@ -313,7 +313,7 @@ def channel_names(urls: Sequence[str]) -> list[str]:
 
 
 def auth_headers(config: Config) -> dict[str, str]:
-    """Basic auth or a bearer token (config.py allows one of them), as Alertmanager's
+    """Basic auth or a bearer token (detector/config/cross_checks.py allows one of them), as Alertmanager's
     ``--web.config.file`` or a proxy in front of it asks."""
     if config.alertmanager_bearer_token:
         return {"Authorization": f"Bearer {config.alertmanager_bearer_token}"}
