@@ -18,6 +18,7 @@ from detector.settings import GROUPS
 # (DUPGUARD_DAGS, `dags:`), which `run` always read; `scan`'s singular flags stay working, unlisted.
 ALIASES: dict[str, str] = {"--dag": "dags", "--exclude-dag": "exclude_dags", "--disable-check": "disabled_checks"}
 
+EXIT_OK, EXIT_FOUND, EXIT_CONFIG, EXIT_DB = 0, 1, 2, 3
 EXIT_CODES: dict[int, str] = {
     0: "done; nothing found",
     1: "found something",
