@@ -3,20 +3,9 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from detector.app.metrics_doc import BEGIN, END, block, metrics
-
-ROOT = Path(__file__).resolve().parents[2]
-PAGE = ROOT / "docs" / "reference" / "metrics.md"
-RULES = ROOT / "deploy" / "helm" / "dupguard" / "files" / "prometheus-rules.yaml"
-
-
-def test_metrics_page_matches_code() -> None:
-    """The page's block is exactly what ``python -m detector.app.metrics_doc`` prints."""
-    text = PAGE.read_text()
-    assert BEGIN in text and END in text, "docs/reference/metrics.md lacks the metrics table markers"
-    assert text[text.index(BEGIN) : text.index(END) + len(END)] == block()
+from detector.app.alerts_doc import RULES
+from detector.app.metrics_doc import metrics
 
 
 def test_the_page_has_the_checks_own_metrics_and_labels() -> None:
