@@ -22,10 +22,9 @@ from detector.app import demo, settings_doc
 from detector.app.cli_help import EXIT_CONFIG, EXIT_DB, EXIT_OK
 from detector.app.cli_parser import build_parser
 from detector.app.cli_scan import machine_readable_exit, print_report, requested_format, scan_command
-from detector.app.scan import scan
 from detector.core.plan import Mode, Outcome, plan
 from detector.errors import AirflowApiError, DatabaseError, DupguardError
-from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.metadb.engine import make_engine, parse_url
 
 __all__ = ["build_parser", "main", "main_entry"]
 
@@ -97,8 +96,7 @@ def main_entry() -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     path: Path = args.db or Path(tempfile.mkdtemp(prefix="dupguard-demo-")) / "airflow.db"
-    engine = demo.build(path)
-    report = scan(open_airflow_db(engine), now=demo.INCIDENT_START + timedelta(hours=1))
+    report = demo.incident_report(path)
     print_report(report, args.format)
     if args.format != "table":
         return EXIT_OK

@@ -22,12 +22,15 @@ from pathlib import Path
 from sqlalchemy import Connection, Engine, create_engine, insert
 from sqlalchemy.exc import SQLAlchemyError
 
+from detector.app.scan import ScanReport, scan
 from detector.core.model import GUARD_NOTE_PREFIX
 from detector.errors import ConfigError
+from detector.metadb.engine import open_airflow_db
 from detector.metadb.schema import Family, airflow_tables
 
 REVISION_3_1_2 = "cc92b33c6709"
 INCIDENT_START = datetime(2026, 3, 12, 11, 30, 0, 0, tzinfo=UTC)
+CLOCK = INCIDENT_START + timedelta(hours=1)  # the demo's "now": its report is the same on every machine
 T = airflow_tables(Family.AIRFLOW_3_1)
 # SQLite's application_id (header offset 68, https://www.sqlite.org/fileformat.html#application_id):
 # the mark that a file is a demo database dupguard wrote, the only kind ``build`` replaces.
@@ -261,6 +264,15 @@ def build(path: Path) -> Engine:
         detail = str(getattr(exc, "orig", exc)).splitlines()[0]
         raise ConfigError([f"--db {path}: cannot write the demo database ({detail})"]) from None
     return engine
+
+
+def incident_report(path: Path) -> ScanReport:
+    """A fresh demo database at ``path`` (``build``), scanned at the demo's clock."""
+    engine = build(path)
+    try:
+        return scan(open_airflow_db(engine), now=CLOCK)
+    finally:
+        engine.dispose()
 
 
 def command(argv0: str | None = None) -> str:

@@ -33,7 +33,7 @@ from sqlalchemy import (
 
 from detector.checks.double_bump.rule import IN_FLIGHT, SchedulerJob, TiKey, TiRow
 from detector.metadb.batches import chunks
-from detector.metadb.schema import UtcDateTime
+from detector.metadb.schema import UtcDateTime, job_table
 
 
 @dataclass(frozen=True)
@@ -78,15 +78,7 @@ def bump_tables() -> BumpTables:
             Column("run_id", String(250)),
             Column("queued_at", UtcDateTime),
         ),
-        job=Table(
-            "job",
-            md,
-            Column("id", Integer, primary_key=True),
-            Column("job_type", String(30)),
-            Column("hostname", String(500)),
-            Column("state", String(20)),
-            Column("latest_heartbeat", UtcDateTime),
-        ),
+        job=job_table(md),
     )
 
 

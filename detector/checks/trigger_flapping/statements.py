@@ -29,6 +29,7 @@ from detector.metadb.batches import chunks
 from detector.metadb.schema import (
     Family,
     UtcDateTime,
+    job_table,
     schedule_refs,
 )
 
@@ -70,17 +71,7 @@ def trigger_tables(family: Family) -> TriggerTables:
         asset_link=Table(link, md, Column("asset_id", Integer), Column("trigger_id", Integer)),
         asset=Table("asset", md, Column("id", Integer, primary_key=True), Column("name", String(1500))),
         consumer_ref=schedule_refs(md),
-        job=Table(
-            "job",
-            md,
-            Column("id", Integer, primary_key=True),
-            Column("job_type", String(30)),
-            Column("hostname", String(500)),
-            Column("state", String(20)),
-            Column("start_date", UtcDateTime),
-            Column("end_date", UtcDateTime),
-            Column("latest_heartbeat", UtcDateTime),
-        ),
+        job=job_table(md),
         dag_run=Table("dag_run", md, Column("id", Integer, primary_key=True), Column("dag_id", String(250))),
         deadline=deadline,
         callback=callback,
