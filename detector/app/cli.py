@@ -5,6 +5,8 @@ Exit codes (all subcommands; each one's ``--help`` says which it uses, from ``cl
     1  ``scan`` found at least one duplicate group; ``doctor``: a code path at risk without protection
     2  bad usage or configuration (every problem is listed)
     3  the database is unreachable, failed a query or is not an Airflow metadata database
+    4  ``run --once`` only: another replica leads, nothing checked
+Each command's own list: docs/reference/exit-codes.md (generated from the ``--help`` texts).
 """
 
 from __future__ import annotations
