@@ -133,7 +133,9 @@ class TriggerFlappingCheck(CheckBase):
         if not of_asset:
             return []
         t, window = db.tables, self.config.suspect_window
-        events = [e for e in dag_runs.trigger_events_since(conn, t, since, window, of_asset) if e.broadcast]
+        id_paths = self.config.message_id_paths  # an event with an id of its own is no id-less copy
+        read = dag_runs.trigger_events_since(conn, t, since, window, of_asset, id_paths=id_paths)
+        events = [e for e in read if e.broadcast]
         # Only events with an equal one within the window can be copies: their consumers alone are read.
         chained = {e for c in copies(events, window) for e in c.event_ids}
         events = [e for e in events if e.id in chained]
