@@ -80,6 +80,8 @@ def format_value(value: Any) -> str:
         return format_duration(value)
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, tuple) and value and all(isinstance(v, tuple) for v in value):
+        return ",".join(f"{asset}={'.'.join(keys)}" for asset, keys in value)  # message_id_paths, as it reads it
     if isinstance(value, tuple):
         return ",".join(map(str, value))
     return str(value)
@@ -185,6 +187,39 @@ def file_path(text: str) -> str:
     if not ok:
         raise ValueError("no such file")
     return text
+
+
+def message_id_paths(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``ASSET=PATH`` pairs, comma-separated (``orders=payload.meta.id,billing_*=payload.items.*.id``): where
+    a custom trigger's payload keeps its message's own id, per asset name (a glob). The pair splits at its
+    last ``=``; ``detector.core.trigger_event.custom_ids`` reads the path."""
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        asset, sep, path = (part.strip() for part in item.rpartition("="))
+        if not sep or not asset:
+            raise ValueError(f"{item!r} is not ASSET=PATH (e.g. orders=payload.meta.id)")
+        if asset in (a for a, _ in found):
+            raise ValueError(f"asset {asset!r} is given two paths")
+        found.append((asset, id_path(path)))
+    return tuple(found)
+
+
+def id_path(text: str) -> tuple[str, ...]:
+    """Dotted keys from an asset event's ``extra`` down to the id: ``payload`` first (where Airflow keeps the
+    trigger's payload), ``*`` for every item of a list. Not JSONPath: its brackets and ``$`` are refused
+    rather than read as keys that never match (a silently empty path would prove nothing, unnoticed)."""
+    if any(c in text for c in "[]$@?()'\""):
+        raise ValueError(f"{text!r}: a path is dotted keys (payload.meta.id; * for every item of a list), not JSONPath")
+    keys = tuple(text.split("."))
+    if any(not k or k != k.strip() for k in keys):
+        raise ValueError(f"{text!r} has an empty key or spaces around one (two dots, or a dot at an end)")
+    if keys[0] != "payload":
+        raise ValueError(f"{text!r} must start with payload (the event's extra keeps the trigger's payload there)")
+    if any("*" in k and k != "*" for k in keys):
+        raise ValueError(f"{text!r}: * stands alone between dots (every item of a list), it is no wildcard in a key")
+    return keys
 
 
 _VALUE_NAMES: dict[Callable[[str], Any], str] = {

@@ -16,7 +16,7 @@ from detector.app.scan import Progress, ScanReport, scan
 from detector.checks import enabled
 from detector.core.detect import DagFilter
 from detector.errors import AirflowUnreachable
-from detector.metadb.engine import AirflowDb, make_engine, open_airflow_db, parse_url
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from detector.settings import globs
 
@@ -88,14 +88,16 @@ def scan_command(args: argparse.Namespace) -> int:
         immune = ScanReport(info=db.info, findings=[], scanned_at=now, since=since, runs_examined=0, note=note)
         print_report(immune, args.format)
         return EXIT_OK
+    settings = _scan_settings(args)
     report = scan(
         db,
         now=datetime.now(UTC),
         since=args.since,
         dag_filter=DagFilter(_globs(args.dags), _globs(args.exclude_dags)),
         suspect_window=args.suspect_window,
+        message_id_paths=settings.message_id_paths,
         progress=progress_bar(),
-        checks=_scan_checks(args, db),
+        checks=enabled.build(settings, db, Metrics()),
     )
     print_report(report, args.format)
     for kind, why in report.check_errors.items():
@@ -109,15 +111,15 @@ def scan_command(args: argparse.Namespace) -> int:
     return EXIT_DB if report.check_errors else EXIT_OK
 
 
-def _scan_checks(args: argparse.Namespace, db: AirflowDb) -> list[enabled.Check]:
-    """The periodic checks, with the settings `run` reads from the environment (a check's thresholds,
-    DUPGUARD_DISABLED_CHECKS) and scan's own flags on top; a bad setting exits 2 as for `run`."""
+def _scan_settings(args: argparse.Namespace) -> config.Config:
+    """The settings `run` reads from the environment (a check's thresholds, DUPGUARD_DISABLED_CHECKS,
+    DUPGUARD_MESSAGE_ID_PATHS) with scan's own flags on top; a bad setting exits 2 as for `run`."""
     flags = {
         "database_url": args.database_url,
         "split_grace": f"{args.split_grace.total_seconds()}s",
         "disabled_checks": ",".join(args.disabled_checks) or None,
     }
-    return enabled.build(config.load(flags, None, args.config), db, Metrics())
+    return config.load(flags, None, args.config)
 
 
 def _scan_api(args: argparse.Namespace) -> int:
@@ -130,7 +132,7 @@ def _scan_api(args: argparse.Namespace) -> int:
 
     flags: dict[str, str | None] = {"source": "api", "airflow_api_url": args.airflow_api_url}
     cfg = config.load(flags, None, args.config)
-    reader = Reader(Session.from_config(cfg))
+    reader = Reader(Session.from_config(cfg), id_paths=cfg.message_id_paths)
     now = datetime.now(UTC)
     try:
         version = reader.version()

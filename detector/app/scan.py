@@ -13,7 +13,7 @@ from detector.core.decisions import decisions_from_notes
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
 from detector.core.model import Finding
 from detector.core.reprocess import needs_origins, refine_partitioned
-from detector.core.trigger_event import find_trigger_event_duplicates
+from detector.core.trigger_event import IdPaths, find_trigger_event_duplicates
 from detector.metadb import batches, catalog, consumption, dag_runs, partitions
 from detector.metadb.engine import AirflowDb, ServerRole, connect, server_role
 from detector.metadb.versions import SchemaInfo
@@ -43,6 +43,7 @@ def scan(
     since: timedelta | None = None,
     dag_filter: DagFilter = ALL_DAGS,
     suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW,
+    message_id_paths: IdPaths = (),
     progress: Progress | None = None,
     checks: Sequence[Check] = (),
 ) -> ScanReport:
@@ -65,7 +66,8 @@ def scan(
         found = dag_runs.runs_for_asset_keys(conn, t, asset_keys)
         found += dag_runs.runs_sharing_events(conn, t, start)  # the overlap race: other run_after
         found += dag_runs.runs_for_partition_keys(conn, t, part_keys, start)
-        found_copies, consumers = copies.since(conn, t, start, suspect_window)  # the trigger_event kind
+        # the trigger_event kind
+        found_copies, consumers = copies.since(conn, t, start, suspect_window, message_id_paths)
         found += consumers
         runs = list({r.id: r for r in found if dag_filter.selects(r.dag_id)}.values())
         ids = [r.id for r in runs]

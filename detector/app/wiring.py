@@ -251,7 +251,7 @@ def api_reader(config: Config) -> Reader:
     from detector.airflowapi.session import Session
     from detector.sources.api.reader import Reader
 
-    return Reader(Session.from_config(config))
+    return Reader(Session.from_config(config), id_paths=config.message_id_paths)
 
 
 def wait_for_api(reader: Reader, stop: threading.Event) -> str | None:

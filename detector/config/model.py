@@ -26,6 +26,7 @@ class Config:
     leader_check_interval: timedelta
     startup_lookback: timedelta
     suspect_window: timedelta
+    message_id_paths: tuple[tuple[str, tuple[str, ...]], ...]
     split_grace: timedelta
     split_poll_interval: timedelta
     trigger_flapping_interval: timedelta

@@ -18,6 +18,7 @@ from detector.settings import (
     file_path,
     globs,
     lock_key_value,
+    message_id_paths,
     port,
     positive_duration,
     positive_int,
@@ -122,6 +123,16 @@ SETTINGS: tuple[Setting, ...] = (
         parse_duration,
         "Partitioned runs of one key this close together with different events are suspected.",
         group="detection",
+    ),
+    Setting(
+        "message_id_paths",
+        (),
+        message_id_paths,
+        "Where a custom trigger's payload keeps its message's own id, per asset name (a glob): dotted keys of the "
+        "event's extra, * for every list item. Such ids prove copies as SQS/Kinesis/Pub/Sub ids do: name only an id "
+        "unique to a message and kept on a redelivery.",
+        group="detection",
+        metavar="ASSET=PATH[,ASSET=PATH...]",
     ),
     *CHECK_SETTINGS,  # each periodic check's own (detector/checks/<kind>/settings.py), in registry order
     Setting(

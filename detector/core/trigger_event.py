@@ -10,7 +10,9 @@ event and no run_after, so the ``asset`` rule (detect.py) does not link them.
 The rule: runs of one DAG are linked when they consumed *different* events of one asset that are
 copies of one message. Copies are proven only by a unique message id in the payload (SQS
 ``MessageId``, Kinesis shard and sequence number, Pub/Sub ``message_id``: the table in that last section), events
-of one asset within ``window`` of each other. Equal payloads without an id may be two real messages
+of one asset within ``window`` of each other; or by an id a custom trigger keeps where only its author knows
+(a Kafka ``apply_function``'s, a custom watcher's), at the path ``message_id_paths`` names for the event's asset
+(``custom_ids``). Equal payloads without an id may be two real messages
 with equal bodies, and a watcher whose messages all look alike sends nothing else: they link no runs
 (``copies`` still reports them, for the stranded check). A group is ``confirmed`` when one run
 consumed every message and every other event of the group (the keep rule of
@@ -23,6 +25,7 @@ Pure: rows in, findings out.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import hashlib
 import json
 from collections import defaultdict
@@ -53,6 +56,11 @@ def copies_possible(version: str) -> bool:
     towards reading). History may hold copies from before an upgrade: ``scan`` looks whatever runs now."""
     parsed = parse_version(version)
     return parsed is None or (parsed[0], parsed[1], parsed[2] or 0) < FIXED_IN
+
+
+# ``message_id_paths`` (detector.settings.message_id_paths): (asset name glob, the keys from the event's extra
+# down to the id, ``*`` for every item of a list), e.g. ("orders", ("payload", "meta", "id")).
+IdPaths = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +121,30 @@ def message_ids(payload: object) -> frozenset[str]:
     return frozenset(found)
 
 
+def custom_ids(extra: object, asset_name: str | None, id_paths: IdPaths) -> frozenset[str]:
+    """The ids found at the paths ``id_paths`` names for the asset ``asset_name`` (every entry whose glob
+    matches it), each prefixed by its path so that two paths' ids never meet. An id is a non-empty string
+    or a whole number; anything else there (a float, a bool, a mapping) is none: it could not be unique."""
+    if asset_name is None:
+        return frozenset()
+    found: set[str] = set()
+    for glob, keys in id_paths:
+        if fnmatch.fnmatchcase(asset_name, glob):
+            found.update(f"{'.'.join(keys)}:{value}" for value in _at(extra, keys))
+    return frozenset(found)
+
+
+def _at(node: object, keys: tuple[str, ...]) -> list[str]:
+    if not keys:
+        if isinstance(node, str) and node:
+            return [node]
+        return [str(node)] if isinstance(node, int) and not isinstance(node, bool) else []
+    key, rest = keys[0], keys[1:]
+    if key == "*":
+        return [v for item in node for v in _at(item, rest)] if isinstance(node, list) else []
+    return _at(node[key], rest) if isinstance(node, dict) and key in node else []
+
+
 def broadcast(payload: object) -> bool:
     """Whether the payload is a message every copy of its trigger receives: redis ``AwaitMessageTrigger``
     yields the pub/sub message ``{"type": "message", "pattern", "channel", "data"}`` (the table
@@ -127,13 +159,20 @@ def broadcast(payload: object) -> bool:
 
 
 def trigger_event(
-    event_id: int, asset_id: int, timestamp: datetime, extra: object, source_dag_id: str | None
+    event_id: int,
+    asset_id: int,
+    timestamp: datetime,
+    extra: object,
+    source_dag_id: str | None,
+    asset_name: str | None = None,
+    id_paths: IdPaths = (),
 ) -> TriggerEvent | None:
-    """The event as this rule sees it, or None when no trigger submitted it."""
+    """The event as this rule sees it, or None when no trigger submitted it. ``asset_name`` and
+    ``id_paths``: a custom trigger's ids (``custom_ids``), beside the providers' own."""
     if not from_trigger(extra, source_dag_id):
         return None
     payload = extra["payload"] if isinstance(extra, dict) and "payload" in extra else None
-    ids = message_ids(payload)
+    ids = message_ids(payload) | custom_ids(extra, asset_name, id_paths)
     if ids:  # the ids decide; the digest is only compared between events without one
         return TriggerEvent(event_id, asset_id, timestamp, ids, "")
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)

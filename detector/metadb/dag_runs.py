@@ -19,6 +19,7 @@ from sqlalchemy import (
     bindparam,
     func,
     literal,
+    null,
     or_,
     select,
     tuple_,
@@ -26,7 +27,7 @@ from sqlalchemy import (
 )
 
 from detector.core.model import ASSET_TRIGGERED, Run
-from detector.core.trigger_event import TriggerEvent, trigger_event
+from detector.core.trigger_event import IdPaths, TriggerEvent, trigger_event
 from detector.metadb.batches import chunks
 from detector.metadb.schema import AirflowTables
 
@@ -236,39 +237,44 @@ def runs_sharing_events(conn: Connection, t: AirflowTables, since: datetime | No
     return runs
 
 
-def _trigger_events(rows: Iterable[Row[Any]]) -> list[TriggerEvent]:
-    found = (trigger_event(r.id, r.asset_id, r.timestamp, r.extra, r.source_dag_id) for r in rows)
+def _trigger_events(rows: Iterable[Row[Any]], id_paths: IdPaths) -> list[TriggerEvent]:
+    found = (trigger_event(r.id, r.asset_id, r.timestamp, r.extra, r.source_dag_id, r.name, id_paths) for r in rows)
     return [e for e in found if e is not None]
 
 
-def _trigger_event_select(t: AirflowTables) -> Select[Any]:
-    """Events no task wrote (a trigger's, or the REST API's): only those carry a trigger's extra."""
-    ae = t.asset_event
-    return select(ae.c.id, ae.c.asset_id, ae.c.timestamp, ae.c.extra, ae.c.source_dag_id).where(
-        ae.c.source_dag_id.is_(None)
-    )
+def _trigger_event_select(t: AirflowTables, id_paths: IdPaths) -> Select[Any]:
+    """Events no task wrote (a trigger's, or the REST API's): only those carry a trigger's extra. With
+    ``id_paths`` (``message_id_paths``, named by asset) the asset's name too (asset PK)."""
+    ae, name = t.asset_event, t.asset.c.name if id_paths else null()
+    query = select(ae.c.id, ae.c.asset_id, ae.c.timestamp, ae.c.extra, ae.c.source_dag_id, name.label("name"))
+    if id_paths:
+        query = query.select_from(ae.join(t.asset, t.asset.c.id == ae.c.asset_id))
+    return query.where(ae.c.source_dag_id.is_(None))
 
 
-def trigger_events(conn: Connection, t: AirflowTables, event_ids: Iterable[int]) -> list[TriggerEvent]:
+def trigger_events(
+    conn: Connection, t: AirflowTables, event_ids: Iterable[int], *, id_paths: IdPaths
+) -> list[TriggerEvent]:
     """The events among ``event_ids`` that a trigger submitted (asset_event_pkey)."""
     found: list[TriggerEvent] = []
+    select_ = _trigger_event_select(t, id_paths)
     for part in chunks(sorted(set(event_ids))):
-        found += _trigger_events(conn.execute(_trigger_event_select(t).where(t.asset_event.c.id.in_(part))))
+        found += _trigger_events(conn.execute(select_.where(t.asset_event.c.id.in_(part))), id_paths)
     return found
 
 
 def trigger_events_near(
-    conn: Connection, t: AirflowTables, events: Iterable[TriggerEvent], window: timedelta
+    conn: Connection, t: AirflowTables, events: Iterable[TriggerEvent], window: timedelta, *, id_paths: IdPaths
 ) -> list[TriggerEvent]:
     """Trigger events of each event's asset within ``window`` of it: one range of
     idx_asset_id_timestamp per event (a new run's trigger events are one or two)."""
     ae, found = t.asset_event, {}
     for event in events:
-        near = _trigger_event_select(t).where(
+        near = _trigger_event_select(t, id_paths).where(
             ae.c.asset_id == event.asset_id,
             ae.c.timestamp.between(event.timestamp - window, event.timestamp + window),
         )
-        found.update({e.id: e for e in _trigger_events(conn.execute(near))})
+        found.update({e.id: e for e in _trigger_events(conn.execute(near), id_paths)})
     return list(found.values())
 
 
@@ -278,6 +284,8 @@ def trigger_events_since(
     since: datetime | None,
     window: timedelta | None = None,
     asset_ids: Iterable[int] | None = None,
+    *,
+    id_paths: IdPaths,
 ) -> list[TriggerEvent]:
     """The trigger events since ``since`` that could be a copy (scan): a filter over asset_event (no
     index on source_dag_id; Airflow's idx_asset_id_timestamp leads with the asset). On PostgreSQL only
@@ -289,10 +297,10 @@ def trigger_events_since(
     ae = t.asset_event
     only = [] if asset_ids is None else [ae.c.asset_id.in_(sorted(set(asset_ids)))]
     if window is None or conn.dialect.name != "postgresql":  # dupguard's SQLite demo: read them all
-        query = _trigger_event_select(t).where(*only)
+        query = _trigger_event_select(t, id_paths).where(*only)
         if since is not None:
             query = query.where(ae.c.timestamp >= since)
-        return _trigger_events(conn.execute(query))
+        return _trigger_events(conn.execute(query), id_paths)
     order = (ae.c.timestamp, ae.c.id)
     near = select(
         ae.c.id,
@@ -305,7 +313,7 @@ def trigger_events_since(
     n = near.subquery()
     span = literal(window, Interval())
     close = select(n.c.id).where(or_(n.c.prev >= n.c.timestamp - span, n.c.next <= n.c.timestamp + span))
-    return trigger_events(conn, t, conn.execute(close).scalars())
+    return trigger_events(conn, t, conn.execute(close).scalars(), id_paths=id_paths)
 
 
 def runs_consuming(conn: Connection, t: AirflowTables, event_ids: Iterable[int]) -> list[Run]:

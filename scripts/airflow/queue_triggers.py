@@ -9,7 +9,9 @@ per triggerer"):
 * ``shape="sqs"``: ``SqsSensorTrigger.run`` (amazon 9.39.0 ``aws/triggers/sqs.py`` L231):
   ``{"status": "success", "message_batch": [<SQS message with MessageId, ReceiptHandle, MD5OfBody, Body>]}``;
 * ``shape="redis"``: redis ``AwaitMessageTrigger.run`` (redis 4.7.1 ``triggers/redis_await_message.py`` L74):
-  the pub/sub message ``{"type": "message", "pattern": None, "channel", "data"}``, no id.
+  the pub/sub message ``{"type": "message", "pattern": None, "channel", "data"}``, no id;
+* ``shape="custom"``: a custom watcher's own payload, the message as read (``{"meta": {"id": ...}, "body": ...}``):
+  its unique id sits under a key only its author knows (dupguard's ``message_id_paths`` names it).
 
 The message is not removed on reception: every copy of the trigger that reads it gets it (an SQS
 message whose visibility timeout ran out, or any Redis pub/sub message, which fans out).
@@ -37,5 +39,7 @@ class QueueFileTrigger(BaseEventTrigger):
         message = json.loads(Path(self.path).read_text())
         if self.shape == "sqs":
             yield TriggerEvent({"status": "success", "message_batch": [message]})
+        elif self.shape == "custom":
+            yield TriggerEvent(message)
         else:
             yield TriggerEvent({"type": "message", "pattern": None, **message})

@@ -56,7 +56,18 @@ orders = Asset(name="orders", uri="sqs://orders", watchers=[{watchers}])
 with DAG("orders_consumer", schedule=[orders], catchup=False):
     EmptyOperator(task_id="load")
 """
+# trigger_event_no_id_absorbed: a second asset with its own watcher, so that one run can consume a copy
+# of orders' message and a new customers message (a run consumes the events up to its DAG's latest queue
+# row, and a copy of one asset arriving after that asset's row waits for the next run).
+DAG_FILE_TWO_ASSETS = DAG_FILE.replace(
+    'with DAG("orders_consumer", schedule=[orders], catchup=False):',
+    """customers = Asset(name="customers", uri="redis://customers", watchers=[CUSTOMERS_WATCHER])
+with DAG("orders_consumer", schedule=(orders | customers), catchup=False):""",
+)
 BODY = '{"order": 42}'
+CUSTOMERS_QUEUE = Path(os.environ["AIRFLOW_HOME"]) / "customers.json"
+# Where a custom watcher's payload keeps its id: the value the tests give dupguard's message_id_paths.
+MESSAGE_ID_PATHS = "orders=payload.meta.id"
 
 
 def sqs_message(message_id: str, receipt: str) -> dict[str, Any]:
@@ -71,6 +82,7 @@ def sqs_message(message_id: str, receipt: str) -> dict[str, Any]:
 
 
 REDIS_MESSAGE = {"channel": "orders", "data": BODY}
+CUSTOM_MESSAGE = {"meta": {"id": "ord-7f3c2a91", "source": "orders-service"}, "body": {"order": 42}}
 
 SCENARIOS = {
     "trigger_event_two_runs": (
@@ -96,6 +108,19 @@ SCENARIOS = {
         "redis",
         "Both copies receive the same Redis pub/sub message (the payload has no id) and each event "
         "makes a run: one message twice, which only the payload's equality shows (suspected).",
+    ),
+    "trigger_event_no_id_absorbed": (
+        "redis",
+        "Both triggerers run the orders watcher (Redis pub/sub payload, no id); triggerer-a's copy submits "
+        "M1, a run follows; triggerer-b's copy submits M1 again, then a new, different message M2 arrives "
+        "on customers (its own watcher, schedule orders | customers); one run consumes both: the copy was "
+        "absorbed by a run that M2 needed anyway, no extra run.",
+    ),
+    "trigger_event_custom_id": (
+        "custom",
+        "Both triggerers run the orders watcher, a custom trigger whose payload keeps the message's own id "
+        "at meta.id; triggerer-a's copy submits M1, a run follows; triggerer-b's copy submits M1 again (same "
+        "id), a second run: an extra run that only the id, named by message_id_paths, proves.",
     ),
     "trigger_event_file_alike": (
         "file",
@@ -188,9 +213,14 @@ def body(name: str, af: sa.AF) -> dict[str, Any]:
         )
     st.DAG_FILE, st.CONSUMERS = DAG_FILE, ["orders_consumer"]
     first = sqs_message("5fea7756-0ea4-451a-a703-a558b933e274", "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a-1")
-    write_queue(first if shape == "sqs" else REDIS_MESSAGE)
+    write_queue({"sqs": first, "custom": CUSTOM_MESSAGE}.get(shape, REDIS_MESSAGE))
+    if name == "trigger_event_no_id_absorbed":
+        trigger = f"QueueFileTrigger(path='{CUSTOMERS_QUEUE}', shape='redis')"
+        customers = f"AssetWatcher(name='customers_watcher', trigger={trigger})"
+        st.DAG_FILE = DAG_FILE_TWO_ASSETS.replace("CUSTOMERS_WATCHER", customers)
     st.write_dags(with_watcher=True)
-    (trigger_id,) = _trigger_ids()
+    triggers = _trigger_ids()
+    trigger_id = triggers[str(QUEUE)]
     sched = af.new_scheduler("scheduler-a")
     a = st.new_triggerer("triggerer-a")
     b = None if name == "trigger_event_no_id_one_triggerer" else st.new_triggerer("triggerer-b")
@@ -201,12 +231,12 @@ def body(name: str, af: sa.AF) -> dict[str, Any]:
         st.heartbeat(b)
         owned_b = st.load_triggers(b)
     messages: dict[int, str] = {}  # event id -> the message it carried (what we delivered)
-    message_id = {"sqs": first["MessageId"], "redis": "redis-1", "file": "file-1"}[shape]
+    message_id = {"sqs": first["MessageId"], "redis": "redis-1", "file": "file-1", "custom": "custom-1"}[shape]
     if shape == "file":
         DROP.write_text("1")  # file 1: the message
 
-    def copy(owned: list[int], mid: str) -> None:
-        event = deliver(owned, trigger_id)
+    def copy(owned: list[int], mid: str, trigger: int = trigger_id) -> None:
+        event = deliver(owned, trigger)
         if event is not None:
             messages[event] = mid
 
@@ -223,6 +253,10 @@ def body(name: str, af: sa.AF) -> dict[str, Any]:
     elif name == "trigger_event_distinct_ids":
         write_queue(sqs_message("9b1c8f4e-2f0a-4c55-8d7e-0e6b1d9a7c31", "AQEBzT0pQm4n7Vx2L9sR-2"))
         copy(owned_b, "9b1c8f4e-2f0a-4c55-8d7e-0e6b1d9a7c31")
+    elif name == "trigger_event_no_id_absorbed":
+        copy(owned_b, message_id)  # M1 again: it queues the run
+        CUSTOMERS_QUEUE.write_text(json.dumps({"channel": "customers", "data": '{"customer": 7}'}))
+        copy(owned_a, "redis-2", triggers[str(CUSTOMERS_QUEUE)])  # M2, a new message: the same run takes it
     elif name == "trigger_event_manual":
         (event,) = messages
         messages[rest_event(event_extra(event))] = "rest"
@@ -240,23 +274,39 @@ def body(name: str, af: sa.AF) -> dict[str, Any]:
     }
 
 
-def _trigger_ids() -> list[int]:
+def _trigger_ids() -> dict[str, int]:
+    """The triggers the DAG parse created, by the queue file each reads."""
     from airflow.models.trigger import Trigger
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
-        return list(session.scalars(select(Trigger.id)))
+        rows = session.scalars(select(Trigger)).all()
+        found = {str(row.kwargs.get("path") or row.kwargs.get("filepath")): row.id for row in rows}
+    if str(DROP) in found:  # the file watcher stands for the orders queue
+        found[str(QUEUE)] = found.pop(str(DROP))
+    return found
 
 
 def truth(af: sa.AF, done: dict[str, Any]) -> dict[str, Any]:
-    """Groups from Airflow's records: the runs that consumed the events of one delivered message."""
-    runs = [r for r in af.runs("orders_consumer") if r["run_type"] == "asset_triggered"]
+    """Groups from Airflow's records: the runs that consumed the events of one delivered message.
+
+    A run is extra only when every event it consumed carries a message an earlier run (by id) had
+    already consumed through another event: a run that also consumed a new message was needed anyway
+    (it absorbed the copy). ``extra_run_ids`` names those; a set of copies without one is no group."""
+    runs = sorted((r for r in af.runs("orders_consumer") if r["run_type"] == "asset_triggered"), key=lambda r: r["id"])
+    message_of = {event: mid for event, mid in done["messages"].items() if mid != "rest"}
     by_message: dict[str, list[int]] = {}
-    for event, mid in done["messages"].items():
-        if mid != "rest":
-            by_message.setdefault(mid, []).append(event)
-    expected, suspected, duplicates = [], [], []
+    for event, mid in message_of.items():
+        by_message.setdefault(mid, []).append(event)
+    seen: set[str] = set()  # the messages earlier runs consumed
+    extra: set[str] = set()
+    for r in runs:
+        carried = [message_of.get(e) for e in r["event_ids"]]
+        if carried and all(m is not None and m in seen for m in carried):
+            extra.add(r["run_id"])
+        seen.update(m for m in carried if m is not None)
+    expected, suspected, custom, duplicates = [], [], [], []
     for mid, events in sorted(by_message.items()):
         if len(events) < 2:
             continue
@@ -268,17 +318,25 @@ def truth(af: sa.AF, done: dict[str, Any]) -> dict[str, Any]:
             "dag_id": "orders_consumer",
             "run_ids": [r["run_id"] for r in consumers],
             "first_run_id": consumers[0]["run_id"],
+            "extra_run_ids": [r["run_id"] for r in consumers if r["run_id"] in extra],
             "shared_event_ids": sorted(events),
             "run_after": consumers[0]["run_after"],
             "creating_job_ids": [r["creating_job_id"] for r in consumers],
         }
         if done["shape"] == "sqs":
             expected.append({**group, "kind": "trigger_event", "confidence": "confirmed"})
-        else:
+        elif done["shape"] == "custom":  # proven only with dupguard's message_id_paths naming meta.id
+            custom.append({**group, "kind": "trigger_event", "confidence": "confirmed"})
+        elif group["extra_run_ids"]:
             suspected.append({**group, "kind": "trigger_event", "confidence": "suspected"})
     return {
         "expected_groups": expected,
         "suspected_groups": suspected,
+        **(
+            {"message_id_paths": MESSAGE_ID_PATHS, "expected_groups_with_message_id_paths": custom}
+            if done["shape"] == "custom"
+            else {}
+        ),
         "duplicate_events": duplicates,
         "expected_stranded": stranded(af, sorted(done["messages"]), runs),
     }

@@ -89,6 +89,7 @@ NOT_CHECKED_BY_THE_CHART = {
     "leader_check_interval": CONFIG_ONLY,
     "startup_lookback": CONFIG_ONLY,
     "suspect_window": CONFIG_ONLY,
+    "message_id_paths": CONFIG_ONLY + "; a bad path is refused at start (exit 2)",
     "split_grace": CONFIG_ONLY,
     "split_poll_interval": CONFIG_ONLY,
     "gap_grace": CONFIG_ONLY,

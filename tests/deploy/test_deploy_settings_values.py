@@ -104,6 +104,9 @@ def sample(setting: settings.Setting, index: int) -> tuple[Any, str]:
     if setting.name == "alertmanager_urls":
         urls = ["http://alertmanager-0.monitoring:9093", "http://alertmanager-1.monitoring:9093"]
         return urls, ",".join(urls)
+    if setting.name == "message_id_paths":
+        paths = ["orders=payload.meta.id", "billing_*=payload.items.*.id"]
+        return paths, ",".join(paths)
     if isinstance(default, tuple):
         return ["split_partition", "double_bump"], "split_partition,double_bump"
     if setting.parse in (settings.url, settings.urls):

@@ -148,3 +148,21 @@ def test_run_once_fails_the_extra_run_through_the_api(servers: _Servers, tmp_pat
     note = after[dup].note
     assert after[dup].state == "failed" and note is not None and kept in note
     assert after[kept] == before[kept]
+
+
+@pytest.mark.parametrize("version", AFFECTED)
+def test_scan_through_the_api_proves_a_custom_id_the_setting_names(
+    servers: _Servers, creds: None, version: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trigger_event_custom_id: the id at the payload's meta.id, named by DUPGUARD_MESSAGE_ID_PATHS (the
+    asset's name as the API serves it with each event), proves the copies: the truth's confirmed group."""
+    truth = ground_truth(version, "trigger_event_custom_id")
+    server = servers[version]
+    server.reset("trigger_event_custom_id")
+    monkeypatch.setenv("DUPGUARD_MESSAGE_ID_PATHS", truth["message_id_paths"])
+    _, doc = scan_api(server.url)
+    expected = sorted(
+        (g["kind"], g["confidence"], g["first_run_id"], tuple(g["extra_run_ids"]), sorted(g["shared_event_ids"]))
+        for g in truth["expected_groups_with_message_id_paths"]
+    )
+    assert expected and _found(doc) == expected

@@ -32,18 +32,27 @@ from tests.slack_server import SlackServer
 
 pytestmark = pytest.mark.integration
 
-CASES = [(v, s) for v in ("3.0.6", "3.1.2", "3.2.2") for s in scenarios(v) if s.startswith("trigger_event_")]
+CASES = [(v, s) for v in ("3.0.6", "3.1.2", "3.2.2", "3.3.2") for s in scenarios(v) if s.startswith("trigger_event_")]
 
 
-def _copies(entries: list[dict[str, Any]]) -> list[tuple[str, list[str], list[int]]]:
+Copy = tuple[str, list[str], list[int], str, list[str]]  # DAG, runs, events, first run, extra runs
+
+
+def _copies(entries: list[dict[str, Any]]) -> list[Copy]:
     return sorted(
-        (e["dag_ids"][0], e["run_ids"], e["event_ids"]) for e in entries if e.get("reason") == "copies_without_id"
+        (e["dag_ids"][0], e["run_ids"], e["event_ids"], e["first_run_id"], e["extra_run_ids"])
+        for e in entries
+        if e.get("reason") == "copies_without_id"
     )
 
 
-def _truth(version: str, scenario: str) -> list[tuple[str, list[str], list[int]]]:
+def _truth(version: str, scenario: str) -> list[Copy]:
     groups = ground_truth(version, scenario).get("suspected_groups", [])
-    return sorted((g["dag_id"], g["run_ids"], g["shared_event_ids"]) for g in groups if g["kind"] == "trigger_event")
+    return sorted(
+        (g["dag_id"], g["run_ids"], g["shared_event_ids"], g["first_run_id"], g["extra_run_ids"])
+        for g in groups
+        if g["kind"] == "trigger_event"
+    )
 
 
 def _scan(url: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
@@ -59,6 +68,10 @@ def test_the_truth_holds_one_id_less_copy_set_per_affected_version() -> None:
         ("3.1.2", "trigger_event_no_id"): 1,
     }
     assert {("3.2.2", "trigger_event_no_id"), ("3.0.6", "trigger_event_file_alike")} <= set(CASES)
+    # A copy a later run absorbed with a new message of its own: no extra run (Airflow made it on both).
+    assert {("3.0.6", "trigger_event_no_id_absorbed"), ("3.1.2", "trigger_event_no_id_absorbed")} <= set(CASES)
+    for version in ("3.0.6", "3.1.2"):
+        assert len(ground_truth(version, "trigger_event_no_id_absorbed")["duplicate_events"]) == 1
     assert {("3.1.2", "trigger_event_file_alike"), ("3.1.2", "trigger_event_no_id_one_triggerer")} <= set(CASES)
 
 
@@ -119,7 +132,14 @@ def test_run_reports_the_copies_once_it_saw_the_trigger_flap(pg_templates: Templ
     assert sorted(o.confidence for o in second) == ["confirmed", "suspected"]
     [copies] = [o for o in second if o.confidence == "suspected"]
     [truth] = _truth("3.1.2", "trigger_event_no_id")
-    assert (copies.dag_ids[0], copies.facts["run_ids"], copies.facts["event_ids"]) == truth
+    facts = copies.facts
+    assert (
+        copies.dag_ids[0],
+        facts["run_ids"],
+        facts["event_ids"],
+        facts["first_run_id"],
+        facts["extra_run_ids"],
+    ) == truth
     assert copies.key.startswith(f"{KIND}:copies:")
     names = {o.confidence: observation_notice(o, "c", last).alertname for o in second}
     assert names == {"confirmed": "DupguardTriggerFlapping", "suspected": "DupguardTriggerCopies"}

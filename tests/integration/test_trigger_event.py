@@ -16,6 +16,7 @@ from detector.core.model import Kind
 from detector.core.ports import Result
 from detector.metadb import dag_runs
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.settings import message_id_paths
 from detector.sources.database.poll import IncrementalDetector, NewRowTracker
 from tests.airflow_server import db_state
 from tests.daemon_harness import Running, start_daemon, wait_for
@@ -90,14 +91,19 @@ def test_scan_reports_the_kind_in_its_json(pg_templates: Templates, capsys: pyte
         assert doc["groups"] == [], look_alike
 
 
-@pytest.mark.parametrize("version", AFFECTED)
+# An SQS MessageId, and a custom watcher's own id at meta.id named by message_id_paths: the same rules.
+DAEMON_CASES = [(v, s) for v in AFFECTED for s in ("trigger_event_two_runs", "trigger_event_custom_id")]
+
+
+@pytest.mark.parametrize(("version", "scenario"), DAEMON_CASES, ids=[f"{v}-{s}" for v, s in DAEMON_CASES])
 def test_the_daemon_stops_the_extra_run_in_the_db_backend_and_alerts_once(
-    version: str, pg_templates: Templates, daemons: list[Running]
+    version: str, scenario: str, pg_templates: Templates, daemons: list[Running]
 ) -> None:
     """remediation=fail, backend db: the run the second copy made is failed with dupguard's note; the
     run of the first copy, and everything else, is untouched; one detection alert."""
-    url = pg_templates.clone(version, "trigger_event_two_runs")
-    [group] = ground_truth(version, "trigger_event_two_runs")["expected_groups"]
+    url = pg_templates.clone(version, scenario)
+    truth = ground_truth(version, scenario)
+    [group] = truth.get("expected_groups_with_message_id_paths", truth["expected_groups"])
     kept = group["first_run_id"]
     [dup] = [r for r in group["run_ids"] if r != kept]
     before = db_state(url)
@@ -112,6 +118,7 @@ def test_the_daemon_stops_the_extra_run_in_the_db_backend_and_alerts_once(
         remediation="fail",
         remediation_backend="db",
         startup_lookback=LONG_AGO,
+        message_id_paths=message_id_paths(truth.get("message_id_paths", "")),
     )
     daemons.append(d)
     wait_for(lambda: dup in d.alerter.results(), what="the duplicate's outcome")

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from detector.checks.trigger_flapping.rule import TriggererJob, alive_at
-from detector.checks.trigger_flapping.rule_copies import suspected_copies
-from detector.core.trigger_event import TriggerEvent, broadcast, trigger_event
+from detector.checks.trigger_flapping.rule_copies import extra_runs, suspected_copies
+from detector.core.trigger_event import Copies, TriggerEvent, broadcast, trigger_event
 from tests.factories import T0, run
 
 WINDOW = timedelta(seconds=60)
@@ -66,6 +66,60 @@ def test_one_redis_message_in_two_runs_is_one_suspected_set() -> None:
         [10, 11],
     )
     assert (found.first, found.last) == (T0, T0 + timedelta(milliseconds=800))
+    assert (found.first_run.id, [r.id for r in found.extra_runs]) == (10, [11])
+
+
+def test_a_copy_absorbed_by_a_run_with_a_new_message_made_no_extra_run() -> None:
+    """The Airflow-made trigger_event_no_id_absorbed: the second run consumed b's copy of M1 and M2, a
+    different message (here of another asset): it was needed for M2, so nothing is reported."""
+    a, b = run(id=10), run(id=11, run_after=T0 + timedelta(seconds=1))
+    events = [event(1, 0), event(2, 0.8), event(3, 0.9, payload={**REDIS, "channel": "customers"}, asset_id=2)]
+    assert suspected_copies(events, WINDOW, {10: frozenset({1}), 11: frozenset({2, 3})}, [a, b], always) == []
+
+
+def test_a_task_event_beside_the_copy_also_makes_the_run_needed() -> None:
+    """An event that is no trigger's (a task's, the REST API's) is in no copy set: the run was needed."""
+    a, b = run(id=10), run(id=11, run_after=T0 + timedelta(seconds=1))
+    consumed = {10: frozenset({1}), 11: frozenset({2, 99})}
+    assert suspected_copies([event(1, 0), event(2, 0.8)], WINDOW, consumed, [a, b], always) == []
+
+
+def test_only_the_runs_made_of_copies_alone_are_named_extra() -> None:
+    """Three copies: the second run also took a new message (not extra), the third only a copy (extra);
+    the finding names the first run apart."""
+    a, b, c = (run(id=i, run_after=T0 + timedelta(seconds=i - 10)) for i in (10, 11, 12))
+    events = [event(1, 0), event(2, 0.5), event(3, 1.0), event(4, 0.6, payload={**REDIS, "data": "other"})]
+    consumed = {10: frozenset({1}), 11: frozenset({2, 4}), 12: frozenset({3})}
+    [found] = suspected_copies(events, WINDOW, consumed, [c, b, a], always)
+    assert ([r.id for r in found.runs], found.first_run.id, [r.id for r in found.extra_runs]) == (
+        [10, 11, 12],
+        10,
+        [12],
+    )
+
+
+def _chains(*sets: set[int]) -> list[Copies]:
+    return [Copies(frozenset(s), False) for s in sets]
+
+
+@pytest.mark.parametrize(
+    ("case", "consumed", "chains", "extra"),
+    [
+        ("every event a copy of an earlier run's", {10: {1}, 11: {2}}, [{1, 2}], {11}),
+        ("the first consumer is never extra", {10: {1}}, [{1, 2}], set()),
+        ("one event outside every set", {10: {1}, 11: {2, 5}}, [{1, 2}], set()),
+        ("the very same event: an overlap, not a copy", {10: {1}, 11: {1}}, [{1, 2}], set()),
+        ("copies of two messages, both consumed before", {10: {1, 3}, 11: {2, 4}}, [{1, 2}, {3, 4}], {11}),
+        ("copies of two messages, one new", {10: {1}, 11: {2, 4}}, [{1, 2}, {3, 4}], set()),
+        ("earlier means a lower id, not the order given", {11: {1}, 10: {2}}, [{1, 2}], {11}),
+        ("a run of no events is not extra", {10: {1}, 11: set()}, [{1, 2}], set()),
+        ("another DAG's run is no earlier run", {10: {1}, 12: {2}}, [{1, 2}], set()),
+    ],
+)
+def test_extra_runs_boundaries(case: str, consumed: dict[int, set[int]], chains: list[Copies], extra: set[int]) -> None:
+    runs = [run(id=i, dag_id="other" if i == 12 else "consumer") for i in consumed]
+    found = extra_runs(runs, {k: frozenset(v) for k, v in consumed.items()}, _chains(*map(set, chains)))
+    assert found == extra, case
 
 
 def test_a_file_watchers_equal_payloads_are_left_alone() -> None:

@@ -60,7 +60,9 @@ class StrandedEventsCheck(CheckBase):
         candidates = statements.stranded_event_candidates(conn, db.tables, ctx.since)
         stranded = find_stranded(candidates, dag_filter=ctx.dag_filter)
         # A trigger's copy of a consumed message is marked: its repair would run the consumer again.
-        stranded = copies.of_stranded(conn, t, stranded, self.config.suspect_window) if stranded else stranded
+        if stranded:
+            window, id_paths = self.config.suspect_window, self.config.message_id_paths
+            stranded = copies.of_stranded(conn, t, stranded, window, id_paths)
         found = [observe(s, ctx.db_now) for s in stranded]
         late = statements.stranded_late_candidates(conn, db.tables, ctx.since)
         return found + [observe_late(s, ctx.db_now) for s in find_late(late, dag_filter=ctx.dag_filter)]

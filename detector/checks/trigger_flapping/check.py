@@ -133,7 +133,9 @@ class TriggerFlappingCheck(CheckBase):
         if not of_asset:
             return []
         t, window = db.tables, self.config.suspect_window
-        events = [e for e in dag_runs.trigger_events_since(conn, t, since, window, of_asset) if e.broadcast]
+        id_paths = self.config.message_id_paths  # an event with an id of its own is no id-less copy
+        read = dag_runs.trigger_events_since(conn, t, since, window, of_asset, id_paths=id_paths)
+        events = [e for e in read if e.broadcast]
         # Only events with an equal one within the window can be copies: their consumers alone are read.
         chained = {e for c in copies(events, window) for e in c.event_ids}
         events = [e for e in events if e.id in chained]
@@ -254,19 +256,26 @@ def _suspected(s: SuspectedCopies, t: TriggerRow, ctx: CheckContext, window: tim
         "timestamps); `dupguard run` sees the flapping itself"
     )
     run_ids = [r.run_id for r in s.runs]
+    extra = [r.run_id for r in s.extra_runs]
+    absorbed = [r.run_id for r in s.runs[1:] if r not in s.extra_runs]
     return Observation(
         kind=KIND,
         key=f"{KIND}:copies:{s.dag_id}:{s.event_ids[0]}",
         confidence="suspected",
         severity="warning",
         dag_ids=(s.dag_id,),
-        title=f"DAG {s.dag_id} ran {len(s.runs)} times for equal messages of trigger {t.id} while it ran on "
-        "two triggerers: possibly one message, no message id to prove it",
+        title=f"DAG {s.dag_id} ran {len(extra)} extra time(s) after run {s.first_run.run_id} for equal messages of "
+        f"trigger {t.id} while it ran on two triggerers: possibly one message, no message id to prove it",
         lines=(
             f"trigger {t.id}: {_feeds(t)}",
             f"asset events {', '.join(map(str, s.event_ids))} from {s.first.isoformat()} to {s.last.isoformat()}: "
             f"equal Redis pub/sub payloads within {window.total_seconds():g} s of each other",
-            f"runs {', '.join(run_ids)}",
+            f"first run {s.first_run.run_id}; extra: {', '.join(extra)} (they consumed nothing but copies)",
+            *(
+                [f"not extra: {', '.join(absorbed)} (also consumed other events: the copy rode along)"]
+                if absorbed
+                else []
+            ),
             how,
         ),
         advice=COPIES_ADVICE,
@@ -275,6 +284,8 @@ def _suspected(s: SuspectedCopies, t: TriggerRow, ctx: CheckContext, window: tim
             "reason": "copies_without_id",
             "event_ids": list(s.event_ids),
             "run_ids": run_ids,
+            "first_run_id": s.first_run.run_id,
+            "extra_run_ids": extra,
             "first_event_at": s.first.isoformat(),
             "last_event_at": s.last.isoformat(),
         },

@@ -33,7 +33,7 @@ from detector import logs
 from detector.airflowapi.client import Gone, Transient
 from detector.core.model import TaskProgress, ti_started
 from detector.core.plan import Action
-from detector.core.trigger_event import TriggerEvent, trigger_event
+from detector.core.trigger_event import IdPaths, TriggerEvent, trigger_event
 from detector.errors import AirflowApiError
 from detector.metadb.run_state import KeptRun, RunState, TaskState
 
@@ -104,14 +104,16 @@ class NearEvents:
     consumers: Mapping[int, frozenset[tuple[str, str]]]
 
 
-def _trigger(event: Mapping[str, Any]) -> TriggerEvent | None:
+def _trigger(event: Mapping[str, Any], id_paths: IdPaths) -> TriggerEvent | None:
     """The event as the trigger_event rule sees it (None when no trigger wrote it): the API serves the
     columns the database source reads (``extra`` with secrets masked, ``source_dag_id``, ``asset_id``,
-    ``timestamp``), docs/explanation/airflow-internals.md, "Through the REST API"."""
+    ``timestamp``, the asset's ``name``), docs/explanation/airflow-internals.md, "Through the REST API"."""
     at = parse_time(event.get("timestamp"))
     if at is None or not isinstance(event.get("asset_id"), int):
         return None
-    return trigger_event(int(event["id"]), event["asset_id"], at, event.get("extra"), event.get("source_dag_id"))
+    name = event.get("name") if isinstance(event.get("name"), str) else None
+    extra, source = event.get("extra"), event.get("source_dag_id")
+    return trigger_event(int(event["id"]), event["asset_id"], at, extra, source, name, id_paths)
 
 
 def _created(event: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
@@ -152,9 +154,10 @@ def _path(*parts: str) -> str:
 class Reader:
     """The API source's read calls over one ``Http`` session."""
 
-    def __init__(self, http: Http, *, page: int = PAGE) -> None:
+    def __init__(self, http: Http, *, page: int = PAGE, id_paths: IdPaths = ()) -> None:
         self.http = http
         self.page = page
+        self.id_paths = id_paths  # message_id_paths: where custom triggers keep their messages' ids
         self.requests = 0  # calls sent (benchmarks, tests)
         self._count_lock = threading.Lock()
         self._triggers: list[TriggerEvent] | None = None  # event_consumers' trigger events, while it lists
@@ -286,7 +289,7 @@ class Reader:
             if event.get("name") or event.get("uri"):  # AssetEventResponse, 3.0-3.3
                 assets.add((str(event.get("name") or event.get("uri")), str(event.get("uri") or "")))
             consumers |= _created(event)
-            if (found := _trigger(event)) is not None:
+            if (found := _trigger(event, self.id_paths)) is not None:
                 triggers.append(found)
         return ConsumedEvents(frozenset(ids), frozenset(consumers), frozenset(assets), tuple(triggers))
 
@@ -312,7 +315,7 @@ class Reader:
             items = answer.get("asset_events") or []
             seen += len(items)
             for event in items:
-                if (found := _trigger(event)) is not None:
+                if (found := _trigger(event, self.id_paths)) is not None:
                     triggers.append(found)
                     consumers[found.id] = _created(event)
             total = answer.get("total_entries")
@@ -374,7 +377,7 @@ class Reader:
     def _collect(self, items: list[dict[str, Any]], found: dict[int, frozenset[tuple[str, str]]]) -> None:
         for event in items:
             found[int(event["id"])] = _created(event)
-            if self._triggers is not None and (trigger := _trigger(event)) is not None:
+            if self._triggers is not None and (trigger := _trigger(event, self.id_paths)) is not None:
                 self._triggers.append(trigger)
 
     def task_states(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:

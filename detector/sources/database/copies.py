@@ -15,33 +15,37 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection
 
 from detector.core.model import Run
-from detector.core.trigger_event import Copies, TriggerEvent, copies
+from detector.core.trigger_event import Copies, IdPaths, TriggerEvent, copies
 from detector.metadb import dag_runs
 from detector.metadb.schema import AirflowTables
 
 
 def near_runs(
-    conn: Connection, t: AirflowTables, runs: Iterable[Run], events: Mapping[int, frozenset[int]], window: timedelta
+    conn: Connection,
+    t: AirflowTables,
+    runs: Iterable[Run],
+    events: Mapping[int, frozenset[int]],
+    window: timedelta,
+    id_paths: IdPaths,
 ) -> tuple[list[Copies], list[Run]]:
     """Copies of the messages ``runs``' trigger events carried, and the runs of those DAGs that consumed one."""
     runs = list(runs)
     # Only an id links runs (core.trigger_event): an event without one needs no range read on the poll.
-    mine = [
-        e for e in dag_runs.trigger_events(conn, t, {e for r in runs for e in events.get(r.id, ())}) if e.message_ids
-    ]
+    consumed = {e for r in runs for e in events.get(r.id, ())}
+    mine = [e for e in dag_runs.trigger_events(conn, t, consumed, id_paths=id_paths) if e.message_ids]
     if not mine:
         return [], []
     ids = {e.id for e in mine}
-    near = copies(dag_runs.trigger_events_near(conn, t, mine, window), window)
+    near = copies(dag_runs.trigger_events_near(conn, t, mine, window, id_paths=id_paths), window)
     found = [c for c in near if c.proven and c.event_ids & ids]
     return found, consumers(conn, t, found, {r.dag_id for r in runs})
 
 
 def since(
-    conn: Connection, t: AirflowTables, start: datetime | None, window: timedelta
+    conn: Connection, t: AirflowTables, start: datetime | None, window: timedelta, id_paths: IdPaths
 ) -> tuple[list[Copies], list[Run]]:
     """Every copy set among the trigger events since ``start`` (scan), and the runs that consumed one."""
-    events: list[TriggerEvent] = dag_runs.trigger_events_since(conn, t, start, window)
+    events: list[TriggerEvent] = dag_runs.trigger_events_since(conn, t, start, window, id_paths=id_paths)
     found = [c for c in copies(events, window) if c.proven]
     return found, consumers(conn, t, found, None)
 

@@ -25,7 +25,7 @@ from sqlalchemy import Connection
 from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, find_duplicates
 from detector.core.model import ASSET_TRIGGERED, NO_DECISIONS, Decisions, Finding, Run, TaskProgress, asset_labels
 from detector.core.reprocess import needs_origins, refine_partitioned
-from detector.core.trigger_event import find_trigger_event_duplicates
+from detector.core.trigger_event import IdPaths, find_trigger_event_duplicates
 from detector.metadb import consumption, dag_runs, partitions
 from detector.metadb.prepared import TopRunId
 from detector.metadb.schema import AirflowTables
@@ -129,6 +129,7 @@ class IncrementalDetector:
     tracker: NewRowTracker
     dag_filter: DagFilter = ALL_DAGS
     suspect_window: timedelta = DEFAULT_SUSPECT_WINDOW
+    id_paths: IdPaths = ()  # message_id_paths: where custom triggers keep their messages' ids
     batch: int = DEFAULT_BATCH
     prior: PriorSource | None = None
 
@@ -171,7 +172,7 @@ class IncrementalDetector:
                 candidates.setdefault(sibling.id, sibling)
                 alone = alone and sibling.id == run.id
         # Runs that consumed another copy of a message one of these runs' trigger events carried.
-        found_copies, consumers = copies.near_runs(conn, t, watched, events, self.suspect_window)
+        found_copies, consumers = copies.near_runs(conn, t, watched, events, self.suspect_window, self.id_paths)
         for consumer in consumers:
             candidates.setdefault(consumer.id, consumer)
         alone = alone and len(consumers) < 2  # one run holding every copy makes no group

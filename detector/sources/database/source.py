@@ -57,6 +57,7 @@ class DatabaseSource:
             tracker=NewRowTracker(high=0),
             dag_filter=self._filter,
             suspect_window=config.suspect_window,
+            id_paths=config.message_id_paths,
             prior=self._prior,
         )
 
@@ -107,6 +108,7 @@ class DatabaseSource:
             tracker=tracker,
             dag_filter=self._filter,
             suspect_window=self.config.suspect_window,
+            id_paths=self.config.message_id_paths,
             prior=self._prior,
         )
         log.info("watching", from_id=high, durable_ledger=self.ledger.durable, start=how, gaps=len(gaps) + len(late))
