@@ -234,20 +234,24 @@ def _jobs(a: Any, b: Any) -> dict[str, int]:
     return {"scheduler-a": int(a.job.id), "scheduler-b": int(b.job.id)}
 
 
+def bumped(af: AF, a: Any, b: Any, before_resume: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+    """Two runs, the race, a's next loop and worker-2's start: the ground truth of the bump it made."""
+    new_run(af), new_run(af)
+    raced = race(af, a, b, before_resume)
+    before, run_id = raced["before"], raced["held_run_id"]
+    scheduler_loop(af, a)  # a's next loop queues what its stale update left scheduled (3.0/3.1)
+    truth = ground_truth(af, before, _jobs(a, b))
+    if truth:
+        worker_starts(af, run_id, "worker-2")  # the second attempt starts; the first is still running
+        truth[0]["after"] = next(r for r in ti_rows(af) if r["id"] == truth[0]["ti_id"])
+        assert truth[0]["run_id"] == run_id, (truth, run_id)
+    BEFORE[:] = before
+    return truth
+
+
 def sc_double_bump() -> tuple[str, Body]:
     def body(af: AF) -> list[dict[str, Any]]:
-        a, b = af.new_scheduler("scheduler-a"), af.new_scheduler("scheduler-b")
-        new_run(af), new_run(af)
-        raced = race(af, a, b)
-        before, run_id = raced["before"], raced["held_run_id"]
-        scheduler_loop(af, a)  # a's next loop queues what its stale update left scheduled (3.0/3.1)
-        truth = ground_truth(af, before, _jobs(a, b))
-        if truth:
-            worker_starts(af, run_id, "worker-2")  # the second attempt starts; the first is still running
-            truth[0]["after"] = next(r for r in ti_rows(af) if r["id"] == truth[0]["ti_id"])
-            assert truth[0]["run_id"] == run_id, (truth, run_id)
-        BEFORE[:] = before
-        return truth
+        return bumped(af, af.new_scheduler("scheduler-a"), af.new_scheduler("scheduler-b"))
 
     return (
         "scheduler-a's _schedule_all_dag_runs met one transient DB error; Airflow's retry wrapper rolled "
@@ -301,7 +305,6 @@ def sc_after_stop() -> tuple[str, Body]:
     def body(af: AF) -> list[dict[str, Any]]:
         os.environ["AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD"] = str(STOP_THRESHOLD_S)
         a, b = af.new_scheduler("scheduler-a"), af.new_scheduler("scheduler-b")
-        new_run(af), new_run(af)
         stopped: dict[str, Any] = {}
 
         def third_scheduler_stops() -> None:
@@ -309,13 +312,7 @@ def sc_after_stop() -> tuple[str, Body]:
             stopped["c"] = af.new_scheduler("scheduler-c")
             time.sleep(STOP_BEFORE_BUMP_S)
 
-        raced = race(af, a, b, third_scheduler_stops)
-        before, run_id = raced["before"], raced["held_run_id"]
-        scheduler_loop(af, a)
-        truth = ground_truth(af, before, _jobs(a, b))
-        if truth:
-            worker_starts(af, run_id, "worker-2")
-            truth[0]["after"] = next(r for r in ti_rows(af) if r["id"] == truth[0]["ti_id"])
+        truth = bumped(af, a, b, third_scheduler_stops)
         c = stopped["c"]
         time.sleep(STOP_THRESHOLD_S + 0.5)  # c's heartbeat is now older than the threshold
         _heartbeat(af, a, b)  # a and b are alive
@@ -325,7 +322,6 @@ def sc_after_stop() -> tuple[str, Body]:
             health_check_threshold_s=STOP_THRESHOLD_S,
             bumped_scheduled_dttm=[_scheduled_dttm(af, t["ti_id"]) for t in truth],
         )
-        BEFORE[:] = before
         return truth
 
     return (

@@ -1,6 +1,6 @@
 """What a real Airflow API server writes to its ``log`` table when a DAG is paused and unpaused through
 ``PATCH /api/v2/dags/{dag_id}`` (what the UI's toggle calls: ``requestBody: {is_paused: !isPaused}`` in every
-version's UI bundle), and what the stranded_events check reads of it (``pauses``): the direction on 3.1+,
+version's UI bundle), and what the stranded_events check reads of it (``rule_pauses``): the direction on 3.1+,
 none on 3.0.x (it writes ``"is_paused": false`` both ways). The CLI's rows are in the stranded_paused_run
 fixtures (scripts/airflow/scenarios_stranded.py)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from detector.checks.stranded_events import pauses, statements
+from detector.checks.stranded_events import rule_pauses, statements
 from detector.checks.stranded_events.rule import find_stranded
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metadb.schema import Family
@@ -38,7 +38,7 @@ def stranded_in(url: str, *, pauses_read: bool = True) -> list[tuple[str, list[i
                     {c.dag_id for c in candidates},
                     patch_direction=db.info.family != Family.AIRFLOW_3_0,
                 )
-                candidates = pauses.with_pauses(candidates, log)
+                candidates = rule_pauses.with_pauses(candidates, log)
             found = find_stranded(candidates)
     finally:
         engine.dispose()

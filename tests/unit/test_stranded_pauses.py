@@ -1,4 +1,4 @@
-"""Was the consumer paused when an event was registered (detector.checks.stranded_events.pauses), and what
+"""Was the consumer paused when an event was registered (detector.checks.stranded_events.rule_pauses), and what
 the rule, the alert and the repair make of it. The log rows are shaped as Airflow 3.0.6-3.3.2 write them
 (tests/integration/test_pause_log_api.py checks them on a real API server; the CLI's in the
 stranded_paused_run fixtures)."""
@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from detector.checks.stranded_events.pauses import (
+from detector.checks.stranded_events.rule import find_stranded, observe
+from detector.checks.stranded_events.rule_pauses import (
     PATCH_DAG,
     PATCH_DAGS,
     PAUSE,
@@ -22,7 +23,6 @@ from detector.checks.stranded_events.pauses import (
     record,
     with_pauses,
 )
-from detector.checks.stranded_events.rule import find_stranded, observe
 from detector.checks.stranded_events.rule_repair import Refusal, plan_requeue
 from tests.unit.test_stranded_repair import SET, STATE
 from tests.unit.test_stranded_rule import STRANDED

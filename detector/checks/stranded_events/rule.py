@@ -19,7 +19,7 @@ even of another asset, could still make a run that consumes it). Not flagged, ea
 * events at or before the DAG's first schedule reference (3.3 floors a first run there when catchup
   is off: the backlog is skipped on purpose);
 * events registered while the DAG was paused (the ``log`` table's pause and unpause records,
-  ``pauses``): Airflow queues nothing for a paused DAG by design, and the run a later event makes
+  ``rule_pauses``): Airflow queues nothing for a paused DAG by design, and the run a later event makes
   consumes them, whatever happened in between (a run made after the unpause from a row queued before
   the pause included); a DAG paused *now* is not judged at all. When the log cannot say (purged by
   ``airflow db clean``, a bulk or direction-less record, no SELECT on it) the event is still reported,
@@ -81,7 +81,7 @@ class CandidateEvent:
     run_created_at: datetime | None  # dag_run.created_at (3.2+; NULL on older rows)
     run_queued_at: datetime | None
     run_clear_number: int
-    # Paused when registered (``pauses.paused_at``): True, False, or None when the log cannot say.
+    # Paused when registered (``rule_pauses.paused_at``): True, False, or None when the log cannot say.
     paused_then: bool | None = False
 
 

@@ -26,9 +26,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from detector.checks.stranded_events import pauses
 from detector.checks.stranded_events.rule import CandidateEvent, StrandedSet
 from detector.checks.stranded_events.rule_late import LateCandidate
+from detector.checks.stranded_events.rule_pauses import EVENTS, PauseLog, record
 from detector.checks.stranded_events.rule_repair import RepairedRun, RepairState, Requeue, WindowEvent
 from detector.core.model import ASSET_TRIGGERED
 from detector.metadb.schema import (
@@ -395,20 +395,20 @@ def asset_runs_at(conn: Connection, t: AirflowTables, dag_id: str, run_after: da
     return [RepairedRun(run_id=k, event_ids=tuple(v)) for k, v in found.items()]
 
 
-def pause_log(conn: Connection, t: AirflowTables, dag_ids: set[str], *, patch_direction: bool) -> pauses.PauseLog:
-    """The pause and unpause records of ``dag_ids`` and every bulk one (``pauses``), and the log's oldest
+def pause_log(conn: Connection, t: AirflowTables, dag_ids: set[str], *, patch_direction: bool) -> PauseLog:
+    """The pause and unpause records of ``dag_ids`` and every bulk one (``rule_pauses``), and the log's oldest
     row. Pauses are rare: idx_log_event reads a few rows; the oldest row is one step of idx_log_dttm."""
     dag = t.dag
     assert dag is not None
     names_dag = select(literal(1)).where(dag.c.dag_id == LOG.c.dag_id).exists()
     rows = conn.execute(
         select(LOG.c.event, LOG.c.dag_id, LOG.c.dttm, LOG.c.extra, names_dag.label("names_dag"))
-        .where(LOG.c.event.in_(pauses.EVENTS), LOG.c.dttm.is_not(None))
+        .where(LOG.c.event.in_(EVENTS), LOG.c.dttm.is_not(None))
         .where(or_(LOG.c.dag_id.in_(sorted(dag_ids)), LOG.c.dag_id.is_(None), ~names_dag))
         .order_by(LOG.c.dttm, LOG.c.id)
     )
     records = tuple(
-        pauses.record(r.event, r.dag_id, r.dttm, r.extra, names_dag=bool(r.names_dag), patch_direction=patch_direction)
+        record(r.event, r.dag_id, r.dttm, r.extra, names_dag=bool(r.names_dag), patch_direction=patch_direction)
         for r in rows
     )
-    return pauses.PauseLog(records, conn.scalar(select(func.min(LOG.c.dttm))))
+    return PauseLog(records, conn.scalar(select(func.min(LOG.c.dttm))))

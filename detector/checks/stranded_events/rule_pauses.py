@@ -29,10 +29,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from detector.checks.stranded_events.rule import CandidateEvent
+from detector.checks.stranded_events.rule import CandidateEvent
 
 PAUSE = "cli_dag_pause"
 UNPAUSE = "cli_dag_unpause"
