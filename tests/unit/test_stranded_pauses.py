@@ -75,12 +75,13 @@ def test_other_dags_records_do_not_count() -> None:
     assert paused_at(_log(pause(T - timedelta(seconds=1), "other")), DAG, T, FLOOR) is False
 
 
-@pytest.mark.parametrize("which", ["bulk before", "bulk after", "direction-less before"])
+@pytest.mark.parametrize("which", ["bulk before", "bulk after", "direction-less before", "direction-less after"])
 def test_records_that_do_not_say_make_the_state_unknown(which: str) -> None:
     rec = {
         "bulk before": PauseRecord(T - US, None, True),
         "bulk after": PauseRecord(T + US, None, False),
         "direction-less before": PauseRecord(T - US, DAG, None),
+        "direction-less after": PauseRecord(T + US, DAG, None),  # 3.0.x's patch_dag: a pause or an unpause
     }[which]
     assert paused_at(_log(rec), DAG, T, FLOOR) is None
 
