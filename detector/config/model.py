@@ -35,6 +35,8 @@ class Config:
     repair_stranded: str
     stranded_repair_deadline: timedelta
     double_bump_poll_interval: timedelta
+    double_bump_health_check_threshold: timedelta
+    double_bump_orphan_check_interval: timedelta
     disabled_checks: tuple[str, ...]
     gap_grace: timedelta
     dags: tuple[str, ...]

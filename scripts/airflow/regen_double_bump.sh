@@ -11,5 +11,5 @@ cd "$(dirname "$0")/../.."
 VERSIONS=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do VERSIONS+=("$1"); shift; done
 [ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(3.1.2 3.0.6 3.2.2)
-[ $# -gt 0 ] || set -- -- double_bump bump_retry bump_cleared bump_orphan_reset
+[ $# -gt 0 ] || set -- -- double_bump bump_retry bump_cleared bump_orphan_reset bump_after_stop
 SCENARIO_GENERATOR=scripts/airflow/scenarios_double_bump.py exec scripts/airflow/regen_scenarios.sh "${VERSIONS[@]}" "$@"

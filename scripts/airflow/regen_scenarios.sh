@@ -29,6 +29,9 @@ MAX_BYTES=$((300 * 1024))
 # Tables whose rows no dag_run/task_instance row needs and that only add noise or size.
 EXCLUDE_DATA=(alembic_version log import_error callback_request dag_priority_parsing_request
   dag_warning deadline)
+# A generator whose ground truth needs one of them sets SCENARIO_KEEP_DATA (regen_stranded.sh: log, the
+# pause/unpause records).
+KEEP_DATA=" ${SCENARIO_KEEP_DATA:-} "
 
 for ver in "${VERSIONS[@]}"; do
   scripts/airflow/venv.sh "$ver" >/dev/null
@@ -49,7 +52,9 @@ for ver in "${VERSIONS[@]}"; do
       python "$GENERATOR" --scenario "$sc" --out-json "$out/$sc.json" >>"$log" 2>&1 \
       || { cat "$log" >&2; exit 1; }
     excl=()
-    for t in "${EXCLUDE_DATA[@]}"; do excl+=("--exclude-table-data=public.$t"); done
+    for t in "${EXCLUDE_DATA[@]}"; do
+      if [[ "$KEEP_DATA" != *" $t "* ]]; then excl+=("--exclude-table-data=public.$t"); fi
+    done
     {
       echo "-- Airflow $ver scenario '$sc' (data only), made by scripts/airflow/regen_scenarios.sh."
       echo "-- Load after tests/fixtures/schema/airflow-$ver.sql. Ground truth: $sc.json"

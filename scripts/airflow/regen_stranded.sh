@@ -12,5 +12,6 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do VERSIONS+=("$1"); shift; done
 [ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(3.0.6 3.1.2 3.2.2 3.3.2)
 [ $# -gt 0 ] || set -- -- stranded_race stranded_max_active stranded_paused stranded_alias \
   stranded_catchup_floor stranded_and_waiting stranded_cleared stranded_late_commit stranded_late_next_window \
-  stranded_late_own_row
-SCENARIO_GENERATOR=scripts/airflow/scenarios_stranded.py exec scripts/airflow/regen_scenarios.sh "${VERSIONS[@]}" "$@"
+  stranded_late_own_row stranded_paused_run
+# The log table's rows are kept: the check reads pauses and unpauses there.
+SCENARIO_KEEP_DATA=log SCENARIO_GENERATOR=scripts/airflow/scenarios_stranded.py exec scripts/airflow/regen_scenarios.sh "${VERSIONS[@]}" "$@"

@@ -63,6 +63,7 @@ with DAG("etl", schedule=None, start_date=START, catchup=False, tags=["dupguard-
 Body = Callable[[AF], list[dict[str, Any]]]
 # The TI rows just before scheduler-a's stale update (what a live check's previous pass saw), per scenario.
 BEFORE: list[dict[str, Any]] = []
+NOTES: dict[str, Any] = {}  # what else a scenario recorded (written under "notes")
 
 
 def _utcnow() -> datetime:
@@ -145,8 +146,9 @@ def new_run(af: AF) -> str:
     return str(run_id)
 
 
-def race(af: AF, sched_a: Any, sched_b: Any) -> dict[str, Any]:
-    """a: one transient DB error, retry held at ``schedule_tis``; b: a whole loop; worker-1 starts; a resumes."""
+def race(af: AF, sched_a: Any, sched_b: Any, before_resume: Callable[[], None] | None = None) -> dict[str, Any]:
+    """a: one transient DB error, retry held at ``schedule_tis``; b: a whole loop; worker-1 starts;
+    ``before_resume`` (if any); a resumes."""
     from sqlalchemy.exc import OperationalError
 
     a_held, b_done = threading.Event(), threading.Event()
@@ -187,6 +189,8 @@ def race(af: AF, sched_a: Any, sched_b: Any) -> dict[str, Any]:
         for r in ti_rows(af):
             worker_starts(af, r["run_id"], "worker-1")
         before = ti_rows(af)
+        if before_resume is not None:
+            before_resume()
         b_done.set()
         ta.join(60)
     finally:
@@ -230,20 +234,24 @@ def _jobs(a: Any, b: Any) -> dict[str, int]:
     return {"scheduler-a": int(a.job.id), "scheduler-b": int(b.job.id)}
 
 
+def bumped(af: AF, a: Any, b: Any, before_resume: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+    """Two runs, the race, a's next loop and worker-2's start: the ground truth of the bump it made."""
+    new_run(af), new_run(af)
+    raced = race(af, a, b, before_resume)
+    before, run_id = raced["before"], raced["held_run_id"]
+    scheduler_loop(af, a)  # a's next loop queues what its stale update left scheduled (3.0/3.1)
+    truth = ground_truth(af, before, _jobs(a, b))
+    if truth:
+        worker_starts(af, run_id, "worker-2")  # the second attempt starts; the first is still running
+        truth[0]["after"] = next(r for r in ti_rows(af) if r["id"] == truth[0]["ti_id"])
+        assert truth[0]["run_id"] == run_id, (truth, run_id)
+    BEFORE[:] = before
+    return truth
+
+
 def sc_double_bump() -> tuple[str, Body]:
     def body(af: AF) -> list[dict[str, Any]]:
-        a, b = af.new_scheduler("scheduler-a"), af.new_scheduler("scheduler-b")
-        new_run(af), new_run(af)
-        raced = race(af, a, b)
-        before, run_id = raced["before"], raced["held_run_id"]
-        scheduler_loop(af, a)  # a's next loop queues what its stale update left scheduled (3.0/3.1)
-        truth = ground_truth(af, before, _jobs(a, b))
-        if truth:
-            worker_starts(af, run_id, "worker-2")  # the second attempt starts; the first is still running
-            truth[0]["after"] = next(r for r in ti_rows(af) if r["id"] == truth[0]["ti_id"])
-            assert truth[0]["run_id"] == run_id, (truth, run_id)
-        BEFORE[:] = before
-        return truth
+        return bumped(af, af.new_scheduler("scheduler-a"), af.new_scheduler("scheduler-b"))
 
     return (
         "scheduler-a's _schedule_all_dag_runs met one transient DB error; Airflow's retry wrapper rolled "
@@ -251,6 +259,77 @@ def sc_double_bump() -> tuple[str, Body]:
         "whole loop (scheduled try 1, queued it) and worker-1 started it; then a's unguarded schedule_tis "
         "set the same TI id to scheduled with try 2 (3.0.x/3.1.x), a queued it and worker-2 started it. "
         "3.2.x: a's update matched no row (the TI was running): try 1 stays, nothing to flag.",
+        body,
+    )
+
+
+def _adopt_or_reset(af: AF, runner: Any) -> None:
+    """One orphan check of ``runner`` (``adopt_or_reset_orphaned_tasks``), committed."""
+    session = af.settings.Session()
+    try:
+        runner.adopt_or_reset_orphaned_tasks(session=session)
+        session.commit()
+    finally:
+        session.close()
+        af.settings.Session.remove()
+
+
+def _heartbeat(af: AF, *runners: Any) -> None:
+    """The write of ``Job.heartbeat`` (merge, ``latest_heartbeat`` = now, commit). Its ``session.merge(self)``
+    then sets the attribute on ``self``, which persists only for a job attached to a session (a real
+    scheduler's); ours are detached between steps, so the merged row gets it."""
+    from airflow.utils import timezone
+
+    for r in runners:
+        with af.create_session() as session:
+            session.merge(r.job).latest_heartbeat = timezone.utcnow()
+
+
+def _job_row(af: AF, job_id: int) -> dict[str, Any]:
+    with af.create_session() as session:
+        j = session.get(af.Job, job_id)
+        return {"id": j.id, "state": j.state, "latest_heartbeat": j.latest_heartbeat, "end_date": j.end_date}
+
+
+def _scheduled_dttm(af: AF, ti_id: str) -> Any:
+    with af.create_session() as session:
+        return session.query(af.TaskInstance.scheduled_dttm).filter(af.TaskInstance.id == ti_id).scalar()
+
+
+# The Airflow config of bump_after_stop (dupguard's double_bump settings must be given the same values).
+STOP_THRESHOLD_S = 5
+STOP_BEFORE_BUMP_S = 2.0
+
+
+def sc_after_stop() -> tuple[str, Body]:
+    def body(af: AF) -> list[dict[str, Any]]:
+        os.environ["AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD"] = str(STOP_THRESHOLD_S)
+        a, b = af.new_scheduler("scheduler-a"), af.new_scheduler("scheduler-b")
+        stopped: dict[str, Any] = {}
+
+        def third_scheduler_stops() -> None:
+            # scheduler-c (a third pod) heartbeats once and stops (killed: no end_date, state running).
+            stopped["c"] = af.new_scheduler("scheduler-c")
+            time.sleep(STOP_BEFORE_BUMP_S)
+
+        truth = bumped(af, a, b, third_scheduler_stops)
+        c = stopped["c"]
+        time.sleep(STOP_THRESHOLD_S + 0.5)  # c's heartbeat is now older than the threshold
+        _heartbeat(af, a, b)  # a and b are alive
+        _adopt_or_reset(af, a)  # a's orphan check declares c dead (failed); nothing of c's to reset
+        NOTES.update(
+            stopped_job=_job_row(af, int(c.job.id)),
+            health_check_threshold_s=STOP_THRESHOLD_S,
+            bumped_scheduled_dttm=[_scheduled_dttm(af, t["ti_id"]) for t in truth],
+        )
+        return truth
+
+    return (
+        "The double_bump race (as in double_bump), and a third scheduler (scheduler-c) that heartbeat once "
+        f"and stopped {STOP_BEFORE_BUMP_S:.0f} s before scheduler-a's stale update; "
+        f"[scheduler] scheduler_health_check_threshold {STOP_THRESHOLD_S} s; after the bump a's orphan check "
+        "declared c dead (failed). The bump came before c could be declared dead, so no orphan reset made "
+        "it: a double bump (3.0.x/3.1.x).",
         body,
     )
 
@@ -310,15 +389,9 @@ def sc_orphan_reset() -> tuple[str, Body]:
         BEFORE[:] = ti_rows(af)
         os.environ["AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD"] = "1"
         time.sleep(1.5)  # b stops heartbeating (its pod froze); a keeps its heartbeat
-        with af.create_session() as session:
-            a.job.heartbeat(heartbeat_callback=lambda _s: None, session=session)
-        session = af.settings.Session()
-        try:
-            a.adopt_or_reset_orphaned_tasks(session=session)  # b -> failed, the TI -> state None
-            session.commit()
-        finally:
-            session.close()
-            af.settings.Session.remove()
+        _heartbeat(af, a)
+        _adopt_or_reset(af, a)  # b -> failed, the TI -> state None
+        NOTES.update(health_check_threshold_s=1)
         scheduler_loop(af, a)  # same id, try 2, no history row: the double bump's shape
         worker_starts(af, run_id, "worker-2")
         return []
@@ -337,6 +410,7 @@ SCENARIOS: dict[str, Callable[[], tuple[str, Body]]] = {
     "bump_retry": sc_retry,
     "bump_cleared": sc_cleared,
     "bump_orphan_reset": sc_orphan_reset,
+    "bump_after_stop": sc_after_stop,
 }
 
 
@@ -366,6 +440,7 @@ def main() -> None:
         "all_run_ids": [r["run_id"] for r in af.runs()],
         "runs": af.runs(),
         "generator": "scripts/airflow/scenarios_double_bump.py",
+        "notes": NOTES,
     }
     Path(args.out_json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out_json).write_text(json.dumps(doc, indent=2, default=str) + "\n")

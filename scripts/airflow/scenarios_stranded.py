@@ -65,6 +65,14 @@ def set_paused(af: sa.AF, dag_id: str, paused: bool) -> None:
         session.query(af.DagModel).filter_by(dag_id=dag_id).one().is_paused = paused
 
 
+def cli(*argv: str) -> None:
+    """One Airflow CLI command, in this process (its action logger writes the ``log`` row, ``cli_<name>``)."""
+    from airflow.cli import cli_parser
+
+    args = cli_parser.get_parser().parse_args(list(argv))
+    args.func(args)
+
+
 def emit_alias(af: sa.AF, producer: str, asset_name: str, alias: str) -> int:
     """A producer task that emits its asset event through an AssetAlias (outlet_events[alias])."""
     run_id = af.trigger(producer)
@@ -276,6 +284,42 @@ def sc_stranded_paused() -> Scenario:
     return (
         "Two events arrived while orders_consumer was paused (Airflow queues no row for a paused DAG); "
         "it was unpaused and no run followed: not stranded (no run was created after them).",
+        files,
+        body,
+    )
+
+
+def sc_stranded_paused_run() -> Scenario:
+    files = _dags(sa.producer_dag("orders_producer", ORDERS), sa.consumer_dag("orders_consumer", f"[{ORDERS}]"))
+
+    def body(af: sa.AF) -> Truth:
+        a = af.new_scheduler("scheduler-a")
+        af.emit("orders_producer", "orders")
+        af.create_runs(a)  # an ordinary earlier run
+        time.sleep(0.05)
+        e1 = af.emit("orders_producer", "orders")  # queued: the row's created_at is e1's time
+        cli("dags", "pause", "orders_consumer")  # log: cli_dag_pause
+        paused = [af.emit("orders_producer", "orders") for _ in range(2)]
+        cli("dags", "unpause", "orders_consumer")  # log: cli_dag_unpause
+        af.create_runs(a)  # the run from e1's row, created after e2 and e3
+        runs = af.runs("orders_consumer")
+        check(len(runs) == 2 and runs[1]["event_ids"] == [e1], f"the run consumed e1 only: {runs}")
+        check(not set(paused) & consumed(af, "orders_consumer") and not queue_rows(af), f"{runs}")
+        with af.create_session() as session:
+            from airflow.models.log import Log
+
+            logged = [
+                {"event": r.event, "dag_id": r.dag_id, "dttm": r.dttm.isoformat()}
+                for r in session.query(Log).filter(Log.event.in_(["cli_dag_pause", "cli_dag_unpause"])).order_by(Log.id)
+            ]
+        check([r["event"] for r in logged] == ["cli_dag_pause", "cli_dag_unpause"], f"log rows: {logged}")
+        return {"expected_stranded": [], "notes": {"events_while_paused": paused, "pause_log": logged}}
+
+    return (
+        "e1 queued orders_consumer; `airflow dags pause`; e2 and e3 arrived while it was paused (no queue "
+        "row: Airflow queues nothing for a paused DAG); `airflow dags unpause`; the scheduler made the run "
+        "of e1's row (it consumed e1 only, created after e2 and e3). Not stranded: e2 and e3 were "
+        "registered while the DAG was paused (the log's cli_dag_pause / cli_dag_unpause rows say so).",
         files,
         body,
     )
@@ -502,6 +546,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "stranded_race": sc_stranded_race,
     "stranded_max_active": sc_stranded_max_active,
     "stranded_paused": sc_stranded_paused,
+    "stranded_paused_run": sc_stranded_paused_run,
     "stranded_alias": sc_stranded_alias,
     "stranded_catchup_floor": sc_stranded_catchup_floor,
     "stranded_and_waiting": sc_stranded_and_waiting,

@@ -9,7 +9,7 @@ never dupguard's rule.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -45,9 +45,14 @@ def _remembered(truth: dict[str, Any]) -> dict[str, TiRow]:
     }  # fmt: skip
 
 
-def _collect(url: str, live: bool, memory: dict[str, TiRow] | None = None) -> list[Observation]:
+def _collect(
+    url: str, live: bool, memory: dict[str, TiRow] | None = None, truth: dict[str, Any] | None = None
+) -> list[Observation]:
     db = open_airflow_db(make_engine(parse_url(url)))
-    check = DoubleBumpCheck(Config.of(database_url=url), Metrics())
+    # The generator's [scheduler] scheduler_health_check_threshold, as a deployment configures dupguard.
+    threshold = ((truth or {}).get("notes") or {}).get("health_check_threshold_s")
+    kw = {"double_bump_health_check_threshold": timedelta(seconds=threshold)} if threshold else {}
+    check = DoubleBumpCheck(Config.of(database_url=url, **kw), Metrics())
     check.memory = dict(memory or {})
     now = datetime.now(UTC)
     try:
@@ -71,7 +76,7 @@ def test_live_pass_confirms_exactly_the_bumps_airflow_made(
 ) -> None:
     """Memory of the previous pass + the rows now: the race is confirmed with its hosts; look-alikes are not."""
     truth = ground_truth(version, scenario)
-    found = _collect(pg_templates.clone(version, scenario), live=True, memory=_remembered(truth))
+    found = _collect(pg_templates.clone(version, scenario), live=True, memory=_remembered(truth), truth=truth)
     assert _found(found) == _expected(truth)
     for obs, bump in zip(found, truth["expected_bumps"], strict=True):
         assert obs.confidence == "confirmed" and obs.key == f"double_bump:{bump['ti_id']}:{bump['tries'][0]}"
@@ -85,7 +90,7 @@ def test_live_pass_confirms_exactly_the_bumps_airflow_made(
 def test_after_the_fact_the_same_bumps_are_suspected(version: str, scenario: str, pg_templates: Templates) -> None:
     """No memory (scan): the same TIs, suspected (Airflow keeps no earlier id); none on the look-alikes."""
     truth = ground_truth(version, scenario)
-    found = _collect(pg_templates.clone(version, scenario), live=False)
+    found = _collect(pg_templates.clone(version, scenario), live=False, truth=truth)
     assert _found(found) == _expected(truth)
     assert all(o.confidence == "suspected" for o in found)
 
@@ -93,7 +98,7 @@ def test_after_the_fact_the_same_bumps_are_suspected(version: str, scenario: str
 @pytest.mark.parametrize("version", AFFECTED)
 def test_every_affected_version_has_the_race_and_the_look_alikes(version: str) -> None:
     have = {s for s in scenarios(version) if s == "double_bump" or s.startswith("bump_")}
-    assert have == {"double_bump", "bump_retry", "bump_cleared", "bump_orphan_reset"}
+    assert have == {"double_bump", "bump_retry", "bump_cleared", "bump_orphan_reset", "bump_after_stop"}
     assert ground_truth(version, "double_bump")["expected_bumps"]
 
 

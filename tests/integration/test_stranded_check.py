@@ -5,16 +5,18 @@ on databases made by Airflow's own code (scripts/airflow/scenarios_stranded.py).
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from detector.app.cli import main
 from detector.app.ledger import MemoryLedger
 from detector.metrics import Metrics
 from tests.integration.test_split_partitions import SplitRecorder, _daemon  # the same daemon, another fixture
-from tests.pg import Templates, ground_truth
+from tests.pg import Templates, execute_admin, ground_truth
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +42,30 @@ def test_scan_reports_the_events_airflow_stranded(
     assert (found["confidence"], found["severity"]) == ("confirmed", "error")
     assert doc["summary"]["checks"]["stranded_events"] == 1 and doc["groups"] == []
     assert code == 1
+
+
+def test_without_select_on_log_the_set_is_a_warning(
+    pg_templates: Templates, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pause records unread: whether the DAG was paused at its events is unknown, so no error page."""
+    url = pg_templates.clone("3.1.2", "stranded_race")
+    dbname = make_url(url).database
+    role = f"dg_log_{uuid.uuid4().hex[:8]}"
+    execute_admin(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        execute_admin(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"', dbname=dbname)
+        execute_admin(f'REVOKE SELECT ON log FROM "{role}"', dbname=dbname)
+        as_role = make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
+        _, doc = _scan(as_role, capsys)
+        [found] = doc["checks"]["stranded_events"]
+        assert (found["confidence"], found["severity"]) == ("suspected", "warning")
+        execute_admin(f'GRANT SELECT ON log TO "{role}"', dbname=dbname)
+        _, doc = _scan(as_role, capsys)
+        [found] = doc["checks"]["stranded_events"]
+        assert (found["confidence"], found["severity"]) == ("confirmed", "error")
+    finally:
+        execute_admin(f'DROP OWNED BY "{role}"', dbname=dbname)
+        execute_admin(f'DROP ROLE IF EXISTS "{role}"')
 
 
 def test_scan_of_a_look_alike_reports_nothing_and_the_check_can_be_switched_off(

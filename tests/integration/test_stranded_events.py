@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from detector.checks.stranded_events import statements
+from detector.checks.stranded_events import rule_pauses, statements
 from detector.checks.stranded_events.rule import find_stranded
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.metadb.schema import Family
 from tests.pg import Templates, ground_truth, scenarios
 
 pytestmark = pytest.mark.integration
@@ -23,12 +24,22 @@ CASES = [(v, s) for v in VERSIONS for s in scenarios(v)]
 STRANDED_SCENARIOS = {s for _, s in CASES if s.startswith("stranded_")}
 
 
-def stranded_in(url: str) -> list[tuple[str, list[int], str]]:
+def stranded_in(url: str, *, pauses_read: bool = True) -> list[tuple[str, list[int], str]]:
+    """The sets found, the events' pause state read from Airflow's log as the check does."""
     engine = make_engine(parse_url(url))
     try:
         db = open_airflow_db(engine)
         with engine.connect() as conn:
-            found = find_stranded(statements.stranded_event_candidates(conn, db.tables, None))
+            candidates = statements.stranded_event_candidates(conn, db.tables, None)
+            if pauses_read and candidates:
+                log = statements.pause_log(
+                    conn,
+                    db.tables,
+                    {c.dag_id for c in candidates},
+                    patch_direction=db.info.family != Family.AIRFLOW_3_0,
+                )
+                candidates = rule_pauses.with_pauses(candidates, log)
+            found = find_stranded(candidates)
     finally:
         engine.dispose()
     return [(s.dag_id, list(s.event_ids), s.run_id) for s in found]
@@ -47,6 +58,19 @@ def test_every_version_has_the_race_and_the_look_alikes(version: str) -> None:
     have = {s for s in scenarios(version) if s.startswith("stranded_")}
     assert have == STRANDED_SCENARIOS and "stranded_race" in have
     assert ground_truth(version, "stranded_race")["expected_stranded"]
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if "stranded_paused_run" in scenarios(v)])
+def test_events_registered_while_paused_are_stranded_only_to_a_rule_without_the_log(
+    version: str, pg_templates: Templates
+) -> None:
+    """Paused (CLI), two events, unpaused, the run of the row queued before the pause: the log's
+    cli_dag_pause / cli_dag_unpause rows say the events came while paused."""
+    url = pg_templates.clone(version, "stranded_paused_run")
+    truth = ground_truth(version, "stranded_paused_run")
+    assert stranded_in(url) == []
+    [(_, ids, _)] = stranded_in(url, pauses_read=False)  # what the rule without the log reported
+    assert ids == truth["notes"]["events_while_paused"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -17,7 +17,15 @@ from sqlalchemy.engine import Connection
 
 from detector.checks.base import CheckBase
 from detector.checks.double_bump import statements
-from detector.checks.double_bump.rule import KIND, ORPHAN_WINDOW, Evidence, TiRow, find_double_bumps, observe
+from detector.checks.double_bump.rule import (
+    KIND,
+    ORPHAN_WINDOW,
+    Evidence,
+    OrphanTiming,
+    TiRow,
+    find_double_bumps,
+    observe,
+)
 from detector.checks.double_bump.statements import bump_tables
 from detector.config import Config
 from detector.core.checks import CheckContext, Observation
@@ -34,6 +42,7 @@ class DoubleBumpCheck(CheckBase):
         super().__init__(config, metrics)
         self.tables = bump_tables()
         self.memory: dict[str, TiRow] = {}  # the in-flight TIs of the previous live run, by id
+        self.timing = OrphanTiming(config.double_bump_health_check_threshold, config.double_bump_orphan_check_interval)
 
     def applies(self, db: AirflowDb) -> bool:
         """Airflow 3.0/3.1 (fixed in 3.2.0, PR #60330) with the columns it reads: every real 3.x schema has
@@ -65,7 +74,7 @@ class DoubleBumpCheck(CheckBase):
             times = [r.scheduled_dttm for r in rows if r.scheduled_dttm is not None]
             dead_since = min(times) - ORPHAN_WINDOW if len(times) == len(rows) else None
             jobs = statements.scheduler_jobs(conn, bt, [j for j in queuers if j is not None], dead_since)
-            evidence = Evidence(history, {j.id: j for j in jobs}, statements.history_purges(conn))
+            evidence = Evidence(history, {j.id: j for j in jobs}, statements.history_purges(conn), self.timing)
             found = find_double_bumps(rows, evidence, self.memory if ctx.live else None, ctx.dag_filter)
         if ctx.live:
             self.memory = {r.id: r for r in in_flight}

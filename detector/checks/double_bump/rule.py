@@ -17,9 +17,9 @@ Two ways to see it:
 Never flagged (the look-alikes): retries and clears (history row); sensors in
 reschedule mode and deferrals (the try does not move); rows written by Airflow 2 (no
 ``dag_version_id``: older than the history table); an orphan reset, which on 3.0/3.1 also sets the
-state back with no history row, told apart by what else Airflow recorded: the previous attempt's
-scheduler job (or, after the fact, any scheduler job) declared dead (``state`` not running) with its
-last heartbeat before the new try was scheduled; history possibly purged by ``airflow db clean``
+state back with no history row, told apart by what else Airflow recorded (``_reset_possible``): the
+previous attempt's scheduler job (or, after the fact, any scheduler job) not running, and the new try
+scheduled in the time an orphan reset of its tasks could have come; history possibly purged by ``airflow db clean``
 (an archive table of ``task_instance_history`` made after the run was queued). Alert only: an
 outsider cannot stop the second attempt in time without killing the only one left.
 
@@ -37,10 +37,12 @@ from detector.core.detect import ALL_DAGS, DagFilter
 
 KIND = "double_bump"
 IN_FLIGHT = frozenset({"scheduled", "queued", "running"})
-# An orphan reset comes scheduler_health_check_threshold (30 s) after the dead scheduler's last
-# heartbeat, at the next orphaned_tasks_check_interval (300 s): a scheduler declared dead whose
-# heartbeat stopped within this window before the new try was scheduled may have reset it.
+# How far back the scheduler jobs are read: a job dead longer before a bump is not looked at (a reset
+# at the start of a scheduler after an outage longer than this is reported).
 ORPHAN_WINDOW = timedelta(hours=1)
+# From an orphan reset to the scheduler loop that schedules the new try (the reset sets the TI back to
+# None; its run's next ``schedule_tis`` bumps it): a loop or two of a busy scheduler.
+SCHEDULING_ALLOWANCE = timedelta(seconds=60)
 
 TiKey = tuple[str, str, str, int]  # dag_id, task_id, run_id, map_index
 
@@ -73,6 +75,16 @@ class SchedulerJob:
     state: str | None
     latest_heartbeat: datetime | None
     hostname: str | None
+    start_date: datetime | None = None
+    end_date: datetime | None = None  # set when the job ended itself; an orphan check leaves it NULL
+
+
+@dataclass(frozen=True)
+class OrphanTiming:
+    """Airflow's [scheduler] settings that time an orphan reset (dupguard settings, Airflow's defaults)."""
+
+    health_check_threshold: timedelta = timedelta(seconds=30)  # scheduler_health_check_threshold
+    check_interval: timedelta = timedelta(seconds=300)  # orphaned_tasks_check_interval
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,7 @@ class Evidence:
     history: Mapping[TiKey, frozenset[int]]  # tries with a task_instance_history row
     jobs: Mapping[int, SchedulerJob]  # SchedulerJob rows: the remembered queuers and the dead ones
     purges: tuple[datetime, ...] = ()  # when `airflow db clean` archived task_instance_history rows
+    timing: OrphanTiming = OrphanTiming()
 
 
 @dataclass(frozen=True)
@@ -97,24 +110,47 @@ class DoubleBump:
         return f"{KIND}:{self.ti.id}:{self.tries[0]}"
 
 
-def _declared_dead(job: SchedulerJob | None, before: datetime | None) -> bool:
-    """The job an orphan reset declared dead: not running, last heartbeat before the new try's scheduling."""
+def resettable_from(job: SchedulerJob, timing: OrphanTiming) -> datetime | None:
+    """From when an orphan check could reset the tasks ``job`` queued (``adopt_or_reset_orphaned_tasks``
+    resets TIs whose queuer is not running): from its end if it ended itself (``end_date``; a rolling deploy's
+    graceful stop), else once its heartbeat is older than the threshold (the check marks it failed). None: it
+    is running, or nothing says when it stopped."""
+    if job.state == "running":
+        return None
+    if job.end_date is not None:
+        return job.end_date
+    return job.latest_heartbeat + timing.health_check_threshold if job.latest_heartbeat is not None else None
+
+
+def _reset_possible(
+    job: SchedulerJob | None, at: datetime | None, jobs: Mapping[int, SchedulerJob], timing: OrphanTiming
+) -> bool:
+    """Could an orphan reset of ``job``'s tasks have come before the new try was scheduled at ``at``? After
+    ``resettable_from`` (strictly: the check compares ``<``), at the first orphan check: within one
+    ``check_interval`` on a scheduler alive then, or at the start of a scheduler started since (its first
+    loop runs one); then the loop that schedules the try (``SCHEDULING_ALLOWANCE``)."""
     if job is None or job.state == "running":
         return False
-    return before is None or job.latest_heartbeat is None or job.latest_heartbeat <= before
+    since = resettable_from(job, timing)
+    if at is None or since is None:
+        return True  # no time to compare: cannot rule it out
+    if at <= since:
+        return False
+    if at <= since + timing.check_interval + SCHEDULING_ALLOWANCE:
+        return True
+    return any(
+        s.start_date is not None and since <= s.start_date and at <= s.start_date + SCHEDULING_ALLOWANCE
+        for s in jobs.values()
+    )
 
 
-def _orphan_reset_possible(ti: TiRow, earlier: TiRow | None, jobs: Mapping[int, SchedulerJob]) -> bool:
+def _orphan_reset_possible(ti: TiRow, earlier: TiRow | None, evidence: Evidence) -> bool:
+    at, jobs = ti.scheduled_dttm, evidence.jobs
     if earlier is not None and earlier.queued_by_job_id is not None:
-        return _declared_dead(jobs.get(earlier.queued_by_job_id), ti.scheduled_dttm)
+        return _reset_possible(jobs.get(earlier.queued_by_job_id), at, jobs, evidence.timing)
     if earlier is not None:
         return False  # never queued at the earlier try: no scheduler to be declared dead
-    at = ti.scheduled_dttm
-    for job in jobs.values():
-        hb = job.latest_heartbeat
-        if _declared_dead(job, at) and (at is None or hb is None or hb >= at - ORPHAN_WINDOW):
-            return True
-    return False
+    return any(_reset_possible(job, at, jobs, evidence.timing) for job in jobs.values())
 
 
 def _purged(ti: TiRow, purges: Iterable[datetime]) -> bool:
@@ -140,7 +176,7 @@ def find_double_bumps(
         k = missing[-1]  # the newest bump; older missing tries are in the evidence
         prev = memory.get(ti.id)
         earlier = prev if prev is not None and prev.try_number == k and prev.state in IN_FLIGHT else None
-        if _orphan_reset_possible(ti, earlier, evidence.jobs):
+        if _orphan_reset_possible(ti, earlier, evidence):
             continue
         ids = [j for j in (earlier.queued_by_job_id if earlier else None, ti.queued_by_job_id) if j is not None]
         hosts = tuple(dict.fromkeys(h for j in ids if (h := _host(evidence.jobs.get(j)))))

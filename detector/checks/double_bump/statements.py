@@ -26,6 +26,7 @@ from sqlalchemy import (
     column,
     func,
     inspect,
+    or_,
     select,
     table,
     tuple_,
@@ -157,18 +158,26 @@ def history_tries(conn: Connection, bt: BumpTables, keys: Iterable[TiKey]) -> di
 def scheduler_jobs(
     conn: Connection, bt: BumpTables, ids: Iterable[int], dead_since: datetime | None
 ) -> list[SchedulerJob]:
-    """The scheduler jobs among ``ids`` (job PK) and those not running that heartbeat after
-    ``dead_since`` (every one when None; index job_type_heart): who queued, who was declared dead."""
+    """The scheduler jobs among ``ids`` (job PK), those not running that heartbeat after ``dead_since``
+    (every one when None; index job_type_heart) and those started since: who queued, who was declared
+    dead, whose first loop ran an orphan check."""
     job = bt.job
-    base = select(job.c.id, job.c.state, job.c.latest_heartbeat, job.c.hostname).where(job.c.job_type == "SchedulerJob")
+    base = select(
+        job.c.id, job.c.state, job.c.latest_heartbeat, job.c.hostname, job.c.start_date, job.c.end_date
+    ).where(job.c.job_type == "SchedulerJob")
     rows: dict[int, Row[Any]] = {}
     for part in chunks(sorted(set(ids))):
         rows |= {r.id: r for r in conn.execute(base.where(job.c.id.in_(part)))}
     dead = base.where(job.c.state.is_distinct_from("running"))
     if dead_since is not None:
-        dead = dead.where(job.c.latest_heartbeat >= dead_since)
+        dead = base.where(
+            or_(and_(job.c.state.is_distinct_from("running"), job.c.latest_heartbeat >= dead_since),
+                job.c.start_date >= dead_since)
+        )  # fmt: skip
     rows |= {r.id: r for r in conn.execute(dead)}
-    return [SchedulerJob(r.id, r.state, r.latest_heartbeat, r.hostname) for r in rows.values()]
+    return [
+        SchedulerJob(r.id, r.state, r.latest_heartbeat, r.hostname, r.start_date, r.end_date) for r in rows.values()
+    ]
 
 
 HISTORY_ARCHIVE_PREFIX = "_airflow_deleted__task_instance_history__"  # airflow/utils/db_cleanup.py L220

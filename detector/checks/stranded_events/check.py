@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 
 from detector import logs
 from detector.checks.base import CheckBase, RepairContext
-from detector.checks.stranded_events import copies, statements
+from detector.checks.stranded_events import copies, rule_pauses, statements
 from detector.checks.stranded_events.repair import StrandedRepairer
 from detector.checks.stranded_events.rule import KIND, find_stranded, observe
 from detector.checks.stranded_events.rule_late import find_late, observe_late
@@ -28,6 +28,7 @@ from detector.config import Config
 from detector.core.checks import CheckContext, Observation
 from detector.metadb import catalog
 from detector.metadb.engine import AirflowDb
+from detector.metadb.schema import Family
 from detector.metrics import Metrics
 
 log = logs.get("dupguard.checks")
@@ -58,6 +59,8 @@ class StrandedEventsCheck(CheckBase):
             log.warning("stranded_events_skipped", reason=f"needs GRANT SELECT ON {', '.join(lacking)}")
             return []
         candidates = statements.stranded_event_candidates(conn, db.tables, ctx.since)
+        if candidates:
+            candidates = rule_pauses.with_pauses(candidates, self._pause_log(conn, db, {c.dag_id for c in candidates}))
         stranded = find_stranded(candidates, dag_filter=ctx.dag_filter)
         # A trigger's copy of a consumed message is marked: its repair would run the consumer again.
         if stranded:
@@ -66,6 +69,18 @@ class StrandedEventsCheck(CheckBase):
         found = [observe(s, ctx.db_now) for s in stranded]
         late = statements.stranded_late_candidates(conn, db.tables, ctx.since)
         return found + [observe_late(s, ctx.db_now) for s in find_late(late, dag_filter=ctx.dag_filter)]
+
+    def _pause_log(self, conn: Connection, db: AirflowDb, dag_ids: set[str]) -> rule_pauses.PauseLog:
+        """The pause records (``rule_pauses``); without SELECT on ``log`` nothing is known: warnings, no error page."""
+        name = statements.LOG.name
+        if name not in catalog.existing_tables(conn, [name]):  # a cut-down schema (the demo database)
+            log.warning("stranded_events_pause_log_unread", reason="no log table")
+            return rule_pauses.PauseLog((), None, readable=False)
+        if not all(catalog.table_privileges(conn, [(name, "SELECT")])):
+            log.warning("stranded_events_pause_log_unread", reason="needs GRANT SELECT ON log")
+            return rule_pauses.PauseLog((), None, readable=False)
+        direction = db.info.family != Family.AIRFLOW_3_0  # 3.0.x's patch_dag rows do not say which way
+        return statements.pause_log(conn, db.tables, dag_ids, patch_direction=direction)
 
 
 CHECK = StrandedEventsCheck  # what detector.checks.enabled registers for this kind

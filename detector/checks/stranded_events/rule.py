@@ -18,8 +18,12 @@ even of another asset, could still make a run that consumes it). Not flagged, ea
   (3.0.6 never does);
 * events at or before the DAG's first schedule reference (3.3 floors a first run there when catchup
   is off: the backlog is skipped on purpose);
-* events while the DAG is paused: nothing is queued and no run is created after them, so the
-  "created after" condition cannot hold; and a DAG paused *now* is not judged at all;
+* events registered while the DAG was paused (the ``log`` table's pause and unpause records,
+  ``rule_pauses``): Airflow queues nothing for a paused DAG by design, and the run a later event makes
+  consumes them, whatever happened in between (a run made after the unpause from a row queued before
+  the pause included); a DAG paused *now* is not judged at all. When the log cannot say (purged by
+  ``airflow db clean``, a bulk or direction-less record, no SELECT on it) the event is still reported,
+  as a ``warning``: no ``error`` page rests on a pause state nobody recorded;
 * events waiting for an AND/OR condition: their queue row is still there;
 * cleared runs: a clear resets ``queued_at``; a run's creation time is ``created_at`` (3.2+) or
   ``queued_at`` of a run never cleared (``clear_number`` 0), otherwise unknown and not evidence.
@@ -77,6 +81,8 @@ class CandidateEvent:
     run_created_at: datetime | None  # dag_run.created_at (3.2+; NULL on older rows)
     run_queued_at: datetime | None
     run_clear_number: int
+    # Paused when registered (``rule_pauses.paused_at``): True, False, or None when the log cannot say.
+    paused_then: bool | None = False
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,7 @@ def is_stranded(c: CandidateEvent) -> bool:
         and not c.via_alias
         and c.partition_key is None
         and not c.dag_paused
+        and c.paused_then is not True
         and c.queue_rows == 0
         and c.timestamp > c.run_after
         and (c.schedule_floor is None or c.timestamp > c.schedule_floor)
@@ -224,11 +231,14 @@ def observe(s: StrandedSet, db_now: datetime) -> Observation:
         f"run {s.run_id}: consumed events up to {s.run_after.isoformat()}, created {s.run_created.isoformat()}",
         *(
             f"event {e.event_id} of {e.asset} at {e.timestamp.isoformat()}: {_why(copy_of.get(e.event_id))}"
+            + ("" if e.paused_then is False else f"; the log cannot say whether {s.dag_id} was paused then")
             for e in s.events
         ),
         f"no queue row left for DAG {s.dag_id}; stranded for {max(0.0, (db_now - first).total_seconds()):.0f} s",
     )
     lost = len(s.events) - proven
+    # An error page needs a lost event the log shows registered while the DAG was unpaused.
+    certain = [e for e in s.events if e.paused_then is False and not _proven(copy_of.get(e.event_id))]
     title = f"{lost} asset event(s) of DAG {s.dag_id} triggered no run" + (
         f" (and {proven} copy(ies) of consumed events)" if proven else ""
     )
@@ -237,8 +247,8 @@ def observe(s: StrandedSet, db_now: datetime) -> Observation:
     return Observation(
         kind=KIND,
         key=s.key,
-        confidence="confirmed",
-        severity="error" if lost else "warning",
+        confidence="confirmed" if certain or not lost else "suspected",
+        severity="error" if certain else "warning",
         dag_ids=(s.dag_id,),
         title=title,
         lines=lines,
@@ -248,6 +258,10 @@ def observe(s: StrandedSet, db_now: datetime) -> Observation:
         subject=s,
         alertname=None if lost else TRIGGER_COPIES_ALERT,  # nothing stranded: a trigger ran twice
     )
+
+
+def _proven(copy: ConsumedCopy | None) -> bool:
+    return copy is not None and copy.proven
 
 
 def _why(copy: ConsumedCopy | None) -> str:

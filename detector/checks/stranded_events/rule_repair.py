@@ -17,7 +17,9 @@ Refused (the alert says why; on-call can still create one asset event by hand):
 * a window other than the set (an event consumed by another run, or one the set does not hold);
 * a set holding a trigger's copy of a message a run of the DAG consumed (``StrandedSet.copies``, proven
   or only by an equal payload): the window holds every event of the set, so the run would process that
-  message again. Checked first: it never changes.
+  message again. Checked first: it never changes;
+* a set with an event the ``log`` table cannot place outside a pause (``CandidateEvent.paused_then`` None):
+  Airflow by design runs nothing for an event registered while the DAG was paused.
 
 Skipped (the state moved on, nothing to repair): a queue row of the DAG now, an event of the set
 consumed, a run at or after ``T``, the DAG paused. Pure: rows in, a plan out.
@@ -102,6 +104,11 @@ def plan_requeue(s: StrandedSet, state: RepairState) -> Requeue | Refusal:
             "refused",
             "; ".join(f"event {c.event_id} is {c.describe()}" for c in s.copies)
             + ": a run of the window would process that message again (a trigger ran on two triggerers)",
+        )
+    unknown = [e.event_id for e in s.events if e.paused_then is not False]
+    if unknown:
+        return Refusal(
+            "refused", f"the log cannot say whether {s.dag_id} was paused at event(s) {unknown} (purged, not recorded)"
         )
     if state.queue_rows:
         return Refusal("skipped", f"DAG {s.dag_id} has a queue row now: Airflow's scheduler makes its run")

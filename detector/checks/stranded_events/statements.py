@@ -10,8 +10,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    Column,
     Connection,
+    Integer,
+    MetaData,
     String,
+    Table,
+    Text,
     and_,
     func,
     literal,
@@ -23,11 +28,23 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from detector.checks.stranded_events.rule import CandidateEvent, StrandedSet
 from detector.checks.stranded_events.rule_late import LateCandidate
+from detector.checks.stranded_events.rule_pauses import EVENTS, PauseLog, record
 from detector.checks.stranded_events.rule_repair import RepairedRun, RepairState, Requeue, WindowEvent
 from detector.core.model import ASSET_TRIGGERED
 from detector.metadb.schema import (
     AirflowTables,
     UtcDateTime,
+)
+
+# Airflow's ``log`` table, the columns the pause records need (idx_log_event, idx_log_dttm).
+LOG = Table(
+    "log",
+    MetaData(),
+    Column("id", Integer, primary_key=True),
+    Column("dttm", UtcDateTime),
+    Column("event", String(60)),
+    Column("dag_id", String(250)),
+    Column("extra", Text),
 )
 
 STRANDED_EVENTS_PER_ASSET = 1000  # newer events than that per (DAG, asset) are not read in one check
@@ -376,3 +393,22 @@ def asset_runs_at(conn: Connection, t: AirflowTables, dag_id: str, run_after: da
     ):
         found[r.run_id] += [r.event_id] if r.event_id is not None else []
     return [RepairedRun(run_id=k, event_ids=tuple(v)) for k, v in found.items()]
+
+
+def pause_log(conn: Connection, t: AirflowTables, dag_ids: set[str], *, patch_direction: bool) -> PauseLog:
+    """The pause and unpause records of ``dag_ids`` and every bulk one (``rule_pauses``), and the log's oldest
+    row. Pauses are rare: idx_log_event reads a few rows; the oldest row is one step of idx_log_dttm."""
+    dag = t.dag
+    assert dag is not None
+    names_dag = select(literal(1)).where(dag.c.dag_id == LOG.c.dag_id).exists()
+    rows = conn.execute(
+        select(LOG.c.event, LOG.c.dag_id, LOG.c.dttm, LOG.c.extra, names_dag.label("names_dag"))
+        .where(LOG.c.event.in_(EVENTS), LOG.c.dttm.is_not(None))
+        .where(or_(LOG.c.dag_id.in_(sorted(dag_ids)), LOG.c.dag_id.is_(None), ~names_dag))
+        .order_by(LOG.c.dttm, LOG.c.id)
+    )
+    records = tuple(
+        record(r.event, r.dag_id, r.dttm, r.extra, names_dag=bool(r.names_dag), patch_direction=patch_direction)
+        for r in rows
+    )
+    return PauseLog(records, conn.scalar(select(func.min(LOG.c.dttm))))
