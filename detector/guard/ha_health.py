@@ -46,8 +46,21 @@ def readable(doc: Mapping[str, Any], allowed: set[str] | None) -> dict[str, Any]
     return dict(doc) | {"groups": groups, "checks": checks}
 
 
+def note_agrees(run: Mapping[str, Any]) -> bool:
+    """Whether Airflow's record agrees that the run was stopped (detector/core/decisions.py ``note_agrees``,
+    from the scan document's fields): it failed, or it ended with tasks of which none started (skipped)."""
+    return run.get("state") == "failed" or (
+        run.get("state") == "success" and bool(run.get("tasks_total")) and not run.get("tasks_started")
+    )
+
+
 def what_dupguard_did(run: Mapping[str, Any], note: str | None) -> str:
     """One duplicate run's fate, from the note dupguard (or its guard) writes on a run it stops."""
+    ours = note is not None and note.startswith((GUARD_NOTE_PREFIX, REMEDIATION_NOTE_PREFIX))
+    if ours and not note_agrees(run):
+        return (
+            "its note says dupguard stopped it, but Airflow shows it was not stopped (the note is disputed)"
+        )
     if note and note.startswith(GUARD_NOTE_PREFIX):
         return "prevented by the in-scheduler guard (its tasks were skipped before they started)"
     if note and note.startswith(REMEDIATION_NOTE_PREFIX):
@@ -72,34 +85,52 @@ def run_ids_of(groups: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 class Links:
-    """Addresses inside Airflow's UI, under its base path (``[api] base_url``'s path, "" at the root)."""
+    """Addresses of a run or DAG: in Airflow's UI (under its base path, ``[api] base_url``'s path) and in
+    this plugin's own pages (``prefix``), which a link opens when it cannot move Airflow's page."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, prefix: str = "/dupguard", url_route: str = "") -> None:
         self.base = base.rstrip("/")
+        self.prefix = self.base + prefix
+        self.url_route = url_route  # the run tab's route, so a run's link opens its HA health tab
 
-    def run(self, dag_id: str, run_id: str) -> str:
-        return f"{self.base}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
-
-    def run_tab(self, dag_id: str, run_id: str, url_route: str) -> str:
-        return f"{self.run(dag_id, run_id)}/plugin/{url_route}"
+    def run(self, dag_id: str, run_id: str, label: object) -> str:
+        dag, run = quote(dag_id, safe=""), quote(run_id, safe="")
+        tab = f"/plugin/{self.url_route}" if self.url_route else ""
+        return _a(f"{self.prefix}/runs/{dag}/{run}", f"{self.base}/dags/{dag}/runs/{run}{tab}", label)
 
     def dag(self, dag_id: str) -> str:
-        return f"{self.base}/dags/{quote(dag_id, safe='')}"
+        dag = quote(dag_id, safe="")
+        return _a(f"{self.prefix}/health?dag={dag}", f"{self.base}/dags/{dag}", dag_id)
 
 
 def _e(value: object) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def _a(href: str, label: object) -> str:
-    # target _top: Airflow shows this page in an iframe; a link opens Airflow's page, not a page in a page
-    return f'<a href="{_e(href)}" target="_top">{_e(label)}</a>'
+def _a(href: str, top: str, label: object) -> str:
+    """A link that moves Airflow's page to ``top`` (FOLLOW below), else opens ``href`` in the frame."""
+    return f'<a href="{_e(href)}" data-top="{_e(top)}">{_e(label)}</a>'
+
+
+# Airflow shows these pages in an iframe sandboxed without allow-top-navigation, so a plain link cannot
+# leave the frame; the frame is same-origin (allow-same-origin), so it tells Airflow's router to go there.
+FOLLOW = """
+document.addEventListener("click", function (e) {
+  var a = e.target.closest("a[data-top]");
+  if (!a || window.top === window) return;
+  try {
+    window.top.history.pushState(null, "", a.dataset.top);
+    window.top.dispatchEvent(new PopStateEvent("popstate"));
+    e.preventDefault();
+  } catch (err) { /* not the same origin: the link opens in the frame */ }
+});
+"""
 
 
 def _page(title: str, body: Sequence[str]) -> str:
     return (
         f'<!doctype html><html><head><meta charset="utf-8"><title>{_e(title)}</title>'
-        f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>"
+        f"<style>{STYLE}</style><script>{FOLLOW}</script></head><body>{''.join(body)}</body></html>"
     )
 
 
@@ -111,7 +142,7 @@ def _error(doc: Mapping[str, Any]) -> list[str]:
 
 
 def render_run(
-    doc: Mapping[str, Any], dag_id: str, run_id: str, notes: Mapping[str, str], links: Links, url_route: str
+    doc: Mapping[str, Any], dag_id: str, run_id: str, notes: Mapping[str, str], links: Links
 ) -> str:
     """The run tab: is this run a duplicate (of which kept run, why, what dupguard did) or a kept run
     with duplicates; "nothing found" when it is clean."""
@@ -131,10 +162,10 @@ def render_run(
         else:
             body.append(
                 f'<p class="bad">This run is a duplicate of '
-                f"{_a(links.run_tab(dag_id, kept, url_route), kept)}"
+                f"{links.run(dag_id, kept, kept)}"
                 f": {_e(what_dupguard_did(me, notes.get(run_id)))}.</p>"
             )
-        body.append(_group_table(g, notes, links, url_route))
+        body.append(_group_table(g, notes, links))
     return _page(f"HA health: {run_id}", body)
 
 
@@ -148,14 +179,14 @@ def _why(g: Mapping[str, Any]) -> str:
     return why
 
 
-def _group_table(g: Mapping[str, Any], notes: Mapping[str, str], links: Links, url_route: str) -> str:
+def _group_table(g: Mapping[str, Any], notes: Mapping[str, str], links: Links) -> str:
     hosts = ", ".join(h or "?" for h in g.get("creator_hostnames") or [])
     head = "".join(f"<th>{h}</th>" for h in ("run", "role", "state", "tasks started", "what dupguard did"))
     rows = [f"<p>Why: {_e(_why(g))}. Created by: {_e(hosts)}.</p>", f"<table><tr>{head}</tr>"]
     for r in g["runs"]:
         fate = "kept" if r["kept"] else what_dupguard_did(r, notes.get(r["run_id"]))
         rows.append(
-            f"<tr><td>{_a(links.run_tab(g['dag_id'], r['run_id'], url_route), r['run_id'])}</td>"
+            f"<tr><td>{links.run(g['dag_id'], r['run_id'], r['run_id'])}</td>"
             f"<td>{'kept' if r['kept'] else 'duplicate'}</td><td>{_e(r['state'])}</td>"
             f"<td>{_e(r['tasks_started'])}/{_e(r['tasks_total'])}</td><td>{_e(fate)}</td></tr>"
         )
@@ -180,7 +211,6 @@ def render_nav(
     doc: Mapping[str, Any],
     doctor: Mapping[str, Any] | None,
     links: Links,
-    url_route: str,
     *,
     dag: str = "",
     kind: str = "",
@@ -195,11 +225,11 @@ def render_nav(
                 continue
             shown += 1
             body.append(
-                f'<div class="card"><b class="kind">{GROUPS}</b> {_a(links.dag(g["dag_id"]), g["dag_id"])}'
+                f'<div class="card"><b class="kind">{GROUPS}</b> {links.dag(g["dag_id"])}'
                 ": "
                 f"{len(g['duplicate_run_ids'])} duplicate(s) of run "
-                f"{_a(links.run_tab(g['dag_id'], g['kept_run_id'], url_route), g['kept_run_id'])}"
-                f"{_group_table(g, {}, links, url_route)}</div>"
+                f"{links.run(g['dag_id'], g['kept_run_id'], g['kept_run_id'])}"
+                f"{_group_table(g, {}, links)}</div>"
             )
     for k, found in sorted((doc.get("checks") or {}).items()):
         if kind not in ("", k):
@@ -238,7 +268,7 @@ def _filters(doc: Mapping[str, Any], dag: str, kind: str) -> str:
 
 
 def _observation(o: Mapping[str, Any], links: Links) -> str:
-    dags = ", ".join(_a(links.dag(d), d) for d in o.get("dag_ids") or [])
+    dags = ", ".join(links.dag(d) for d in o.get("dag_ids") or [])
     lines = "".join(f"<li>{_e(line)}</li>" for line in o.get("lines") or [])
     return (
         f'<div class="card"><b class="kind">{_e(o["kind"])}</b> ({_e(o.get("confidence"))}, '

@@ -8,9 +8,9 @@ Why the findings come from a ``dupguard`` command and not from dupguard's module
 3.0/3.1 run SQLAlchemy 1.4 and dupguard needs 2.0, and the guard's package must not pull dupguard's
 dependencies into Airflow's image. So the plugin runs ``dupguard scan --format json`` and ``dupguard
 doctor --format json`` (``DUPGUARD_UI_COMMAND``, e.g. a separate virtualenv) against Airflow's own
-database URL: the same rules as ``scan``, never a second copy. It caches the answer for
-``DUPGUARD_UI_REFRESH`` seconds, so pages answer from memory, and reads the notes on a run (what
-dupguard did to it) through the API server's own session.
+database URL: the same rules as ``scan``, never a second copy. Pages answer from the last answer in
+memory, refreshed in the background after ``DUPGUARD_UI_REFRESH`` seconds; the notes on a run (what
+dupguard did to it) are read through the API server's own session.
 
 Security: Airflow does not protect a plugin's FastAPI app, so every route depends on Airflow's own
 ``get_user`` (the UI's ``_token`` cookie, which reaches the iframe as it is the same origin, or a
@@ -19,12 +19,8 @@ bearer token) and shows only the DAGs the auth manager lets that user read.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
-import subprocess
-import threading
-import time
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -38,6 +34,7 @@ from fastapi.responses import HTMLResponse
 from sqlalchemy import bindparam, text
 
 from . import ha_health
+from .ha_health_scans import Scans
 
 PREFIX = "/dupguard"
 NAV_ROUTE = "ha-health"
@@ -48,46 +45,13 @@ def enabled() -> bool:
     return os.environ.get("DUPGUARD_UI", "on").strip().lower() not in {"off", "false", "0", "no"}
 
 
-class Scans:
-    """The latest ``scan``/``doctor`` documents, refreshed at most every ``refresh`` seconds, one refresh at
-    a time (concurrent pages wait for it rather than each starting a scan)."""
-
-    def __init__(self) -> None:
-        self.command = shlex.split(os.environ.get("DUPGUARD_UI_COMMAND", "dupguard"))
-        self.since = os.environ.get("DUPGUARD_UI_SINCE", "7d")
-        self.refresh = float(os.environ.get("DUPGUARD_UI_REFRESH", "60"))
-        self.timeout = float(os.environ.get("DUPGUARD_UI_TIMEOUT", "60"))
-        self._lock = threading.Lock()
-        self._at = float("-inf")
-        self._docs: tuple[dict[str, Any], dict[str, Any] | None] = ({}, None)
-
-    def documents(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        with self._lock:
-            if time.monotonic() - self._at >= self.refresh:
-                self._docs = (self._run("scan", "--since", self.since), self._run("doctor") or None)
-                self._at = time.monotonic()
-            return self._docs
-
-    def _run(self, *args: str) -> dict[str, Any]:
-        # The URL goes in the environment, never on the command line (``ps`` shows that to every user).
-        env = dict(os.environ, DUPGUARD_DATABASE_URL=conf.get("database", "sql_alchemy_conn"))
-        try:
-            done = subprocess.run(
-                [*self.command, *args, "--format", "json"],
-                env=env,
-                capture_output=True,
-                timeout=self.timeout,
-                check=False,
-            )
-            doc: dict[str, Any] = json.loads(done.stdout)
-        except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
-            # Only the exception's kind: a message could quote the environment.
-            message = f"{' '.join(self.command[:1])} {args[0]} failed ({type(exc).__name__})"
-            return {"error": {"message": message}, "groups": [], "checks": {}}
-        return doc
-
-
-SCANS = Scans()
+SCANS = Scans(
+    shlex.split(os.environ.get("DUPGUARD_UI_COMMAND", "dupguard")),
+    since=os.environ.get("DUPGUARD_UI_SINCE", "7d"),
+    refresh=float(os.environ.get("DUPGUARD_UI_REFRESH", "60")),
+    timeout=float(os.environ.get("DUPGUARD_UI_TIMEOUT", "120")),
+    database_url=lambda: conf.get("database", "sql_alchemy_conn"),
+)
 
 
 def _allowed(user: Any) -> set[str]:
@@ -95,7 +59,7 @@ def _allowed(user: Any) -> set[str]:
 
 
 def _links() -> ha_health.Links:
-    return ha_health.Links(urlsplit(conf.get("api", "base_url", fallback="") or "").path)
+    return ha_health.Links(urlsplit(conf.get("api", "base_url", fallback="") or "").path, PREFIX, RUN_ROUTE)
 
 
 def _notes(dag_id: str, run_ids: list[str]) -> dict[str, str]:
@@ -129,7 +93,7 @@ def findings(user: User) -> dict[str, Any]:
 def nav_page(user: User, dag: str = "", kind: str = "") -> str:
     doc, doctor = SCANS.documents()
     return ha_health.render_nav(
-        ha_health.readable(doc, _allowed(user)), doctor, _links(), RUN_ROUTE, dag=dag, kind=kind
+        ha_health.readable(doc, _allowed(user)), doctor, _links(), dag=dag, kind=kind
     )
 
 
@@ -142,7 +106,7 @@ def run_page(dag_id: str, run_id: str, user: User) -> str:
         raise HTTPException(status_code=403, detail="Forbidden")
     doc = ha_health.readable(SCANS.documents()[0], {dag_id})
     notes = _notes(dag_id, ha_health.run_ids_of(ha_health.groups_of_run(doc, dag_id, run_id)))
-    return ha_health.render_run(doc, dag_id, run_id, notes, _links(), RUN_ROUTE)
+    return ha_health.render_run(doc, dag_id, run_id, notes, _links())
 
 
 class DupguardUiPlugin(AirflowPlugin):

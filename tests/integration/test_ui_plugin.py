@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.airflow_server import USERS, AirflowServer, airflow_api_server, scenario_path
+from tests.airflow_server import USERS, AirflowServer, airflow_api_server, scenario_path, sql
 from tests.guard.support import build_guard_site
 from tests.pg import FIXTURES, ROOT, Templates
 
@@ -149,6 +149,25 @@ def test_the_run_tab_names_the_kept_run_with_the_cookie_the_ui_sends(ui: UiServe
     assert "kept run of a duplicate group" in page and ui.duplicate in page
 
 
+def test_the_note_on_a_run_is_read_through_the_api_servers_session(ui: UiServer) -> None:
+    """What dupguard did comes from the run's note; a note on a run Airflow shows was not stopped is disputed
+    (the fixtures' duplicates are queued or running)."""
+    sql(
+        ui.server.db_url,
+        "INSERT INTO dag_run_note (dag_run_id, content, created_at, updated_at) "
+        "SELECT id, :note, now(), now() FROM dag_run WHERE dag_id = :dag AND run_id = :run",
+        note=f"dupguard stopped this run as a duplicate of {ui.kept} (copied by hand)",
+        dag=ui.dag_id,
+        run=ui.duplicate,
+    )
+    try:
+        status, page = ui.get(ui.run_path(ui.duplicate), "viewer")
+        assert status == 200
+        assert "the note is disputed" in page
+    finally:
+        sql(ui.server.db_url, "DELETE FROM dag_run_note WHERE content LIKE 'dupguard stopped%'")
+
+
 def test_a_clean_run_shows_that_nothing_was_found(ui: UiServer) -> None:
     status, page = ui.get(ui.run_path("manual__never_a_duplicate"), "admin")
     assert status == 200
@@ -178,4 +197,5 @@ def test_switched_off_the_plugin_adds_nothing(pg_templates: Templates, tmp_path:
         assert status == 200, body
         plugins = {p["name"]: p for p in json.loads(body)["plugins"]}
         assert plugins["dupguard"]["external_views"] == [] and plugins["dupguard"]["fastapi_apps"] == []
-        assert ui_off.get("/dupguard/health", "admin")[0] == 404
+        # the path then falls to the UI's own pages (index.html for every unknown path)
+        assert "Exposure (dupguard doctor)" not in ui_off.get("/dupguard/health", "admin")[1]

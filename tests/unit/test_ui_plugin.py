@@ -6,13 +6,19 @@ tests/integration/test_ui_plugin_browser.py.
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from detector.core.decisions import REMEDIATION_NOTE_PREFIX
 from detector.core.model import GUARD_NOTE_PREFIX
-from detector.guard import ha_health
+from detector.guard import ha_health, ha_health_scans
 
-LINKS = ha_health.Links("/airflow/")
+LINKS = ha_health.Links("/airflow/", "/dupguard", "tab")
 
 
 def _run(run_id: str, *, kept: bool, started: int = 0) -> dict[str, Any]:
@@ -51,35 +57,102 @@ def test_a_user_sees_only_the_dags_they_may_read() -> None:
     assert ha_health.readable(_doc(), set())["groups"] == []
 
 
-def test_the_fate_of_a_duplicate_comes_from_its_note_and_its_tasks() -> None:
-    fresh = _run("r", kept=False)
-    ran = _run("r", kept=False, started=1)
-    assert "guard" in ha_health.what_dupguard_did(fresh, GUARD_NOTE_PREFIX + "r1 (...)")
-    assert "before its tasks started" in ha_health.what_dupguard_did(fresh, REMEDIATION_NOTE_PREFIX + "r1 (x)")
-    assert "too late" in ha_health.what_dupguard_did(ran, REMEDIATION_NOTE_PREFIX + "r1 (x)")
-    assert ha_health.what_dupguard_did(fresh, "a note someone typed").startswith("not stopped yet")
-    assert ha_health.what_dupguard_did(ran, None).startswith("not stopped: its tasks ran")
+def test_the_fate_of_a_duplicate_comes_from_its_note_and_what_airflow_recorded() -> None:
+    skipped = dict(_run("r", kept=False), state="success")  # the guard's: every task skipped, none started
+    failed = dict(_run("r", kept=False), state="failed")
+    failed_late = dict(failed, tasks_started=1)
+    running = dict(_run("r", kept=False, started=1), state="running")
+    assert "guard" in ha_health.what_dupguard_did(skipped, GUARD_NOTE_PREFIX + "r1 (...)")
+    assert "before its tasks started" in ha_health.what_dupguard_did(failed, REMEDIATION_NOTE_PREFIX + "r1 (x)")
+    assert "too late" in ha_health.what_dupguard_did(failed_late, REMEDIATION_NOTE_PREFIX + "r1 (x)")
+    # a note is not proof: a run still running was not stopped, whatever its note says
+    assert "disputed" in ha_health.what_dupguard_did(running, REMEDIATION_NOTE_PREFIX + "r1 (x)")
+    assert "disputed" in ha_health.what_dupguard_did(dict(skipped, tasks_started=1), GUARD_NOTE_PREFIX + "r1")
+    assert ha_health.what_dupguard_did(dict(skipped, state="queued"), "typed").startswith("not stopped yet")
+    assert ha_health.what_dupguard_did(running, None).startswith("not stopped: its tasks ran")
 
 
 def test_the_run_tab_of_a_duplicate_links_the_kept_run_and_escapes_everything() -> None:
     doc = ha_health.readable(_doc(), None)
-    page = ha_health.render_run(doc, "<secret>", "r2", {}, LINKS, "tab")
+    page = ha_health.render_run(doc, "<secret>", "r2", {}, LINKS)
     assert "is a duplicate of" in page and "%3Csecret%3E" in page and "<secret>" not in page
-    page = ha_health.render_run(doc, "orders", "r1", {}, LINKS, "tab")
+    page = ha_health.render_run(doc, "orders", "r1", {}, LINKS)
     assert "kept run of a duplicate group: 1 duplicate" in page
-    assert 'href="/airflow/dags/orders/runs/r2/plugin/tab" target="_top"' in page
-    assert "found no duplicate" in ha_health.render_run(doc, "orders", "r9", {}, LINKS, "tab")
+    # in Airflow's frame the link moves Airflow's page to the run's tab; alone it opens the plugin's page
+    assert 'href="/airflow/dupguard/runs/orders/r2" data-top="/airflow/dags/orders/runs/r2/plugin/tab"' in page
+    assert "found no duplicate" in ha_health.render_run(doc, "orders", "r9", {}, LINKS)
 
 
 def test_the_nav_page_filters_by_dag_and_kind() -> None:
     doc = ha_health.readable(_doc(), {"orders"})
-    every = ha_health.render_nav(doc, None, LINKS, "tab")
+    every = ha_health.render_nav(doc, None, LINKS)
     assert "duplicate_group" in every and "mine" in every
-    only_checks = ha_health.render_nav(doc, None, LINKS, "tab", kind="trigger_flapping")
+    only_checks = ha_health.render_nav(doc, None, LINKS, kind="trigger_flapping")
     assert "r1" not in only_checks.split("</form>")[1] and "mine" in only_checks
-    assert "No open finding" in ha_health.render_nav(doc, None, LINKS, "tab", dag="elsewhere")
+    assert "No open finding" in ha_health.render_nav(doc, None, LINKS, dag="elsewhere")
 
 
 def test_a_failed_scan_is_said_on_the_page() -> None:
-    page = ha_health.render_nav({"error": {"message": "database unreachable"}}, None, LINKS, "tab")
+    page = ha_health.render_nav({"error": {"message": "database unreachable"}}, None, LINKS)
     assert "could not scan: database unreachable" in page and "No open finding" not in page
+
+
+FAKE_DUPGUARD = """
+import json, os, sys, time
+calls = os.path.join(os.path.dirname(sys.argv[0]), "calls")
+with open(calls, "a") as f:
+    f.write(json.dumps([sys.argv[1:], os.environ.get("DUPGUARD_DATABASE_URL")]) + "\\n")
+n = sum(1 for _ in open(calls))
+time.sleep(float(os.environ.get("FAKE_DELAY", "0")) if n > 2 else 0)
+print(json.dumps({"error": None, "groups": [], "checks": {}, "runs_examined": n}))
+"""
+
+
+def _scans(tmp_path: Path, refresh: float) -> tuple[ha_health_scans.Scans, Path]:
+    script = tmp_path / "fake_dupguard.py"
+    script.write_text(FAKE_DUPGUARD)
+    scans = ha_health_scans.Scans(
+        [sys.executable, str(script)],
+        since="7d",
+        refresh=refresh,
+        timeout=30,
+        database_url=lambda: "postgresql://u:pw@h/db",
+    )
+    return scans, tmp_path / "calls"
+
+
+def test_the_database_url_reaches_dupguard_in_its_environment_only(tmp_path: Path) -> None:
+    scans, calls = _scans(tmp_path, refresh=60)
+    doc, doctor = scans.documents()
+    assert doc["runs_examined"] == 2 and doctor is not None  # scan after doctor: the second call
+    lines = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert [argv for argv, _ in lines] == [
+        ["doctor", "--format", "json"],
+        ["scan", "--since", "7d", "--format", "json"],
+    ]
+    assert all(url == "postgresql://u:pw@h/db" for _, url in lines)
+    assert scans.documents()[0] is doc  # fresh: no new scan
+    assert len(calls.read_text().splitlines()) == 2
+
+
+def test_a_stale_answer_is_served_while_the_next_is_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the first page waits for a scan: later ones answer from memory, however slow the scan."""
+    monkeypatch.setenv("FAKE_DELAY", "3")
+    scans, _ = _scans(tmp_path, refresh=0)
+    first = scans.documents()[0]
+    started = time.monotonic()
+    assert scans.documents()[0] is first  # stale, refreshing behind
+    assert time.monotonic() - started < 1.0
+    deadline = time.monotonic() + 20
+    while scans.documents()[0] is first and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert scans.documents()[0]["runs_examined"] >= 4
+
+
+def test_a_command_that_cannot_run_is_an_error_on_the_page_without_its_environment(tmp_path: Path) -> None:
+    scans = ha_health_scans.Scans(
+        [str(tmp_path / "missing")], since="7d", refresh=60, timeout=5, database_url=lambda: "postgresql://u:pw@h/db"
+    )
+    doc, doctor = scans.documents()
+    assert doctor is None
+    assert doc["error"]["message"] == f"{tmp_path / 'missing'} scan failed (FileNotFoundError)"
