@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,15 @@ def test_a_command_that_cannot_run_is_an_error_on_the_page_without_its_environme
     doc, doctor = scans.documents()
     assert doctor is None
     assert doc["error"]["message"] == f"{tmp_path / 'missing'} scan failed (FileNotFoundError)"
+
+
+def test_the_guard_package_ships_every_module_of_detector_guard() -> None:
+    """deploy/airflow-guard copies the modules in one by one (force-include): a new one left out breaks the
+    plugin's import inside Airflow only."""
+    root = Path(__file__).resolve().parents[2]
+    spec = tomllib.loads((root / "deploy" / "airflow-guard" / "pyproject.toml").read_text())
+    targets = spec["tool"]["hatch"]["build"]["targets"]
+    modules = sorted(p.name for p in (root / "detector" / "guard").glob("*.py") if p.name != "__init__.py")
+    for target in ("wheel", "sdist"):
+        shipped = sorted(Path(dest).name for dest in targets[target]["force-include"].values())
+        assert shipped == modules, target
