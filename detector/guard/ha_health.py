@@ -127,11 +127,20 @@ document.addEventListener("click", function (e) {
 """
 
 
-def _page(title: str, body: Sequence[str]) -> str:
+def _page(title: str, body: Sequence[str], head: str = "") -> str:
     return (
-        f'<!doctype html><html><head><meta charset="utf-8"><title>{_e(title)}</title>'
+        f'<!doctype html><html><head><meta charset="utf-8">{head}<title>{_e(title)}</title>'
         f"<style>{STYLE}</style><script>{FOLLOW}</script></head><body>{''.join(body)}</body></html>"
     )
+
+
+def render_pending(title: str, every: int = 3) -> str:
+    """Before the first scan since the API server started is in: say so, and reload in ``every`` seconds."""
+    body = [
+        f"<h1>{_e(title)}</h1>",
+        "<p>dupguard is reading Airflow's database; this page reloads itself.</p>",
+    ]
+    return _page(title, body, f'<meta http-equiv="refresh" content="{every}">')
 
 
 def _error(doc: Mapping[str, Any]) -> list[str]:

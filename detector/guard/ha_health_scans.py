@@ -17,8 +17,9 @@ from typing import Any
 
 
 class Scans:
-    """The latest ``scan``/``doctor`` documents. Only the first page waits for them; later pages answer from
-    memory, and one older than ``refresh`` seconds starts a refresh in the background (one at a time)."""
+    """The latest ``scan``/``doctor`` documents. A page never waits for a scan longer than it asks to: the
+    first request starts one in the background, and one that finds the answer older than ``refresh``
+    seconds starts the next (one at a time); meanwhile pages answer from memory."""
 
     def __init__(
         self,
@@ -34,30 +35,26 @@ class Scans:
         self.refresh = refresh
         self.timeout = timeout
         self.database_url = database_url
-        self._lock = threading.Lock()  # held while the first documents are made
-        self._refreshing = threading.Lock()
+        self._refreshing = threading.Lock()  # held by the one refresh under way
+        self._ready = threading.Event()  # set once the first documents are in
         self._at = float("-inf")
         self._docs: tuple[dict[str, Any], dict[str, Any] | None] | None = None
 
-    def documents(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        with self._lock:
-            if self._docs is None:
-                self._update()
-            elif time.monotonic() - self._at >= self.refresh and self._refreshing.acquire(blocking=False):
-                threading.Thread(target=self._update_in_background, daemon=True).start()
-            assert self._docs is not None
-            return self._docs
+    def documents(self, wait: float | None = None) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+        """The documents; None if the first ones are not in within ``wait`` seconds (None: no limit)."""
+        if time.monotonic() - self._at >= self.refresh and self._refreshing.acquire(blocking=False):
+            threading.Thread(target=self._update_in_background, daemon=True).start()
+        self._ready.wait(wait)
+        return self._docs
 
     def _update_in_background(self) -> None:
         try:
-            self._update()
+            doctor = self._run("doctor")
+            self._docs = (self._run("scan", "--since", self.since), None if doctor.get("error") else doctor)
+            self._at = time.monotonic()
+            self._ready.set()
         finally:
             self._refreshing.release()
-
-    def _update(self) -> None:
-        doctor = self._run("doctor")
-        self._docs = (self._run("scan", "--since", self.since), None if doctor.get("error") else doctor)
-        self._at = time.monotonic()
 
     def _run(self, *args: str) -> dict[str, Any]:
         # The URL goes in the environment, never on the command line (``ps`` shows that to every user).

@@ -9,8 +9,9 @@ Why the findings come from a ``dupguard`` command and not from dupguard's module
 dependencies into Airflow's image. So the plugin runs ``dupguard scan --format json`` and ``dupguard
 doctor --format json`` (``DUPGUARD_UI_COMMAND``, e.g. a separate virtualenv) against Airflow's own
 database URL: the same rules as ``scan``, never a second copy. Pages answer from the last answer in
-memory, refreshed in the background after ``DUPGUARD_UI_REFRESH`` seconds; the notes on a run (what
-dupguard did to it) are read through the API server's own session.
+memory, refreshed in the background after ``DUPGUARD_UI_REFRESH`` seconds (before the first one is in,
+a page says so and reloads itself); the notes on a run (what dupguard did to it) are read through the
+API server's own session.
 
 Security: Airflow does not protect a plugin's FastAPI app, so every route depends on Airflow's own
 ``get_user`` (the UI's ``_token`` cookie, which reaches the iframe as it is the same origin, or a
@@ -83,15 +84,24 @@ User = Annotated[Any, Depends(get_user)]  # Airflow's own check: the UI's _token
 app = FastAPI(title="dupguard HA health", docs_url=None, redoc_url=None, openapi_url=None)
 
 
+PAGE_WAIT = 0.8  # seconds a page waits for the first scan before it says "scanning" (and reloads itself)
+
+
 @app.get("/api/findings")
 def findings(user: User) -> dict[str, Any]:
-    """The scan document with only the DAGs this user may read (for tools, and the tests)."""
-    return ha_health.readable(SCANS.documents()[0], _allowed(user))
+    """The scan document with only the DAGs this user may read (for tools, and the tests): waits for it."""
+    docs = SCANS.documents(2 * SCANS.timeout + 5)  # doctor, then scan
+    if docs is None:
+        raise HTTPException(status_code=503, detail="dupguard has not finished its first scan")
+    return ha_health.readable(docs[0], _allowed(user))
 
 
 @app.get("/health", response_class=HTMLResponse)
 def nav_page(user: User, dag: str = "", kind: str = "") -> str:
-    doc, doctor = SCANS.documents()
+    docs = SCANS.documents(PAGE_WAIT)
+    if docs is None:
+        return ha_health.render_pending("HA health")
+    doc, doctor = docs
     return ha_health.render_nav(
         ha_health.readable(doc, _allowed(user)), doctor, _links(), dag=dag, kind=kind
     )
@@ -104,7 +114,10 @@ def run_page(dag_id: str, run_id: str, user: User) -> str:
         method="GET", access_entity=DagAccessEntity.RUN, details=details, user=user
     ):
         raise HTTPException(status_code=403, detail="Forbidden")
-    doc = ha_health.readable(SCANS.documents()[0], {dag_id})
+    docs = SCANS.documents(PAGE_WAIT)
+    if docs is None:
+        return ha_health.render_pending(f"HA health of run {run_id}")
+    doc = ha_health.readable(docs[0], {dag_id})
     notes = _notes(dag_id, ha_health.run_ids_of(ha_health.groups_of_run(doc, dag_id, run_id)))
     return ha_health.render_run(doc, dag_id, run_id, notes, _links())
 

@@ -78,7 +78,8 @@ def test_a_reader_finds_the_duplicate_and_follows_it_to_the_kept_run(
     page.get_by_role("menuitem", name="HA health").click()
     frame = _frame(page)
     playwright.expect(frame.get_by_role("heading", name="HA health")).to_be_visible(timeout=WAIT_MS)
-    playwright.expect(frame.get_by_text(f"1 duplicate(s) of run {ui.kept}")).to_be_visible()
+    # the first page after the server started may say "reading" and reload itself: wait for the finding
+    playwright.expect(frame.get_by_text(f"1 duplicate(s) of run {ui.kept}")).to_be_visible(timeout=WAIT_MS)
     page.screenshot(path=shots / f"ui-plugin-nav-{version}.png")
 
     # the link leaves the frame: Airflow's own page moves to the kept run's HA health tab
@@ -102,6 +103,6 @@ def test_a_user_without_access_to_the_dag_sees_no_finding_of_it(
     page.goto(ui.server.url + "/plugin/ha-health")
     frame = _frame(page)
     playwright.expect(frame.get_by_role("heading", name="HA health")).to_be_visible(timeout=WAIT_MS)
-    playwright.expect(frame.get_by_text("No open finding")).to_be_visible()
+    playwright.expect(frame.get_by_text("No open finding")).to_be_visible(timeout=WAIT_MS)
     assert ui.kept not in frame.locator("body").inner_text()
     page.screenshot(path=_shots(tmp_path) / f"ui-plugin-outsider-{ui.server.version}.png")

@@ -104,7 +104,7 @@ calls = os.path.join(os.path.dirname(sys.argv[0]), "calls")
 with open(calls, "a") as f:
     f.write(json.dumps([sys.argv[1:], os.environ.get("DUPGUARD_DATABASE_URL")]) + "\\n")
 n = sum(1 for _ in open(calls))
-time.sleep(float(os.environ.get("FAKE_DELAY", "0")) if n > 2 else 0)
+time.sleep(float(os.environ.get("FAKE_DELAY" if n > 2 else "FAKE_FIRST_DELAY", "0")))
 print(json.dumps({"error": None, "groups": [], "checks": {}, "runs_examined": n}))
 """
 
@@ -150,6 +150,18 @@ def test_a_stale_answer_is_served_while_the_next_is_made(tmp_path: Path, monkeyp
     assert scans.documents()[0]["runs_examined"] >= 4
 
 
+def test_before_the_first_scan_is_in_a_page_waits_only_as_long_as_it_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_FIRST_DELAY", "2")
+    scans, _ = _scans(tmp_path, refresh=60)
+    started = time.monotonic()
+    assert scans.documents(wait=0.2) is None
+    assert time.monotonic() - started < 1.0
+    docs = scans.documents()  # no limit: waits for the one scan under way, starts no other
+    assert docs is not None and docs[0]["runs_examined"] == 2
+
+
 def test_a_command_that_cannot_run_is_an_error_on_the_page_without_its_environment(tmp_path: Path) -> None:
     scans = ha_health_scans.Scans(
         [str(tmp_path / "missing")], since="7d", refresh=60, timeout=5, database_url=lambda: "postgresql://u:pw@h/db"
@@ -169,3 +181,8 @@ def test_the_guard_package_ships_every_module_of_detector_guard() -> None:
     for target in ("wheel", "sdist"):
         shipped = sorted(Path(dest).name for dest in targets[target]["force-include"].values())
         assert shipped == modules, target
+
+
+def test_the_page_before_the_first_scan_reloads_itself() -> None:
+    page = ha_health.render_pending("HA health")
+    assert '<meta http-equiv="refresh" content="3">' in page and "reloads itself" in page
