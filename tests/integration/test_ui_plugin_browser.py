@@ -16,11 +16,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from playwright import sync_api as playwright  # a test dependency (pyproject.toml): missing is a failure
 
 from tests.integration.test_ui_plugin import CASES, PASSWORDS, UiServer, ui_server
 from tests.pg import Templates
-
-playwright = pytest.importorskip("playwright.sync_api")
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
