@@ -8,6 +8,7 @@ export DUPGUARD_TEST_DATABASE_URL="$(scripts/postgres.sh start)"
 scripts/promtool.sh  # promtool for the alert-rule checks in tests/deploy
 scripts/redis.sh >/dev/null  # Debian's redis-server: the Celery broker of the end-to-end test (tests/e2e)
 scripts/faketime.sh >/dev/null  # Debian's faketime: dupguard on a skewed host clock (test_clock_skew.py)
+scripts/chromium.sh >/dev/null  # Debian's chromium: the UI plugin's pages in a headless browser (test_ui_plugin.py)
 scripts/alertmanager.sh  # Debian's prometheus-alertmanager and amtool: the Alertmanager sink's tests (tests/alertmanager.py)
 # Real Airflow for the remediation (API server), guard (scheduler code) and end-to-end tests.
 for version in 3.0.6 3.1.2 3.2.2 3.3.2; do
