@@ -1,0 +1,150 @@
+"""A duplicate found during dry-run and still queued is judged again when the mode changes to fail:
+stopped if it still can be, reported too late if it started, never decided twice. Real PostgreSQL with
+the real Airflow 3.1.2 schema, the real ``db`` backend, daemons restarted as an operator would after
+flipping DUPGUARD_REMEDIATION; the durable ledger and the in-memory one (docs/explanation/remediation.md,
+"From dry-run to fail").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from detector.core.ports import AlertEvent, Result
+from tests.airflow_server import db_state, sql
+from tests.daemon_harness import Running, wait_for
+from tests.integration.test_keep_final import _pair, _start, _start_task, _stop
+from tests.pg import Templates
+
+pytestmark = pytest.mark.integration
+FAIL = {"remediation": "fail", "remediation_backend": "db"}
+
+
+def _dry_run(daemons: list[Running], url: str, dup: str, *, durable: bool) -> AlertEvent:
+    """A dry-run daemon finds the pair and reports what it would do, then stops (the operator's restart)."""
+    d = _start(daemons, url, durable=durable, remediation="dry-run")
+    _wait(lambda: d.alerter.results().get(dup) == [Result.DRY_RUN], "the dry run's outcome")
+    [detected] = d.alerter.detected()
+    _stop(daemons, d)
+    return detected
+
+
+def _wait(condition: Callable[[], bool], what: str) -> None:
+    wait_for(condition, timeout=40, what=what)  # a new leader waits out the lease before writing
+
+
+def _age(url: str, minutes: int) -> None:
+    """Every run was queued ``minutes`` earlier: older than the look-back of a restarted process."""
+    sql(url, "UPDATE dag_run SET queued_at = queued_at - make_interval(mins => :m), "
+        "run_after = run_after - make_interval(mins => :m)", m=minutes)  # fmt: skip
+
+
+def _outcome(d: Running) -> AlertEvent:
+    [event] = d.alerter.outcomes()
+    return event
+
+
+def test_durable_ledger_stops_the_queued_duplicate_a_dry_run_found(
+    pg_templates: Templates, daemons: list[Running]
+) -> None:
+    url = pg_templates.clone("3.1.2")
+    _, kept, dup, _, _ = _pair(url)
+    found = _dry_run(daemons, url, dup.run_id, durable=True)
+    assert db_state(url)[dup.run_id].state == "queued"
+    before = db_state(url)[kept.run_id]
+
+    d = _start(daemons, url, **FAIL)
+    _wait(lambda: db_state(url)[dup.run_id].state == "failed", "the duplicate stopped")
+    _wait(lambda: bool(d.alerter.outcomes()), "the outcome")
+    assert db_state(url)[kept.run_id] == before
+    assert d.alerter.detected() == []  # the dry run's incident, updated: not a new one
+    event = _outcome(d)
+    assert event.finding.kept.run_id == kept.run_id
+    assert [(r.action.run.run_id, r.result) for r in event.results] == [(dup.run_id, Result.DONE)]
+    assert event.observed_at is not None and event.detected_at == event.observed_at
+    assert abs((event.observed_at - found.detected_at).total_seconds()) < 1
+    assert event.mode == "fail"
+
+
+def test_durable_ledger_reports_too_late_and_never_decides_again(
+    pg_templates: Templates, daemons: list[Running]
+) -> None:
+    """The duplicate started between the dry run and the restart: too late, reported so. That decision
+    is final: once its task is cleared back to queued, a later restart leaves it alone."""
+    url = pg_templates.clone("3.1.2")
+    _, _, dup, _, _ = _pair(url)
+    _dry_run(daemons, url, dup.run_id, durable=True)
+    _start_task(url, dup.run_id)
+    before = db_state(url)
+
+    d = _start(daemons, url, **FAIL)
+    _wait(lambda: bool(d.alerter.outcomes()), "the outcome")
+    event = _outcome(d)
+    assert [(r.action.run.run_id, r.result) for r in event.results] == [(dup.run_id, Result.TOO_LATE)]
+    assert event.observed_at is not None
+    assert db_state(url) == before
+    _stop(daemons, d)
+
+    sql(url, "UPDATE task_instance SET state=NULL, start_date=NULL WHERE run_id=:r", r=dup.run_id)
+    cleared = db_state(url)
+    again = _start(daemons, url, **FAIL)
+    _wait(lambda: again.is_leader() and again.detector is not None, "the next term")
+    time.sleep(1.5)  # room for a wrong decision to land
+    assert again.alerter.events == []
+    assert db_state(url) == cleared
+
+
+def test_memory_ledger_sweeps_the_queued_duplicate_older_than_the_look_back(
+    pg_templates: Templates, daemons: list[Running]
+) -> None:
+    url = pg_templates.clone("3.1.2")
+    _, kept, dup, _, _ = _pair(url)
+    _dry_run(daemons, url, dup.run_id, durable=False)
+    _age(url, 60)  # the look-back (5 minutes here) no longer reaches the pair
+    before = db_state(url)[kept.run_id]
+
+    d = _start(daemons, url, durable=False, **FAIL)
+    _wait(lambda: db_state(url)[dup.run_id].state == "failed", "the duplicate stopped")
+    _wait(lambda: bool(d.alerter.outcomes()), "the outcome")
+    assert db_state(url)[kept.run_id] == before
+    [event] = d.alerter.outcomes()
+    assert event.finding.kept.run_id == kept.run_id
+    assert [(r.action.run.run_id, r.result) for r in event.results] == [(dup.run_id, Result.DONE)]
+
+
+def test_memory_ledger_reports_too_late_when_the_duplicate_starts_before_the_stop(
+    pg_templates: Templates, daemons: list[Running]
+) -> None:
+    """The duplicate's task starts after the sweep judged it, right before the guarded re-read: not stopped."""
+    url = pg_templates.clone("3.1.2")
+    _, kept, dup, _, _ = _pair(url)
+    _dry_run(daemons, url, dup.run_id, durable=False)
+    _age(url, 60)
+
+    d = _start(daemons, url, durable=False, task_starts=dup.run_id, **FAIL)
+    _wait(lambda: bool(d.alerter.outcomes()), "the outcome")
+    event = _outcome(d)
+    assert [(r.action.run.run_id, r.result) for r in event.results] == [(dup.run_id, Result.TOO_LATE)]
+    state = db_state(url)
+    assert state[dup.run_id].state == "queued" and state[dup.run_id].note is None
+    assert state[kept.run_id].state == "queued" and state[kept.run_id].note is None
+
+
+def test_a_group_decided_in_fail_mode_is_not_decided_again(pg_templates: Templates, daemons: list[Running]) -> None:
+    """Fail mode stops the duplicate; a later dry-run replica and another fail-mode restart change nothing."""
+    url = pg_templates.clone("3.1.2")
+    _, _, dup, _, _ = _pair(url)
+    _dry_run(daemons, url, dup.run_id, durable=True)
+    first = _start(daemons, url, **FAIL)
+    _wait(lambda: db_state(url)[dup.run_id].state == "failed", "the duplicate stopped")
+    _wait(lambda: bool(first.alerter.outcomes()), "the outcome")
+    _stop(daemons, first)
+    stopped = db_state(url)
+
+    again = _start(daemons, url, **FAIL)
+    _wait(lambda: again.is_leader() and again.detector is not None, "the next term")
+    time.sleep(1.5)
+    assert again.alerter.events == []
+    assert db_state(url) == stopped
