@@ -47,6 +47,9 @@ log = logs.get("dupguard.daemon")  # the daemon's lines, as before the split (lo
 Rejudge = Callable[[str, str, datetime], list[Finding] | None]
 
 
+UNFINISHED = ("queued", "running")  # a dry run's duplicate in these states is judged again
+
+
 def _claim_of(action: Action) -> str:
     """The ledger claim of a decided action. A dry run's "would" is an observation, not a decision:
     its own claim (counted and alerted once), so a later mode fail or skip still decides the run."""
@@ -398,6 +401,8 @@ class Responder:
             finding, action = verdict
             if action.kept_run_id != item.kept_run_id:  # the recorded keep prevents it: never act then
                 why = f"the kept run is now {action.kept_run_id}, not {item.kept_run_id}"
+            elif action.run.state not in UNFINISHED:  # long over: no stop, and no alert months later
+                why = f"the duplicate is {action.run.state}"
             elif action.outcome in UNDECIDED:  # e.g. no longer confirmed: nothing to decide
                 why = action.outcome.value
             elif _claim_of(action) not in self._ledger.claim_all(finding.key, [_claim_of(action)]):

@@ -204,13 +204,15 @@ class DatabaseSource:
         return findings
 
     def _stoppable(self, finding: Finding) -> bool:
-        """Whether a duplicate of ``finding`` may still be stopped: not stopped before, not started
-        (unless ``remediate_started``); the planner decides the rest."""
-        return any(
-            run.id not in finding.prior.stopped
-            and (self.config.remediate_started or not finding.progress.get(run.id, NO_PROGRESS).any_started)
-            for run in finding.duplicates
-        )
+        """Whether a duplicate of ``finding`` may still be stopped: not stopped before (nor created
+        skipped by the guard), not started (unless ``remediate_started``); the planner decides the rest."""
+        for run in finding.duplicates:
+            progress = finding.progress.get(run.id, NO_PROGRESS)
+            if run.id in finding.prior.stopped or progress.guarded:
+                continue
+            if self.config.remediate_started or not progress.any_started:
+                return True
+        return False
 
     def summary(self) -> dict[str, object]:
         tracker = self.detector.tracker if self.detector else None
