@@ -12,7 +12,10 @@ from collections.abc import Callable
 
 import pytest
 
+from detector.app.leader import AdvisoryLock
+from detector.app.ledger import DbLedger
 from detector.core.ports import AlertEvent, Result
+from detector.metadb.engine import make_engine, parse_url
 from tests.airflow_server import db_state, sql
 from tests.daemon_harness import Running, wait_for
 from tests.integration.test_keep_final import _pair, _start, _start_task, _stop
@@ -53,7 +56,9 @@ def _leaves_alone(daemons: list[Running], url: str) -> None:
     before = db_state(url)
     d = _start(daemons, url, **FAIL)
     _wait(lambda: d.is_leader() and d.detector is not None, "the next term")
-    time.sleep(1.5)  # room for a wrong decision to land
+    lock = d.daemon.parts.leadership
+    assert isinstance(lock, AdvisoryLock)
+    time.sleep(lock.takeover_wait.total_seconds() + 3)  # a term's first write waits that long: room for it to land
     assert d.alerter.events == []
     assert db_state(url) == before
 
@@ -163,3 +168,19 @@ def test_a_duplicate_that_finished_since_the_dry_run_is_not_alerted_again(
         r=dup.run_id)  # fmt: skip
     sql(url, "UPDATE dag_run SET state='success', start_date=now(), end_date=now() WHERE run_id=:r", r=dup.run_id)
     _leaves_alone(daemons, url)
+
+
+def test_a_dry_run_finding_already_decided_elsewhere_is_left_as_decided(
+    pg_templates: Templates, daemons: list[Running]
+) -> None:
+    """The group's decision claim was taken by another leader (its poll in mode fail, or a pick-up that
+    died before clearing the observation): the observation decides nothing more."""
+    url, _, dup, found = _found_by_dry_run(pg_templates, daemons, durable=True)
+    sql(url, "INSERT INTO dupguard.claims (group_key, subject, claimed_at, owner) "
+        "VALUES (:k, :s, now(), 'another-leader')", k=found.finding.key, s=f"action:{dup.run_id}")  # fmt: skip
+    _leaves_alone(daemons, url)
+    engine = make_engine(parse_url(url))
+    try:
+        assert DbLedger(engine).observed() == []  # dropped: not judged at every term again
+    finally:
+        engine.dispose()
