@@ -428,11 +428,13 @@ class DbLedger(_RunNotes):
         return found
 
     def _forget(self, group_key: str, name: str) -> None:
+        """Delete one named note of a group (notes pkey): a remediation done, a dry run's finding judged again."""
         stmt = delete(notes).where(notes.c.group_key == group_key, notes.c.name == name)
         with self._session(write=True) as conn:
             conn.execute(stmt)
 
     def _named(self, name: str) -> list[tuple[str, str]]:
+        """Every note of one name (notes, by name): the pending remediations, or the dry runs' findings."""
         with self._session(write=False) as conn:
             rows = conn.execute(select(notes.c.group_key, notes.c.value).where(notes.c.name == name)).all()
         return [(r.group_key, r.value) for r in rows]
