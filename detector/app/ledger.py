@@ -9,8 +9,10 @@ a live leader, ``detector.sources.database.resume``) may alert again about group
 recognised as already stopped, and the note on it names the kept run, ``detector.core.decisions``).
 
 Besides claims the ledger keeps, per run, the role an earlier judgement gave it (``decision|<dag>|<run>``
-claims, subject ``kept`` or ``duplicate``: a decision is final, so no later poll reverses it), and the remediations
-not finished yet (notes ``pending|<dag>|<run>``), which a new leader picks up and finishes.
+claims, subject ``kept`` or ``duplicate``: a decision is final, so no later poll reverses it), the remediations
+not finished yet (notes ``pending|<dag>|<run>``), which a new leader picks up and finishes, and the
+duplicates a dry run would have stopped (notes ``observed|<dag>|<run>``: an observation, not a decision),
+which a leader in mode fail or skip judges again.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
-from detector.core.ports import Pending
+from detector.core.ports import Observed, Pending
 from detector.errors import ConfigError, DatabaseError, LedgerError
 from detector.metadb.engine import connect, describe_error
 
@@ -74,6 +76,7 @@ state = Table(
 WATERMARK = "watermark"
 KEPT, DUPLICATE = "kept", "duplicate"
 PENDING = "pending-remediation"
+OBSERVED = "dry-run-observation"
 log = logs.get("dupguard.ledger")
 
 
@@ -85,11 +88,50 @@ def pending_key(dag_id: str, run_id: str) -> str:
     return f"pending|{dag_id}|{run_id}"
 
 
+def observed_key(dag_id: str, run_id: str) -> str:
+    return f"observed|{dag_id}|{run_id}"
+
+
 def _decision_rows(kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(decision_key(*kept), KEPT), *((decision_key(*d), DUPLICATE) for d in duplicates)]
 
 
-class MemoryLedger:
+class _RunNotes:
+    """The per-run notes every ledger keeps the same way, on its own ``remember``/``_forget``/``_named``."""
+
+    def remember(self, group_key: str, name: str, value: str) -> None:
+        raise NotImplementedError
+
+    def _forget(self, group_key: str, name: str) -> None:
+        raise NotImplementedError
+
+    def _named(self, name: str) -> list[tuple[str, str]]:
+        raise NotImplementedError
+
+    def add_pending(self, item: Pending) -> None:
+        self.remember(pending_key(item.dag_id, item.run_id), PENDING, item.finding_key)
+
+    def drop_pending(self, dag_id: str, run_id: str) -> None:
+        """Forget a run whose action is done."""
+        self._forget(pending_key(dag_id, run_id), PENDING)
+
+    def pending(self) -> list[Pending]:
+        """The actions still due: every pending note."""
+        return [_pending(k, v) for k, v in self._named(PENDING)]
+
+    def add_observed(self, item: Observed) -> None:
+        self.remember(observed_key(item.dag_id, item.run_id), OBSERVED, _observed_value(item))
+
+    def drop_observed(self, dag_id: str, run_id: str) -> None:
+        """Forget a dry run's observation once it was judged again."""
+        self._forget(observed_key(dag_id, run_id), OBSERVED)
+
+    def observed(self) -> list[Observed]:
+        """The duplicates dry runs found, not judged again yet."""
+        return [_observed(k, v) for k, v in self._named(OBSERVED)]
+
+
+class MemoryLedger(_RunNotes):
     """In-process ledger (read-only users, SQLite, tests). Thread-safe.
 
     Bounded for weeks of running: the oldest entries are forgotten past ``max_entries``. A group is
@@ -147,17 +189,13 @@ class MemoryLedger:
                     found[(dag_id, run_id)] = roles
             return found
 
-    def add_pending(self, item: Pending) -> None:
-        self.remember(pending_key(item.dag_id, item.run_id), PENDING, item.finding_key)
-
-    def drop_pending(self, dag_id: str, run_id: str) -> None:
+    def _forget(self, group_key: str, name: str) -> None:
         with self._lock:
-            self._notes.pop((pending_key(dag_id, run_id), PENDING), None)
+            self._notes.pop((group_key, name), None)
 
-    def pending(self) -> list[Pending]:
+    def _named(self, name: str) -> list[tuple[str, str]]:
         with self._lock:
-            items = [(k, v) for (k, name), v in self._notes.items() if name == PENDING]
-        return [_pending(k, v) for k, v in items]
+            return [(k, v) for (k, n), v in self._notes.items() if n == name]
 
     def on(self, conn: object) -> MemoryLedger:
         return self
@@ -251,8 +289,8 @@ class FileLedger(MemoryLedger):
         super().save_watermark(high)
         self._save()
 
-    def drop_pending(self, dag_id: str, run_id: str) -> None:
-        super().drop_pending(dag_id, run_id)
+    def _forget(self, group_key: str, name: str) -> None:
+        super()._forget(group_key, name)
         self._save()
 
 
@@ -265,7 +303,18 @@ def _pending(group_key: str, finding_key: str) -> Pending:
     return Pending(finding_key=finding_key, dag_id=dag_id, run_id=run_id)
 
 
-class DbLedger:
+def _observed_value(item: Observed) -> str:
+    return json.dumps({"finding_key": item.finding_key, "kept_run_id": item.kept_run_id, "at": item.at.isoformat()})
+
+
+def _observed(group_key: str, value: str) -> Observed:
+    _, dag_id, run_id = group_key.split("|", 2)
+    data = json.loads(value)
+    at = datetime.fromisoformat(data["at"])
+    return Observed(data["finding_key"], dag_id, run_id, data["kept_run_id"], at)
+
+
+class DbLedger(_RunNotes):
     """The durable ledger in PostgreSQL schema ``dupguard``.
 
     Every method is one statement. By default each checks a connection out of the engine's pool (a
@@ -378,20 +427,17 @@ class DbLedger:
                 found.setdefault(keys[row.group_key], set()).add(row.subject)
         return found
 
-    def add_pending(self, item: Pending) -> None:
-        self.remember(pending_key(item.dag_id, item.run_id), PENDING, item.finding_key)
-
-    def drop_pending(self, dag_id: str, run_id: str) -> None:
-        """Forget a run whose action is done (notes pkey)."""
-        stmt = delete(notes).where(notes.c.group_key == pending_key(dag_id, run_id), notes.c.name == PENDING)
+    def _forget(self, group_key: str, name: str) -> None:
+        """Delete one named note of a group (notes pkey): a remediation done, a dry run's finding judged again."""
+        stmt = delete(notes).where(notes.c.group_key == group_key, notes.c.name == name)
         with self._session(write=True) as conn:
             conn.execute(stmt)
 
-    def pending(self) -> list[Pending]:
-        """The actions still due: every pending note (notes, by name)."""
+    def _named(self, name: str) -> list[tuple[str, str]]:
+        """Every note of one name (notes, by name): the pending remediations, or the dry runs' findings."""
         with self._session(write=False) as conn:
-            rows = conn.execute(select(notes.c.group_key, notes.c.value).where(notes.c.name == PENDING)).all()
-        return [_pending(r.group_key, r.value) for r in rows]
+            rows = conn.execute(select(notes.c.group_key, notes.c.value).where(notes.c.name == name)).all()
+        return [(r.group_key, r.value) for r in rows]
 
 
 def init_db(engine: Engine) -> None:

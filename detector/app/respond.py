@@ -27,12 +27,13 @@ from detector.actions.remediation.dispatch import Job, RemediationDispatcher
 from detector.actions.remediation.guarded import passive_result
 from detector.config import Config
 from detector.core.model import Finding
-from detector.core.plan import UNDECIDED, Action, Mode, plan
+from detector.core.plan import UNDECIDED, Action, Mode, Outcome, plan
 from detector.core.ports import (
     Alerter,
     AlertEvent,
     AlertKind,
     Ledger,
+    Observed,
     Pending,
     RemediationResult,
     Remediator,
@@ -44,6 +45,17 @@ log = logs.get("dupguard.daemon")  # the daemon's lines, as before the split (lo
 
 # ``RunSource.rejudge``: the groups of run (dag_id, run_id) judged afresh; None if it is gone
 Rejudge = Callable[[str, str, datetime], list[Finding] | None]
+
+
+UNFINISHED = ("queued", "running")  # a dry run's duplicate in these states is judged again
+
+
+def _claim_of(action: Action) -> str:
+    """The ledger claim of a decided action. A dry run's "would" is an observation, not a decision:
+    its own claim (counted and alerted once), so a later mode fail or skip still decides the run."""
+    if action.outcome is Outcome.WOULD_REMEDIATE:
+        return f"{Outcome.WOULD_REMEDIATE.value}:{action.run.run_id}"
+    return f"action:{action.run.run_id}"
 
 
 @dataclass
@@ -58,6 +70,7 @@ class _GroupOutcome:
     unseen: set[str] = field(default_factory=set)  # run_ids without any result yet
     announced: bool = False
     detected_at: datetime | None = None  # the group's DETECTED alert, kept in its OUTCOME alerts
+    observed_at: datetime | None = None  # a dry run found it then; judged again in this mode
 
 
 class Responder:
@@ -128,26 +141,29 @@ class Responder:
             actions = plan([finding], self._mode, now=now, remediate_started=self._remediate_started)
             # Undecided actions claim nothing: a later verdict on the same group may still act.
             decided = [a for a in actions if a.outcome not in UNDECIDED]
+            claims = {a.run.run_id: _claim_of(a) for a in decided}
             # Every run of the group, the kept one too: a run that joins and takes the keep (it consumed
             # every event) is the news, not the old kept run that became a duplicate.
             seen = [f"detected:{r.run_id}" for r in finding.runs]
             # An undecided outcome is counted once per run and outcome, however often the group is judged.
             left = [f"{a.outcome.value}:{a.run.run_id}" for a in actions if a.outcome in UNDECIDED]
             try:
-                won = ledger.claim_all(
-                    finding.key, ["detected", *seen, *(f"action:{a.run.run_id}" for a in decided), *left]
-                )
+                won = ledger.claim_all(finding.key, ["detected", *seen, *claims.values(), *left])
             except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
                 failed = failed or exc
                 self._alert_unrecorded(finding, actions, now, exc)
                 continue
-            todo = [a for a in decided if f"action:{a.run.run_id}" in won]
+            todo = [a for a in decided if claims[a.run.run_id] in won]
             for action in actions:
                 left_alone = passive_result(action)
                 if left_alone is not None and f"{action.outcome.value}:{action.run.run_id}" in won:
                     self._remediator.record(left_alone)
             if todo:
                 ledger.record_decision((finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo])
+                if ledger.durable:  # what a later leader in mode fail or skip judges again
+                    for a in todo:
+                        if a.outcome is Outcome.WOULD_REMEDIATE:
+                            ledger.add_observed(Observed(finding.key, a.dag_id, a.run.run_id, a.kept_run_id, now))
                 self._track(finding, actions, todo, now)
             if "detected" in won:
                 if self._unrecorded.pop(finding.key, False) is False:  # else announced while unrecorded
@@ -198,14 +214,24 @@ class Responder:
         self._on_result(job, result, True)
 
     def _track(
-        self, finding: Finding, actions: list[Action], todo: list[Action], detected_at: datetime | None = None
+        self,
+        finding: Finding,
+        actions: list[Action],
+        todo: list[Action],
+        detected_at: datetime | None = None,
+        observed_at: datetime | None = None,
     ) -> None:
         runs = {a.run.run_id for a in todo}
         with self._outcomes_lock:
             group = self._outcomes.get(finding.key)
             if group is None:
                 self._outcomes[finding.key] = _GroupOutcome(
-                    finding, list(actions), open=set(runs), unseen=set(runs), detected_at=detected_at
+                    finding,
+                    list(actions),
+                    open=set(runs),
+                    unseen=set(runs),
+                    detected_at=detected_at,
+                    observed_at=observed_at,
                 )
             else:  # e.g. a third run joined the group while the first remediation is retried
                 group.finding, group.actions = finding, list(actions)
@@ -271,6 +297,7 @@ class Responder:
                     assets=group.finding.assets,
                     unstopped_severity=self._unstopped,
                     outcome_at=now,
+                    observed_at=group.observed_at,
                 )
             if not group.open:
                 del self._outcomes[job.finding.key]
@@ -309,10 +336,15 @@ class Responder:
         return "re-judged: no longer a duplicate in a group"
 
     def pick_up_pending(self) -> None:
-        """A new leader term: remediations an earlier leader decided but did not finish (a durable
-        ledger only: another one keeps none)."""
+        """A new leader term: remediations an earlier leader decided but did not finish, then (mode fail
+        or skip) the duplicates a dry run found (a durable ledger only: another one keeps none)."""
         if not self._ledger.durable:
             return
+        self._pick_up_decided()
+        if self._mode in (Mode.FAIL, Mode.SKIP):
+            self._pick_up_observed()
+
+    def _pick_up_decided(self) -> None:
         try:
             pending = self._ledger.pending()
         except Exception as exc:  # noqa: BLE001 - retried at the next term; the groups stay in the ledger
@@ -341,3 +373,53 @@ class Responder:
                 self._decided(job, result)
             else:
                 self._submit(job)
+
+    def _pick_up_observed(self) -> None:
+        """The duplicates a dry run would have stopped, judged again now: the dry run decided nothing.
+
+        Each is re-judged from the database (earlier decisions included, so the kept run stays the
+        one the dry run named) and decided here at most once, by the same ``action:`` claim ``handle``
+        takes: a group a poll or another leader already decided is left as decided. A stop goes
+        through the guarded path like any other, which re-reads the run right before writing. Its
+        OUTCOME alert updates the dry run's incident (its detection time, and when the dry run found it)."""
+        try:
+            observed = self._ledger.observed()
+        except Exception as exc:  # noqa: BLE001 - retried at the next term; the observations stay
+            log.warning("dry_run_observations_unreadable", error=str(exc))
+            return
+        for item in observed:
+            try:
+                self._rejudge_observed(item)
+            except Exception as exc:  # noqa: BLE001 - e.g. the database blinked: next term
+                log.warning("dry_run_observation_not_judged", run_id=item.run_id, error=str(exc))
+
+    def _rejudge_observed(self, item: Observed) -> None:
+        verdict = self._rejudge(item.dag_id, item.run_id, self._clock())
+        fields = {"dag_id": item.dag_id, "run_id": item.run_id, "observed_at": item.at.isoformat()}
+        why = verdict if isinstance(verdict, str) else None
+        if not isinstance(verdict, str):
+            finding, action = verdict
+            if action.kept_run_id != item.kept_run_id:  # the recorded keep prevents it: never act then
+                why = f"the kept run is now {action.kept_run_id}, not {item.kept_run_id}"
+            elif action.run.state not in UNFINISHED:  # long over: no stop, and no alert months later
+                why = f"the duplicate is {action.run.state}"
+            elif action.outcome in UNDECIDED:  # e.g. no longer confirmed: nothing to decide
+                why = action.outcome.value
+            elif _claim_of(action) not in self._ledger.claim_all(finding.key, [_claim_of(action)]):
+                why = "decided before: a decision is final"
+        if why is not None:
+            log.info("dry_run_observation_dropped", reason=why, **fields)
+            self._ledger.drop_observed(item.dag_id, item.run_id)
+            return
+        log.info("dry_run_observation_judged_again", outcome=action.outcome.value, **fields)
+        self._ledger.record_decision((finding.dag_id, finding.kept.run_id), [(action.dag_id, action.run.run_id)])
+        if action.writes:  # a new leader finishes it if this process dies first
+            self._ledger.add_pending(Pending(finding.key, action.dag_id, action.run.run_id))
+        self._ledger.drop_observed(item.dag_id, item.run_id)
+        job = Job(finding, action)
+        self._track(finding, [action], [action], detected_at=item.at, observed_at=item.at)
+        result = passive_result(action)
+        if result is not None:
+            self._decided(job, result)
+        else:
+            self._submit(job)

@@ -30,6 +30,18 @@ class Pending:
     run_id: str
 
 
+@dataclass(frozen=True)
+class Observed:
+    """A duplicate a dry run would have stopped (its observation, not a decision): a leader in mode
+    fail or skip judges it again, keeping the same kept run (docs/explanation/remediation.md)."""
+
+    finding_key: str
+    dag_id: str
+    run_id: str
+    kept_run_id: str
+    at: datetime  # when the dry run found it
+
+
 class Ledger(Protocol):
     durable: bool
 
@@ -72,6 +84,14 @@ class Ledger(Protocol):
     def drop_pending(self, dag_id: str, run_id: str) -> None: ...
 
     def pending(self) -> list[Pending]: ...
+
+    def add_observed(self, item: Observed) -> None:
+        """A duplicate the dry run would have stopped (kept by a durable ledger for a later mode)."""
+        ...
+
+    def drop_observed(self, dag_id: str, run_id: str) -> None: ...
+
+    def observed(self) -> list[Observed]: ...
 
     def on(self, conn: Any) -> Ledger:
         """The same ledger on ``conn``, an open connection to its database that the calling thread
@@ -171,6 +191,8 @@ class AlertEvent:
     unstopped_severity: str = "critical"
     # OUTCOME: when the results came in (``detected_at`` stays the group's detection); None on DETECTED
     outcome_at: datetime | None = None
+    # OUTCOME of a duplicate a dry run found earlier and a later mode judged again: when the dry run found it
+    observed_at: datetime | None = None
 
 
 class Alerter(Protocol):

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import shutil
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from detector.app.ledger import FileLedger
+from detector.core.ports import Observed
 from detector.errors import LedgerError
 from tests.full_volume import fill, small_volume
 
@@ -70,3 +72,16 @@ def test_a_full_volume_is_named_as_the_cause(tmp_path: Path) -> None:
         assert "No space left on device" in str(err.value).splitlines()[0]
         filler.unlink()
         assert ledger.claim_all("group", ["detected"]) == {"detected"}
+
+
+def test_a_dry_run_observation_survives_a_restart_until_dropped(tmp_path: Path) -> None:
+    """What a later mode fail or skip judges again: kept across restarts, gone once dropped."""
+    path = tmp_path / "state.json"
+    at = datetime(2026, 12, 7, 9, 30, 1, 250000, tzinfo=UTC)
+    item = Observed("group|a", "consumer", "asset_triggered__x|y", "asset_triggered__k", at)
+    FileLedger(str(path)).add_observed(item)
+    restarted = FileLedger(str(path))
+    assert restarted.observed() == [item]
+    assert restarted.pending() == []
+    restarted.drop_observed("consumer", "asset_triggered__x|y")
+    assert FileLedger(str(path)).observed() == []

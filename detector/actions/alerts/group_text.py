@@ -147,9 +147,17 @@ def plain_text(event: AlertEvent, ui_url: str | None = None) -> str:
     lines.append(f"remediation mode {event.mode}: {status_of(event.results).label}")
     if f.confidence is Confidence.SUSPECTED:
         lines.append(SUSPECTED_NOTE)
+    if event.observed_at:
+        lines.append(observed_note(event))
     if event.unrecorded:
         lines.append(may_repeat(event.unrecorded))
     return "\n".join(lines)
+
+
+def observed_note(event: AlertEvent) -> str:
+    """An OUTCOME for a duplicate a dry run found: the update of that incident, in the mode now set."""
+    found, now = iso(event.observed_at), iso(event.outcome_at)
+    return f"Found during dry-run at {found}; judged again in mode {event.mode} at {now}."
 
 
 def may_repeat(reason: str) -> str:

@@ -26,6 +26,7 @@ from detector.actions.alerts.group_text import (
     event_guidance,
     fallback,
     may_repeat,
+    observed_note,
     plain_text,
     result_label,
     status_of,
@@ -132,6 +133,8 @@ def _group_blocks(
     if suspected:
         remediation += f"\n{SUSPECTED_NOTE}"
     blocks.append(section(remediation))
+    if event.observed_at:
+        blocks.append(context(escape(observed_note(event))))
     if event.unrecorded:
         blocks.append(context(":warning: " + escape(clip(may_repeat(event.unrecorded), SECTION_LIMIT - 20))))
     blocks.append(links_context(DUPLICATE_ALERT, links, ui_url, f.dag_id))

@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from detector import logs
 from detector.config import Config
 from detector.core.detect import DagFilter
-from detector.core.model import Finding
+from detector.core.model import NO_PROGRESS, Finding
 from detector.core.ports import Ledger, Polled
 from detector.errors import DatabaseError, DupguardError
 from detector.metadb import catalog, dag_runs
@@ -95,6 +95,8 @@ class DatabaseSource:
                 since = catalog.database_now(conn) - self.config.startup_lookback
                 first = dag_runs.first_run_id_since(conn, t, since, max(0, top - resume.CATCH_UP_LIMIT))
                 state, gap = (top if first is None else first - 1, {}, {}), None
+                if not self.ledger.durable and self.config.remediation in {"fail", "skip"}:
+                    self._inherited = self._not_started_before(conn, state[0], now)
             else:
                 state, gap = resume.bounded(conn, t, state, top)
                 if not self.ledger.durable and self.config.remediation in {"fail", "skip"}:
@@ -186,6 +188,33 @@ class DatabaseSource:
         if findings:
             log.info("resumed_unfinished_groups", groups=len(findings), runs=len(runs), upto_id=resumed_at)
         return findings
+
+    def _not_started_before(self, conn: Connection, upto: int, now: datetime) -> list[Finding]:
+        """A first term without a durable ledger: the groups, below the look-back, of asset runs still
+        queued or running (at most ``resume.CATCH_UP_LIMIT`` ids back) with a duplicate not started yet.
+
+        Nothing in memory says what an earlier process saw: a duplicate it found in dry-run (a "would"
+        decides nothing) and that is still queued can still be stopped, now that the mode writes.
+        Groups whose duplicates all started are left out: they were too late before this start, and
+        judging them would alert again about every old group on each restart."""
+        runs = dag_runs.unfinished_asset_runs(
+            conn, self.db.tables, max(0, upto - resume.CATCH_UP_LIMIT), upto, resume.CATCH_UP_LIMIT
+        )
+        findings = [f for f in (self._rejudger.judge(conn, runs, now) if runs else []) if self._stoppable(f)]
+        if findings:
+            log.info("swept_not_started_groups", groups=len(findings), runs=len(runs), upto_id=upto)
+        return findings
+
+    def _stoppable(self, finding: Finding) -> bool:
+        """Whether a duplicate of ``finding`` may still be stopped: not stopped before (nor created
+        skipped by the guard), not started (unless ``remediate_started``); the planner decides the rest."""
+        for run in finding.duplicates:
+            progress = finding.progress.get(run.id, NO_PROGRESS)
+            if run.id in finding.prior.stopped or progress.guarded:
+                continue
+            if self.config.remediate_started or not progress.any_started:
+                return True
+        return False
 
     def summary(self) -> dict[str, object]:
         tracker = self.detector.tracker if self.detector else None

@@ -67,6 +67,7 @@ def group_json(event: AlertEvent, ui_url: str | None = None) -> dict[str, Any]:
         "new_run_ids": list(event.new_runs),
         "detected_at": iso(event.detected_at),
         "outcome_at": iso(event.outcome_at),
+        "observed_at": iso(event.observed_at),
         "may_repeat": event.unrecorded is not None,
     }
 
