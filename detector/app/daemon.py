@@ -24,6 +24,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
 from detector.app.leader import LockProblem
+from detector.app.ledger import DbLedger
+from detector.app.ledger_fault import MISSING
 from detector.app.preparer import Preparer
 from detector.app.respond import Responder
 from detector.app.status import StatusBoard, evaluate
@@ -46,6 +48,7 @@ LOCK_RELEASE_WAIT = 2.0  # seconds shutdown waits for a running leader check bef
 # a quarter of a point of a core at a 10 ms poll (benchmarks/results/measurements.md, "The idle loop's CPU").
 # ``stop`` is then seen at the next pass, at most this much later.
 SHORT_PAUSE = 0.05
+LEDGER_PROBE_INTERVAL = 1.0  # seconds between probes of a broken ledger (a repair, or seeing it mended)
 
 
 class Leadership(Protocol):
@@ -147,6 +150,12 @@ class Daemon:
             dispatch_options=dispatch_options,
         )
         self._db_error: str | None = None
+        # The durable ledger's faults (detector.app.ledger_fault): shown in health, probed and repaired here.
+        self._ledger = parts.ledger if isinstance(parts.ledger, DbLedger) else None
+        if self._ledger is not None:
+            self._ledger.faults.attach(parts.metrics)
+        self._next_probe = 0.0
+        self._pickup_due = False  # the ledger could not list the pending remediations: again once it can
         self._poll_error: str | None = None
         self._preparer = Preparer(parts.remediator, self.refresh_status)  # a hanging API never holds the heartbeat
         self.status = StatusBoard(parts.metrics)
@@ -180,6 +189,9 @@ class Daemon:
                 lock=self.parts.leadership.problem,
                 waiting=self.parts.leadership.waiting(),
                 remediation=self._preparer.problem,
+                ledger=None
+                if self._ledger is None or self._ledger.faults.current is None
+                else str(self._ledger.faults.current),
             )
         )
 
@@ -341,9 +353,10 @@ class Daemon:
         started = time.perf_counter()
         source = self.parts.source
         try:
+            self._tend_ledger()
             if not source.watching:
                 source.start(now)
-                self._responder.pick_up_pending()
+                self._pickup_due = not self._responder.pick_up_pending()
             result = source.poll(now)
             if result.findings:
                 self._responder.handle(result.findings, now, result.ledger)
@@ -357,6 +370,25 @@ class Daemon:
         self._record_success(elapsed, result.new_runs, len(result.findings))
         self._last_batch_full = result.more
         return True
+
+    def _tend_ledger(self) -> None:
+        """While the ledger is broken: probe it now and then, re-create what is missing (the role may
+        not: the fault names ``dupguard init-db``), and clear the fault once it records again."""
+        ledger = self._ledger
+        if ledger is None or ledger.faults.current is None or time.monotonic() < self._next_probe:
+            return
+        self._next_probe = time.monotonic() + LEDGER_PROBE_INTERVAL
+        fault = ledger.probe()
+        repaired = fault is not None and fault.kind == MISSING and ledger.repair()
+        if repaired:
+            fault = ledger.probe()
+        if fault is None:
+            ledger.faults.clear(repaired=repaired)
+            if self._pickup_due:
+                self._pickup_due = not self._responder.pick_up_pending()
+        else:
+            ledger.faults.report(fault)
+        self.refresh_status()
 
     def _failed(self, exc: BaseException) -> bool:
         error = self.parts.source.failed(exc)
