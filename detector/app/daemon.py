@@ -43,6 +43,7 @@ EXIT_DB = 3  # as ``dupguard scan``: the database failed
 EXIT_NOT_LEADER = 4
 ONCE_DRAIN_SECONDS = 60.0  # ``run --once`` waits this long for its remediations
 LOCK_RELEASE_WAIT = 2.0  # seconds shutdown waits for a running leader check before releasing anyway
+RELEASE_RESERVE = 0.5  # seconds of shutdown's deadline kept for releasing the leader lock
 # The idle loop's pauses up to this long sleep instead of waiting on ``stop``: a timed Event.wait (a
 # Condition, a lock allocated per call, a timed futex) cost ~25 µs more CPU than time.sleep per pause,
 # a quarter of a point of a core at a 10 ms poll (benchmarks/results/measurements.md, "The idle loop's CPU").
@@ -268,16 +269,21 @@ class Daemon:
 
     def shutdown(self, timeout: float = 3.0) -> None:
         """Release the lock and drain alerts; bounded so SIGTERM finishes inside the grace period: the
-        remediation workers and the alerts share ``timeout`` (one deadline, not one each)."""
+        remediation workers, the alerts and the wait for a running leader check share ``timeout`` (one
+        deadline, not one each), less ``RELEASE_RESERVE`` kept for the release itself."""
         ends = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, ends - RELEASE_RESERVE - time.monotonic())
+
         self.stop.set()
         self._preparer.close()
-        self._responder.close(timeout=min(timeout, 2.0))
-        self.parts.alerter.close(max(0.0, ends - time.monotonic()))
+        self._responder.close(timeout=min(left(), 2.0))
+        self.parts.alerter.close(left())
         self.parts.remediator.close()
         # A leader check already running (scheduler thread) finishes first, and none starts after the
         # release: a stopping replica must not take the lock again and hold up the standby's takeover.
-        got = self._leadership_turn.acquire(timeout=LOCK_RELEASE_WAIT)
+        got = self._leadership_turn.acquire(timeout=min(LOCK_RELEASE_WAIT, max(0.1, left())))
         try:
             self.parts.leadership.release()
         finally:
