@@ -25,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from detector import logs
 from detector.app.leader import LockProblem
 from detector.app.ledger import DbLedger
-from detector.app.ledger_fault import MISSING
+from detector.app.ledger_fault import MISSING, Fault
 from detector.app.preparer import Preparer
 from detector.app.respond import Responder
 from detector.app.status import StatusBoard, evaluate
@@ -156,6 +156,7 @@ class Daemon:
         if self._ledger is not None:
             self._ledger.faults.attach(parts.metrics)
         self._next_probe = 0.0
+        self._repair_tried: Fault | None = None  # a refused repair is tried (and logged) once per fault
         self._pickup_due = False  # the ledger could not list the pending remediations: again once it can
         self._poll_error: str | None = None
         self._preparer = Preparer(parts.remediator, self.refresh_status)  # a hanging API never holds the heartbeat
@@ -385,10 +386,14 @@ class Daemon:
             return
         self._next_probe = time.monotonic() + LEDGER_PROBE_INTERVAL
         fault = ledger.probe()
-        repaired = fault is not None and fault.kind == MISSING and ledger.repair()
+        repaired = False
+        if fault is not None and fault.kind == MISSING and fault != self._repair_tried:
+            self._repair_tried = fault
+            repaired = ledger.repair()
         if repaired:
             fault = ledger.probe()
         if fault is None:
+            self._repair_tried = None
             ledger.faults.clear(repaired=repaired)
             if self._pickup_due:
                 self._pickup_due = not self._responder.pick_up_pending()
