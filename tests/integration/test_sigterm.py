@@ -53,7 +53,8 @@ def stuck_daemon(url: str, log: Path, hanging: HangingServer | TricklingServer, 
         DUPGUARD_AIRFLOW_TOKEN="static-token",
     )
     try:
-        wait_for(lambda: metric(port, "dupguard_leader") == 1.0, timeout=30, what="leading")
+        # a bound on liveness: a start on a loaded 2-core machine (imports, schema) took over 30 s
+        wait_for(lambda: metric(port, "dupguard_leader") == 1.0, timeout=120, what="leading")
         writer = AirflowWriter(url)
         writer.duplicate_pair("consumer_sigterm")
         writer.close()
