@@ -483,6 +483,7 @@ def init_db(engine: Engine, *, set_aside: bool = True) -> None:
 
 
 def _set_altered_aside(conn: Connection) -> None:
+    """Rename a ledger table whose columns or primary key were altered (and its key's index) out of the way."""
     found = inspect(conn)
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
     for table in _md.tables.values():
