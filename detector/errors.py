@@ -9,6 +9,7 @@ DupguardError
 │   └── AirflowUnreachable    the REST API does not answer (``--source api``: exit code 3, like the database)
 ├── AlertDeliveryError        Slack or the webhook could not take an alert
 └── LedgerError               the ledger cannot record (e.g. its state file's volume is full); the cause is kept
+    └── LedgerFault           the durable ledger is broken: a table missing, altered or unwritable
 """
 
 from __future__ import annotations
@@ -52,3 +53,12 @@ class AlertDeliveryError(DupguardError):
 
 class LedgerError(DupguardError):
     """The ledger could not record a claim or note; the message names the cause (e.g. no space left)."""
+
+
+class LedgerFault(LedgerError):
+    """The durable ledger is broken: a table ``missing``, ``altered`` or ``unwritable`` (``kind``).
+    Detection and alerts go on; only remediation waits for its claims (``detector.app.ledger_fault``)."""
+
+    def __init__(self, message: str, kind: str, table: str) -> None:
+        self.kind, self.table = kind, table
+        super().__init__(message)

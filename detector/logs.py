@@ -6,7 +6,10 @@ every other library (SQLAlchemy, urllib3, slack-sdk, APScheduler) and Python war
 structlog's ``ProcessorFormatter`` on the root logger's handler. Keys come in Airflow 3's order
 (``timestamp``, ``level``, ``event``, ``logger``, then the event's own fields); an exception is a
 structured ``exception`` field (type, message, frames, without local variables, which could hold
-secrets) instead of a multi-line traceback.
+secrets) instead of a multi-line traceback. Both paths end in one writer (``_Stderr``): each record is
+written whole, its newline included, under one lock shared by every logger and thread, so two records
+never share a line (structlog's own ``PrintLogger`` wrote the line and its newline in two writes, under
+a lock the standard library's handler did not take).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from __future__ import annotations
 import io
 import logging
 import sys
+import threading
 from collections.abc import MutableMapping
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
@@ -39,7 +43,7 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
     structlog.configure(
         processors=[*shared, _add_logger_name, *tail],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
+        logger_factory=_LineLogger,
         cache_logger_on_first_use=False,
     )
     _route_stdlib_logging(shared, tail, level)
@@ -51,7 +55,7 @@ def _route_stdlib_logging(shared: list[Any], tail: list[Any], level: str) -> Non
         foreign_pre_chain=[*shared, _add_record_logger_name],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tail],
     )
-    handler = logging.StreamHandler(cast(TextIO, _CurrentStderr()))
+    handler = _LineHandler()
     handler.setFormatter(formatter)
     handler.set_name(_HANDLER_NAME)
     root = logging.getLogger()
@@ -66,15 +70,41 @@ def _route_stdlib_logging(shared: list[Any], tail: list[Any], level: str) -> Non
 _HANDLER_NAME = "dupguard"
 
 
-class _CurrentStderr:
-    """Whatever ``sys.stderr`` is at write time. Binding the object at configure time would keep
-    writing to a stream someone has since replaced and closed (test capture, an embedding host)."""
+class _Stderr:
+    """Whatever ``sys.stderr`` is at write time (binding the object at configure time would keep writing to
+    a stream someone has since replaced and closed: test capture, an embedding host), one whole line per
+    write, under one lock for every logger and thread."""
 
-    def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+    _lock = threading.Lock()
 
-    def flush(self) -> None:
-        sys.stderr.flush()
+    @classmethod
+    def write_line(cls, line: str) -> None:
+        with cls._lock:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+
+class _LineLogger:
+    """structlog's logger: the rendered record, written whole by ``_Stderr``."""
+
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def msg(self, message: str) -> None:
+        _Stderr.write_line(message)
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+class _LineHandler(logging.Handler):
+    """The standard library's records, formatted by structlog's ``ProcessorFormatter``, written by ``_Stderr``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            _Stderr.write_line(self.format(record))
+        except Exception:  # noqa: BLE001 - as logging.StreamHandler: a failing write never raises into the caller
+            self.handleError(record)
 
 
 def _add_logger_name(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

@@ -78,6 +78,13 @@ class Metrics:
             ["state"],
             registry=r,
         )
+        self.ledger_fault = Gauge(
+            "dupguard_ledger_fault",
+            "1 while a table of the durable ledger is missing, altered or unwritable (kind): detection and alerts "
+            "go on, remediation waits for its claims; the ledger_fault log line names the repair.",
+            ["kind"],
+            registry=r,
+        )
         self.leader_wait = Gauge(
             "dupguard_leader_wait_seconds",
             "Seconds a replica that just took the leader lock still waits before its first write (the "

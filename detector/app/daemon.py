@@ -24,6 +24,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from detector import logs
 from detector.app.leader import LockProblem
+from detector.app.ledger import DbLedger
+from detector.app.ledger_fault import MISSING, Fault
 from detector.app.preparer import Preparer
 from detector.app.respond import Responder
 from detector.app.status import StatusBoard, evaluate
@@ -41,11 +43,13 @@ EXIT_DB = 3  # as ``dupguard scan``: the database failed
 EXIT_NOT_LEADER = 4
 ONCE_DRAIN_SECONDS = 60.0  # ``run --once`` waits this long for its remediations
 LOCK_RELEASE_WAIT = 2.0  # seconds shutdown waits for a running leader check before releasing anyway
+RELEASE_RESERVE = 0.5  # seconds of shutdown's deadline kept for releasing the leader lock
 # The idle loop's pauses up to this long sleep instead of waiting on ``stop``: a timed Event.wait (a
 # Condition, a lock allocated per call, a timed futex) cost ~25 µs more CPU than time.sleep per pause,
 # a quarter of a point of a core at a 10 ms poll (benchmarks/results/measurements.md, "The idle loop's CPU").
 # ``stop`` is then seen at the next pass, at most this much later.
 SHORT_PAUSE = 0.05
+LEDGER_PROBE_INTERVAL = 1.0  # seconds between probes of a broken ledger (a repair, or seeing it mended)
 
 
 class Leadership(Protocol):
@@ -147,6 +151,13 @@ class Daemon:
             dispatch_options=dispatch_options,
         )
         self._db_error: str | None = None
+        # The durable ledger's faults (detector.app.ledger_fault): shown in health, probed and repaired here.
+        self._ledger = parts.ledger if isinstance(parts.ledger, DbLedger) else None
+        if self._ledger is not None:
+            self._ledger.faults.attach(parts.metrics)
+        self._next_probe = 0.0
+        self._repair_tried: Fault | None = None  # a refused repair is tried (and logged) once per fault
+        self._pickup_due = False  # the ledger could not list the pending remediations: again once it can
         self._poll_error: str | None = None
         self._preparer = Preparer(parts.remediator, self.refresh_status)  # a hanging API never holds the heartbeat
         self.status = StatusBoard(parts.metrics)
@@ -180,6 +191,9 @@ class Daemon:
                 lock=self.parts.leadership.problem,
                 waiting=self.parts.leadership.waiting(),
                 remediation=self._preparer.problem,
+                ledger=None
+                if self._ledger is None or self._ledger.faults.current is None
+                else str(self._ledger.faults.current),
             )
         )
 
@@ -256,16 +270,21 @@ class Daemon:
 
     def shutdown(self, timeout: float = 3.0) -> None:
         """Release the lock and drain alerts; bounded so SIGTERM finishes inside the grace period: the
-        remediation workers and the alerts share ``timeout`` (one deadline, not one each)."""
+        remediation workers, the alerts and the wait for a running leader check share ``timeout`` (one
+        deadline, not one each), less ``RELEASE_RESERVE`` kept for the release itself."""
         ends = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, ends - RELEASE_RESERVE - time.monotonic())
+
         self.stop.set()
         self._preparer.close()
-        self._responder.close(timeout=min(timeout, 2.0))
-        self.parts.alerter.close(max(0.0, ends - time.monotonic()))
+        self._responder.close(timeout=min(left(), 2.0))
+        self.parts.alerter.close(left())
         self.parts.remediator.close()
         # A leader check already running (scheduler thread) finishes first, and none starts after the
         # release: a stopping replica must not take the lock again and hold up the standby's takeover.
-        got = self._leadership_turn.acquire(timeout=LOCK_RELEASE_WAIT)
+        got = self._leadership_turn.acquire(timeout=min(LOCK_RELEASE_WAIT, max(0.1, left())))
         try:
             self.parts.leadership.release()
         finally:
@@ -341,9 +360,10 @@ class Daemon:
         started = time.perf_counter()
         source = self.parts.source
         try:
+            self._tend_ledger()
             if not source.watching:
                 source.start(now)
-                self._responder.pick_up_pending()
+                self._pickup_due = not self._responder.pick_up_pending()
             result = source.poll(now)
             if result.findings:
                 self._responder.handle(result.findings, now, result.ledger)
@@ -357,6 +377,29 @@ class Daemon:
         self._record_success(elapsed, result.new_runs, len(result.findings))
         self._last_batch_full = result.more
         return True
+
+    def _tend_ledger(self) -> None:
+        """While the ledger is broken: probe it now and then, re-create what is missing (the role may
+        not: the fault names ``dupguard init-db``), and clear the fault once it records again."""
+        ledger = self._ledger
+        if ledger is None or ledger.faults.current is None or time.monotonic() < self._next_probe:
+            return
+        self._next_probe = time.monotonic() + LEDGER_PROBE_INTERVAL
+        fault = ledger.probe()
+        repaired = False
+        if fault is not None and fault.kind == MISSING and fault != self._repair_tried:
+            self._repair_tried = fault
+            repaired = ledger.repair()
+        if repaired:
+            fault = ledger.probe()
+        if fault is None:
+            self._repair_tried = None
+            ledger.faults.clear(repaired=repaired)
+            if self._pickup_due:
+                self._pickup_due = not self._responder.pick_up_pending()
+        else:
+            ledger.faults.report(fault)
+        self.refresh_status()
 
     def _failed(self, exc: BaseException) -> bool:
         error = self.parts.source.failed(exc)

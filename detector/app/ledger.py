@@ -43,11 +43,13 @@ from sqlalchemy import (
     tuple_,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.sql.expression import Executable
 
 from detector import logs
+from detector.app.ledger_fault import Fault, FaultBoard, classify
 from detector.core.ports import Observed, Pending
-from detector.errors import ConfigError, DatabaseError, LedgerError
+from detector.errors import ConfigError, DatabaseError, DupguardError, LedgerError
 from detector.metadb.engine import connect, describe_error
 
 SCHEMA = "dupguard"
@@ -327,20 +329,27 @@ class DbLedger(_RunNotes):
 
     durable = True
 
-    def __init__(self, engine: Engine, owner: str | None = None, conn: Connection | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        owner: str | None = None,
+        conn: Connection | None = None,
+        faults: FaultBoard | None = None,
+    ) -> None:
         self.engine = engine
         self.owner = owner or socket.gethostname()
         self._bound = conn
+        self.faults = faults or FaultBoard()  # shared by every ``on`` copy: what is broken, for health
 
     def on(self, conn: Connection) -> DbLedger:
         """This ledger on ``conn``, a connection to the same database held by the calling thread."""
-        return DbLedger(self.engine, self.owner, conn)
+        return DbLedger(self.engine, self.owner, conn, self.faults)
 
     @contextlib.contextmanager
-    def _session(self, *, write: bool) -> Iterator[Connection]:
-        """The connection one statement runs on, in a transaction of its own when it writes."""
+    def _session(self, table: Table, *, write: bool) -> Iterator[Connection]:
+        """The connection one statement on ``table`` runs on, in a transaction of its own when it writes."""
         if self._bound is None:
-            with connect(self.engine) as conn:
+            with connect(self.engine) as conn, self._faults_of(table):
                 if write:
                     with conn.begin():
                         yield conn
@@ -350,9 +359,69 @@ class DbLedger(_RunNotes):
         if write and self._bound.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
             raise RuntimeError("ledger writes on a bound connection need autocommit")  # a bug, not an outage
         try:
-            yield self._bound
+            with self._faults_of(table):
+                yield self._bound
         except SQLAlchemyError as exc:
             raise DatabaseError(describe_error(exc, self.engine.url)) from None
+
+    @contextlib.contextmanager
+    def _faults_of(self, table: Table) -> Iterator[None]:
+        """A statement failing because the ledger is broken raises ``LedgerFault`` and is reported."""
+        try:
+            yield
+        except DBAPIError as exc:
+            fault = classify(exc, table.name, self.engine.url)
+            if fault is None:
+                raise
+            self.faults.report(fault)
+            raise fault.error() from None
+
+    def probe(self) -> Fault | None:
+        """What is broken now, found by the ledger's own statements on each table, rolled back: a
+        table missing, a column gone or renamed, a privilege revoked, a write refused (a full disk)."""
+        now = datetime.now(UTC)
+        probe = "dupguard-probe"
+        statements: dict[Table, list[Executable]] = {
+            claims: [
+                pg_insert(claims)
+                .values(group_key=probe, subject=probe, claimed_at=now, owner=self.owner)
+                .on_conflict_do_nothing(index_elements=[claims.c.group_key, claims.c.subject])
+                .returning(claims.c.group_key)
+            ],
+            notes: [
+                pg_insert(notes)
+                .values(group_key=probe, name=probe, value=probe)
+                .on_conflict_do_update(index_elements=[notes.c.group_key, notes.c.name], set_={"value": probe}),
+                delete(notes).where(notes.c.group_key == probe),
+            ],
+            state: [
+                pg_insert(state)
+                .values(name=probe, value=probe)
+                .on_conflict_do_update(index_elements=[state.c.name], set_={"value": probe})
+            ],
+        }
+        with connect(self.engine) as conn:
+            for table, stmts in statements.items():
+                try:
+                    with conn.begin() as trans:
+                        for stmt in stmts:
+                            conn.execute(stmt)
+                        trans.rollback()
+                except DBAPIError as exc:
+                    fault = classify(exc, table.name, self.engine.url)
+                    if fault is None:
+                        raise
+                    return fault
+        return None
+
+    def repair(self) -> bool:
+        """Re-create what ``init-db`` creates and is missing (schema, tables); False if this role may not."""
+        try:
+            init_db(self.engine, set_aside=False)
+        except DupguardError as exc:
+            log.warning("ledger_not_repaired", error=str(exc), repair="run `dupguard init-db`")
+            return False
+        return True
 
     def claim(self, group_key: str, subject: str) -> bool:
         """Claim ``subject`` of ``group_key`` for this replica (claims pkey): True when no one had."""
@@ -362,7 +431,7 @@ class DbLedger(_RunNotes):
             .on_conflict_do_nothing()
             .returning(claims.c.group_key)
         )
-        with self._session(write=True) as conn:
+        with self._session(claims, write=True) as conn:
             return conn.execute(stmt).first() is not None
 
     def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
@@ -372,25 +441,25 @@ class DbLedger(_RunNotes):
         now = datetime.now(UTC)
         rows = [{"group_key": group_key, "subject": s, "claimed_at": now, "owner": self.owner} for s in subjects]
         stmt = pg_insert(claims).values(rows).on_conflict_do_nothing().returning(claims.c.subject)
-        with self._session(write=True) as conn:
+        with self._session(claims, write=True) as conn:
             return {row.subject for row in conn.execute(stmt)}
 
     def remember(self, group_key: str, name: str, value: str) -> None:
         """Store one named value of a group (notes pkey), replacing the old one."""
         stmt = pg_insert(notes).values(group_key=group_key, name=name, value=value)
         stmt = stmt.on_conflict_do_update(index_elements=[notes.c.group_key, notes.c.name], set_={"value": value})
-        with self._session(write=True) as conn:
+        with self._session(notes, write=True) as conn:
             conn.execute(stmt)
 
     def recall(self, group_key: str, name: str) -> str | None:
         """One named value of a group (notes pkey), or None."""
         query = select(notes.c.value).where(notes.c.group_key == group_key, notes.c.name == name)
-        with self._session(write=False) as conn:
+        with self._session(notes, write=False) as conn:
             return conn.execute(query).scalar_one_or_none()
 
     def watermark(self) -> int | None:
         """The highest dag_run id judged, as saved (state pkey), or None."""
-        with self._session(write=False) as conn:
+        with self._session(state, write=False) as conn:
             value = conn.execute(select(state.c.value).where(state.c.name == WATERMARK)).scalar_one_or_none()
         return None if value is None else int(value)
 
@@ -398,7 +467,7 @@ class DbLedger(_RunNotes):
         """Save the highest dag_run id judged (state pkey): a restart resumes above it."""
         stmt = pg_insert(state).values(name=WATERMARK, value=str(high))
         stmt = stmt.on_conflict_do_update(index_elements=[state.c.name], set_={"value": str(high)})
-        with self._session(write=True) as conn:
+        with self._session(state, write=True) as conn:
             conn.execute(stmt)
 
     def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
@@ -408,7 +477,7 @@ class DbLedger(_RunNotes):
             {"group_key": k, "subject": s, "claimed_at": now, "owner": self.owner}
             for k, s in _decision_rows(kept, duplicates)
         ]
-        with self._session(write=True) as conn:
+        with self._session(claims, write=True) as conn:
             conn.execute(pg_insert(claims).values(rows).on_conflict_do_nothing())
 
     def decisions(self, runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
@@ -422,7 +491,7 @@ class DbLedger(_RunNotes):
             )
         )
         found: dict[tuple[str, str], set[str]] = {}
-        with self._session(write=False) as conn:
+        with self._session(claims, write=False) as conn:
             for row in conn.execute(query):
                 found.setdefault(keys[row.group_key], set()).add(row.subject)
         return found
@@ -430,18 +499,23 @@ class DbLedger(_RunNotes):
     def _forget(self, group_key: str, name: str) -> None:
         """Delete one named note of a group (notes pkey): a remediation done, a dry run's finding judged again."""
         stmt = delete(notes).where(notes.c.group_key == group_key, notes.c.name == name)
-        with self._session(write=True) as conn:
+        with self._session(notes, write=True) as conn:
             conn.execute(stmt)
 
     def _named(self, name: str) -> list[tuple[str, str]]:
         """Every note of one name (notes, by name): the pending remediations, or the dry runs' findings."""
-        with self._session(write=False) as conn:
+        with self._session(notes, write=False) as conn:
             rows = conn.execute(select(notes.c.group_key, notes.c.value).where(notes.c.name == name)).all()
         return [(r.group_key, r.value) for r in rows]
 
 
-def init_db(engine: Engine) -> None:
-    """Create schema ``dupguard`` and its three small tables (idempotent). Touches nothing of Airflow's."""
+def init_db(engine: Engine, *, set_aside: bool = True) -> None:
+    """Create schema ``dupguard`` and its three small tables (idempotent). Touches nothing of Airflow's.
+
+    ``set_aside``: a ledger table whose columns or primary key are not the ones it was created with
+    (altered by hand) is renamed ``<table>_altered_<UTC time>``, kept for inspection, and created afresh.
+    Its claims are lost with it, as with a dropped table: the notes on stopped runs keep earlier keep
+    decisions final (``detector.sources.database.prior``), and alerts about recent groups may repeat."""
     if engine.url.get_backend_name() != "postgresql":
         raise ConfigError(["the durable ledger needs PostgreSQL; SQLite deployments use the in-memory ledger"])
     with connect(engine) as conn, conn.begin():
@@ -449,7 +523,28 @@ def init_db(engine: Engine) -> None:
         # a role given a pre-created schema (docs/how-to/deploy-kubernetes.md, "Database role") has no such grant.
         if not inspect(conn).has_schema(SCHEMA):
             conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+        if set_aside:
+            _set_altered_aside(conn)
         _md.create_all(conn)
+
+
+def _set_altered_aside(conn: Connection) -> None:
+    """Rename a ledger table whose columns or primary key were altered (and its key's index) out of the way."""
+    found = inspect(conn)
+    stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+    for table in _md.tables.values():
+        if not found.has_table(table.name, schema=SCHEMA):
+            continue
+        columns = {c["name"] for c in found.get_columns(table.name, schema=SCHEMA)}
+        key = found.get_pk_constraint(table.name, schema=SCHEMA)
+        if columns == set(table.c.keys()) and key["constrained_columns"] == [c.name for c in table.primary_key]:
+            continue
+        aside = f"{table.name}_altered_{stamp}"
+        conn.execute(text(f'ALTER TABLE {SCHEMA}."{table.name}" RENAME TO "{aside}"'))
+        if key.get("name"):  # index names are per schema: the new table's primary key takes the old name
+            conn.execute(text(f'ALTER INDEX {SCHEMA}."{key["name"]}" RENAME TO "{aside}_pkey"'))
+        log.warning("ledger_table_set_aside", table=table.name, kept_as=f"{SCHEMA}.{aside}",
+                    reason="its columns or primary key were altered; created afresh")  # fmt: skip
 
 
 def drop_db(engine: Engine) -> None:

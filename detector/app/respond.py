@@ -14,6 +14,7 @@ leader's permission to write (``may_act``) and the clock.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from detector.core.ports import (
     Remediator,
     Result,
 )
+from detector.errors import LedgerFault
 from detector.metrics import Metrics
 
 log = logs.get("dupguard.daemon")  # the daemon's lines, as before the split (log queries name the logger)
@@ -159,11 +161,15 @@ class Responder:
                 if left_alone is not None and f"{action.outcome.value}:{action.run.run_id}" in won:
                     self._remediator.record(left_alone)
             if todo:
-                ledger.record_decision((finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo])
+                with contextlib.suppress(LedgerFault):  # claimed, so acted on; the notes on stopped runs keep it
+                    ledger.record_decision(
+                        (finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo]
+                    )
                 if ledger.durable:  # what a later leader in mode fail or skip judges again
                     for a in todo:
                         if a.outcome is Outcome.WOULD_REMEDIATE:
-                            ledger.add_observed(Observed(finding.key, a.dag_id, a.run.run_id, a.kept_run_id, now))
+                            with contextlib.suppress(LedgerFault):  # reported; only a later re-judgement misses it
+                                ledger.add_observed(Observed(finding.key, a.dag_id, a.run.run_id, a.kept_run_id, now))
                 self._track(finding, actions, todo, now)
             if "detected" in won:
                 if self._unrecorded.pop(finding.key, False) is False:  # else announced while unrecorded
@@ -181,7 +187,8 @@ class Responder:
         if ledger.durable:
             for job in queued:  # a new leader picks these up if this process dies first
                 if job.action.writes:
-                    ledger.add_pending(Pending(job.finding.key, job.action.dag_id, job.action.run.run_id))
+                    with contextlib.suppress(LedgerFault):  # reported: only a later leader's pick-up misses it
+                        ledger.add_pending(Pending(job.finding.key, job.action.dag_id, job.action.run.run_id))
         if failed is not None:
             raise failed
 
@@ -304,6 +311,8 @@ class Responder:
         if final and job.action.writes and self._ledger.durable:
             try:
                 self._ledger.drop_pending(job.action.dag_id, run_id)
+            except LedgerFault:
+                pass  # reported once for all (``detector.app.ledger_fault``); a stale entry is only re-judged
             except Exception as exc:  # noqa: BLE001 - a stale pending entry is only re-judged later
                 log.warning("pending_remediation_not_cleared", run_id=run_id, error=str(exc))
         if event is not None:
@@ -335,21 +344,24 @@ class Responder:
                     return finding, action
         return "re-judged: no longer a duplicate in a group"
 
-    def pick_up_pending(self) -> None:
+    def pick_up_pending(self) -> bool:
         """A new leader term: remediations an earlier leader decided but did not finish, then (mode fail
-        or skip) the duplicates a dry run found (a durable ledger only: another one keeps none)."""
+        or skip) the duplicates a dry run found (a durable ledger only: another one keeps none). False if
+        the ledger could not list the decided ones (retried later)."""
         if not self._ledger.durable:
-            return
-        self._pick_up_decided()
+            return True
+        if not self._pick_up_decided():
+            return False
         if self._mode in (Mode.FAIL, Mode.SKIP):
             self._pick_up_observed()
+        return True
 
-    def _pick_up_decided(self) -> None:
+    def _pick_up_decided(self) -> bool:
         try:
             pending = self._ledger.pending()
-        except Exception as exc:  # noqa: BLE001 - retried at the next term; the groups stay in the ledger
+        except Exception as exc:  # noqa: BLE001 - retried later; the groups stay in the ledger
             log.warning("pending_remediations_unreadable", error=str(exc))
-            return
+            return False
         for item in pending:
             with self._outcomes_lock:
                 mine = any(g.finding.dag_id == item.dag_id and item.run_id in g.open for g in self._outcomes.values())
@@ -373,6 +385,7 @@ class Responder:
                 self._decided(job, result)
             else:
                 self._submit(job)
+        return True
 
     def _pick_up_observed(self) -> None:
         """The duplicates a dry run would have stopped, judged again now: the dry run decided nothing.

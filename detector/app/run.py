@@ -22,6 +22,11 @@ from detector.metadb.versions import family_of_version
 from detector.metrics import Metrics
 
 EXIT_OK, EXIT_CONFIG, EXIT_DB = 0, 2, 3
+# Seconds from SIGTERM to the process's end, whatever is still running: the pod's grace period is 5 s at
+# the least we support, and what shutdown has not done by then is lost to SIGKILL anyway. Every step of
+# shutdown has a share of one deadline (``Daemon.shutdown``); this is the bound over all of them (a DB
+# call without an answer, a CPU-starved thread), leaving a second for the exit itself.
+SHUTDOWN_DEADLINE = 4.0
 
 
 def run_daemon(
@@ -33,17 +38,31 @@ def run_daemon(
     install_signals: bool = True,
     stop: threading.Event | None = None,
 ) -> int:
+    done = threading.Event()  # set once run has returned: the shutdown deadline no longer applies
     try:
-        return _run(flags, config_file, once, env, install_signals, stop)
+        return _run(flags, config_file, once, env, stop if not install_signals else _signalled(stop, done))
     except ConfigError as exc:
         print(f"dupguard: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except (DatabaseError, AirflowApiError) as exc:  # the source cannot be read (database or REST API)
         print(f"dupguard: {exc}", file=sys.stderr)
         return EXIT_DB
+    finally:
+        done.set()
 
 
-def stop_on_signal(stop: threading.Event) -> Callable[[int, FrameType | None], None]:
+def _signalled(stop: threading.Event | None, done: threading.Event) -> threading.Event:
+    """``stop``, set by SIGTERM or SIGINT (``stop_on_signal``)."""
+    stop = stop or threading.Event()
+    on_signal = stop_on_signal(stop, done)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
+def stop_on_signal(
+    stop: threading.Event, done: threading.Event | None = None, deadline: float = SHUTDOWN_DEADLINE
+) -> Callable[[int, FrameType | None], None]:
     """The SIGTERM/SIGINT handler: sets ``stop`` from a thread of its own, never from the handler.
 
     Python runs a handler in the main thread between two bytecodes, and the main thread spends its
@@ -52,11 +71,20 @@ def stop_on_signal(stop: threading.Event) -> Callable[[int, FrameType | None], N
     held by the very thread it ran on, and the daemon hung for good after logging ``stopping`` (seen
     once in three runs under load). A new thread takes the lock once the main thread lets it go; it
     logs too, as the main thread may be inside a write to the same stream.
+
+    With ``done``, that thread then holds the shutdown to ``deadline`` seconds: if ``done`` is not set
+    by then, it logs what it does and ends the process (a session's leader lock goes with its
+    connection; the standby takes over as after a SIGKILL, only sooner).
     """
 
     def stopping(name: str) -> None:
-        logs.get("dupguard.main").info("stopping", signal=name)
+        log = logs.get("dupguard.main")
+        log.info("stopping", signal=name)
         stop.set()
+        if done is not None and not done.wait(deadline):
+            log.warning("shutdown_deadline", seconds=deadline, detail="shutdown had not finished: the process ends now")
+            sys.stderr.flush()
+            os._exit(EXIT_OK)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -70,7 +98,6 @@ def _run(
     config_file: str | None,
     once: bool,
     env: Mapping[str, str] | None,
-    install_signals: bool,
     stop: threading.Event | None,
 ) -> int:
     cfg = config.load(flags, os.environ if env is None else env, config_file)
@@ -79,10 +106,6 @@ def _run(
     log.info("config_loaded", version=__version__, settings=cfg.redacted())
 
     stop = stop or threading.Event()
-    if install_signals:
-        on_signal = stop_on_signal(stop)
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
 
     metrics = Metrics()
     metrics.config_missing.set(int(cfg.config_missing))

@@ -27,7 +27,8 @@ class State(StrEnum):
     STANDBY = "standby"
     DATABASE_UNREACHABLE = "database_unreachable"  # the metadata database does not answer
     API_UNREACHABLE = "api_unreachable"  # --source api: Airflow's REST API does not answer
-    POLL_FAILING = "poll_failing"  # leader, but polls fail (e.g. permission denied on the ledger)
+    POLL_FAILING = "poll_failing"  # leader, but polls fail (e.g. the database refuses a read)
+    LEDGER_FAULT = "ledger_fault"  # leader that detects and alerts, but its durable ledger cannot record
     LOCK_UNAVAILABLE = "lock_unavailable"  # the leader-lock connection fails (password, lock key, network)
     LOCK_REFUSED = "lock_refused"  # lock_mode=session through a pooler
     LOCK_ON_STANDBY = "lock_on_standby"  # the lock URL reached a hot standby (reader endpoint): no lock there
@@ -60,15 +61,19 @@ def evaluate(
     api_error: str | None = None,
     waiting: float | None = None,
     remediation: str | None = None,
+    ledger: str | None = None,
 ) -> Status:
     """The status from what the last checks found (most fundamental cause first). ``remediation``:
     why the remediation cannot act at once (e.g. no token from Airflow's API); a leader that detects
-    stays up, and its reason says so."""
+    stays up, and its reason says so. ``ledger``: what is broken in the durable ledger; a leader
+    with a broken ledger detects and alerts but may not act, so it is down, its reason naming the repair."""
     if db_error is not None:
         return Status(State.DATABASE_UNREACHABLE, db_error)
     if api_error is not None:
         return Status(State.API_UNREACHABLE, api_error)
     if leader:
+        if ledger is not None:  # first: while the ledger is broken, the polls fail because of it
+            return Status(State.LEDGER_FAULT, ledger)
         if poll_error is not None:
             return Status(State.POLL_FAILING, poll_error)
         if lock is not None and lock.code == LOCK_POOLED:  # down, though it acts: the set-up needs fixing

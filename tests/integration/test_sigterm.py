@@ -1,6 +1,6 @@
 """SIGTERM ends a real ``dupguard run`` within the pod's grace period while every alert endpoint (Slack's
 webhook or its bot API, the JSON webhook, Alertmanager) and the Airflow API hang (it took
-5.3-5.6 s).
+5.3-5.6 s) or trickle (8.07 s under load: the shutdown steps' waits added up).
 
 The grace period is a hard bound, not a speed target: when it ends Kubernetes SIGKILLs the process,
 and whatever shutdown had not done yet (releasing the leader lock, logging what was not delivered)
@@ -21,6 +21,7 @@ from tests.daemon_harness import wait_for
 from tests.integration.test_remediation_dispatch import HangingServer
 from tests.integration.test_run_process import events, free_port, metric, spawn
 from tests.pg import Templates
+from tests.trickle import TricklingServer
 from tests.writer import AirflowWriter
 
 pytestmark = pytest.mark.integration
@@ -34,7 +35,7 @@ def slack_env(slack: str, url: str) -> dict[str, str]:
     return {"DUPGUARD_SLACK_BOT_TOKEN": "xoxb-test", "DUPGUARD_SLACK_CHANNEL": "#a", "DUPGUARD_SLACK_API_URL": url}
 
 
-def stuck_daemon(url: str, log: Path, hanging: HangingServer, slack: str) -> subprocess.Popen[bytes]:
+def stuck_daemon(url: str, log: Path, hanging: HangingServer | TricklingServer, slack: str) -> subprocess.Popen[bytes]:
     """A leading ``dupguard run`` whose three alerts of one duplicate pair and its remediation are all
     in flight to ``hanging`` (also used by benchmarks/sigterm.py)."""
     port = free_port()
@@ -52,7 +53,8 @@ def stuck_daemon(url: str, log: Path, hanging: HangingServer, slack: str) -> sub
         DUPGUARD_AIRFLOW_TOKEN="static-token",
     )
     try:
-        wait_for(lambda: metric(port, "dupguard_leader") == 1.0, timeout=30, what="leading")
+        # a bound on liveness: a start on a loaded 2-core machine (imports, schema) took over 30 s
+        wait_for(lambda: metric(port, "dupguard_leader") == 1.0, timeout=120, what="leading")
         writer = AirflowWriter(url)
         writer.duplicate_pair("consumer_sigterm")
         writer.close()
@@ -65,14 +67,18 @@ def stuck_daemon(url: str, log: Path, hanging: HangingServer, slack: str) -> sub
 
 
 @pytest.mark.parametrize("slack", ["webhook", "bot"])
+@pytest.mark.parametrize("peer", [HangingServer, TricklingServer])
 def test_sigterm_while_alert_endpoints_hang_ends_within_the_grace_period(
     slack: str,
+    peer: type[HangingServer | TricklingServer],
     pg_templates: Templates,
     tmp_path: Path,
     procs: list,  # type: ignore[type-arg]
 ) -> None:
+    """Every alert endpoint and the Airflow API hang (accept, never answer) or trickle (answer a byte a
+    second, so no read ever times out)."""
     url = pg_templates.clone("3.1.2")
-    hanging = HangingServer()  # accepts and never answers: every alert endpoint and the Airflow API
+    hanging = peer()
     log = tmp_path / "run.log"
     try:
         proc = stuck_daemon(url, log, hanging, slack)

@@ -63,6 +63,38 @@ def test_every_line_is_json_in_airflow_key_order_with_structured_exceptions() ->
     assert "a library warning" in warning["event"] and warning["level"] == "warning"
 
 
+THREADS = """
+import logging, sys, threading
+from detector import logs
+logs.configure("info", "json")
+sys.setswitchinterval(1e-6)  # threads switch as often as the interpreter allows: any unlocked write interleaves
+mine, scheduler = logs.get("dupguard.daemon"), logging.getLogger("apscheduler.executors.default")
+def own(n):
+    for i in range(400):
+        mine.warning("poll_failed", thread=n, i=i, error="x" * 200)
+def library(n):
+    for i in range(400):
+        scheduler.warning('Run time of job "Daemon.check_leader" was missed by 0:00:%02d.%d', n, i)
+threads = [threading.Thread(target=f, args=(n,)) for n in range(4) for f in (own, library)]
+for t in threads: t.start()
+for t in threads: t.join()
+"""
+
+
+def test_one_json_object_per_line_from_every_thread_and_logger() -> None:
+    """dupguard's structlog lines and a library's stdlib ``logging`` (APScheduler's "was missed" warning)
+    written at once from many threads: every line is one whole JSON object, none is lost. Two records
+    ended up on one line when the two paths wrote to stderr under different locks."""
+    import subprocess
+
+    result = subprocess.run([sys.executable, "-c", THREADS], capture_output=True, text=True, check=True, timeout=120)
+    lines = result.stderr.splitlines()
+    records = [json.loads(line) for line in lines]  # fails on two records on one line, or half of one
+    assert all(isinstance(r, dict) for r in records)
+    assert sum(r["logger"] == "dupguard.daemon" for r in records) == 4 * 400
+    assert sum(r["logger"] == "apscheduler.executors.default" for r in records) == 4 * 400
+
+
 def test_console_lines_escape_terminal_sequences_of_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """A DAG or run id is whatever a DAG author wrote: in console mode ``\\x1b[2J`` (clear screen), a
     newline that forges a second line and ``\\u202e`` (reverse text) are shown escaped, as the table

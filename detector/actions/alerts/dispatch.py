@@ -54,6 +54,7 @@ from detector.actions.alerts.group_text import plain_text
 from detector.actions.alerts.notice import Notice
 from detector.actions.alerts.parts import PartialDelivery
 from detector.core.ports import AlertEvent, AlertKind, Ledger
+from detector.errors import LedgerFault
 from detector.metrics import Metrics
 
 DIGESTED_KEPT = 100_000  # digested groups whose later outcomes are digested too
@@ -362,8 +363,9 @@ class Dispatcher:
         """``_claim`` for an alert that is not an ``AlertEvent`` (a periodic check's notice)."""
         try:
             won = self.ledger.claim(key, subject)
-        except Exception:  # noqa: BLE001 - without a ledger, alert anyway: a repeat beats silence
-            logs.get(LOGGER).exception("alert_claim_failed", channel=channel.name, group_key=key)
+        except Exception as exc:  # noqa: BLE001 - without a ledger, alert anyway: a repeat beats silence
+            if not isinstance(exc, LedgerFault):  # a broken ledger is one ledger_fault line, not one per alert
+                logs.get(LOGGER).exception("alert_claim_failed", channel=channel.name, group_key=key)
             return True
         if not won:
             self.metrics.alerts.labels(channel=channel.name, outcome="deduplicated").inc()
@@ -381,9 +383,10 @@ class Dispatcher:
             won = self.ledger.claim(event.finding.key, subject)
         except Exception as exc:  # noqa: BLE001 - without a ledger, alert anyway: a repeat beats silence
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            logs.get(LOGGER).warning(
-                "alert_claim_failed", channel=channel.name, group_key=event.finding.key, error=reason
-            )
+            if not isinstance(exc, LedgerFault):  # a broken ledger is one ledger_fault line, not one per alert
+                logs.get(LOGGER).warning(
+                    "alert_claim_failed", channel=channel.name, group_key=event.finding.key, error=reason
+                )
             return replace(event, unrecorded=event.unrecorded or reason)
         if not won:
             self.metrics.alerts.labels(channel=channel.name, outcome="deduplicated").inc()

@@ -17,7 +17,7 @@ from sqlalchemy.exc import ProgrammingError
 from detector.core.decisions import decisions_from_notes, decisions_from_roles
 from detector.core.model import Decisions, Run, TaskProgress
 from detector.core.ports import Ledger
-from detector.errors import DatabaseError
+from detector.errors import DatabaseError, LedgerFault
 from detector.metadb import consumption
 from detector.metadb.schema import AirflowTables
 from detector.sources.disputes import report_disputed
@@ -52,7 +52,12 @@ class PriorDecisions:
     def __call__(self, conn: Connection, runs: Sequence[Run], progress: Mapping[int, TaskProgress]) -> Decisions:
         with notes_readable():
             notes = consumption.run_notes(conn, self.tables, [r.id for r in runs])
-        roles = self.ledger.on(conn).decisions([(r.dag_id, r.run_id) for r in runs])  # on the caller's connection
+        try:
+            roles = self.ledger.on(conn).decisions([(r.dag_id, r.run_id) for r in runs])  # on the caller's connection
+        except LedgerFault:
+            # A broken ledger (reported, shown in health) holds no detection back: judged on the notes,
+            # as with the in-memory ledger; nothing is acted on until the group's claims are recorded.
+            roles = {}
         recorded = decisions_from_roles(runs, roles)
         prior = decisions_from_notes(runs, notes, progress, ledger_kept=recorded.kept) | recorded
         report_disputed(prior, runs, notes)

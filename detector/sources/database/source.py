@@ -17,7 +17,7 @@ from detector.config import Config
 from detector.core.detect import DagFilter
 from detector.core.model import NO_PROGRESS, Finding
 from detector.core.ports import Ledger, Polled
-from detector.errors import DatabaseError, DupguardError
+from detector.errors import DatabaseError, DupguardError, LedgerFault
 from detector.metadb import catalog, dag_runs
 from detector.metadb.engine import AirflowDb, connect, describe_error
 from detector.metadb.prepared import TopRunId, top_run_id_probe
@@ -86,7 +86,7 @@ class DatabaseSource:
         """Where a new leader term starts reading (``resume``). Ages are measured on the database's
         clock, on the connection that reads the runs, since this host's may be off: ``now`` is this host's."""
         t = self.db.tables
-        watermark = self.ledger.watermark() if self.ledger.durable else None
+        watermark = self._durable_watermark()
         state = (watermark, {}, {}) if watermark is not None else self._progress.resumed()
         how = "ledger" if watermark is not None else "lookback" if state is None else "resumed"
         with connect(self.db.engine) as conn:
@@ -114,6 +114,15 @@ class DatabaseSource:
             prior=self._prior,
         )
         log.info("watching", from_id=high, durable_ledger=self.ledger.durable, start=how, gaps=len(gaps) + len(late))
+
+    def _durable_watermark(self) -> int | None:
+        """The ledger's watermark; None (resume or look back) while the ledger is broken (reported)."""
+        if not self.ledger.durable:
+            return None
+        try:
+            return self.ledger.watermark()
+        except LedgerFault:
+            return None
 
     def end(self) -> None:
         if self.detector is not None:  # the next term resumes here (``resume``)
@@ -147,7 +156,8 @@ class DatabaseSource:
     def commit(self) -> None:
         if self._advanced and self.ledger.durable and self.detector is not None:
             ledger = self.ledger if self._conn is None else self.ledger.on(self._conn)
-            ledger.save_watermark(_safe_watermark(self.detector.tracker))
+            with contextlib.suppress(LedgerFault):  # reported; only a restart's resume point waits for it
+                ledger.save_watermark(_safe_watermark(self.detector.tracker))
         self._advanced = False
 
     def failed(self, exc: BaseException) -> str:

@@ -30,6 +30,7 @@ from detector.actions.alerts.slack_messages import (
 from detector.actions.alerts.text import Message
 from detector.config import Config
 from detector.core.ports import AlertEvent, Ledger
+from detector.errors import LedgerFault
 
 SLACK_TS = "slack_ts"
 SLACK_CHANNEL_ID = "slack_channel_id"
@@ -90,14 +91,20 @@ class SlackBotChannel:
             self.ledger.remember(key, SLACK_CHANNEL_ID, posted.channel_id)
             if digest:
                 self.ledger.remember(key, SLACK_DIGEST, posted.ts)
+        except LedgerFault:
+            pass  # the broken ledger is reported once (a ledger_fault line); the follow-ups go unthreaded
         except Exception:  # noqa: BLE001 - the message is out; only its follow-ups lose their thread
             logs.get(LOGGER).exception("alert_thread_not_remembered", channel=self.name, group_key=key)
 
     def _thread(self, key: str) -> Posted | None:
-        ts = self.ledger.recall(key, SLACK_TS)
-        if ts is None:
+        """The group's first message, if the ledger knows it (a broken one does not: posted unthreaded)."""
+        try:
+            ts = self.ledger.recall(key, SLACK_TS)
+            if ts is None:
+                return None
+            return Posted(self.ledger.recall(key, SLACK_CHANNEL_ID) or self.bot.channel, ts)
+        except LedgerFault:
             return None
-        return Posted(self.ledger.recall(key, SLACK_CHANNEL_ID) or self.bot.channel, ts)
 
     def detected(self, event: AlertEvent) -> None:
         self._remember(event.finding.key, self.bot.post(detected_message(event, self.ui_url, links=self.links)))
