@@ -344,6 +344,7 @@ class Daemon:
             if not source.watching:
                 source.start(now)
                 self._responder.pick_up_pending()
+            self._responder.resubmit()  # a storm's deferred remediations, as the queue drains
             result = source.poll(now)
             if result.findings:
                 self._responder.handle(result.findings, now, result.ledger)
