@@ -137,7 +137,6 @@ class Responder:
         every consumer DAG at once: the workers take the groups in parallel (benchmarks/results/e2e.md).
         """
         ledger = ledger or self._ledger  # the source's own connection when it offers one
-        queued: list[Job] = []
         failed: Exception | None = None  # the ledger's failure: the poll fails (and is retried) after the alerts
         for finding in findings:
             actions = plan([finding], self._mode, now=now, remediate_started=self._remediate_started)
@@ -175,12 +174,16 @@ class Responder:
                 result = passive_result(action)
                 if result is not None:
                     self._decided(Job(finding, action), result)
-                else:
-                    queued.append(self._submit(Job(finding, action)))
-        if ledger.durable:
-            for job in queued:  # a new leader picks these up if this process dies first
-                if job.action.writes:
-                    ledger.add_pending(Pending(job.finding.key, job.action.dag_id, job.action.run.run_id))
+                    continue
+                if ledger.durable and action.writes:
+                    # Before it is queued, group by group: a new leader picks it up if this process dies
+                    # first, even in the middle of a storm's pass (recorded at the pass's end, a pass
+                    # cut short left its claimed groups with no pending entry, and nobody stopped them).
+                    try:
+                        ledger.add_pending(Pending(finding.key, action.dag_id, action.run.run_id))
+                    except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
+                        failed = failed or exc
+                self._submit(Job(finding, action))
         if failed is not None:
             raise failed
 
