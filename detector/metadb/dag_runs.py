@@ -147,6 +147,13 @@ def first_run_id_since(conn: Connection, t: AirflowTables, since: datetime, not_
     return None if value is None else int(value)
 
 
+def sibling_runs(
+    conn: Connection, t: AirflowTables, run: Run, event_ids: Iterable[int], window: timedelta
+) -> list[Run]:
+    """``siblings_of_runs`` of one run (benchmarks/poll_cost.py measures its statement)."""
+    return [_run(r) for r in conn.execute(union(*_sibling_arms(t, run, event_ids, window)))]
+
+
 def siblings_of_runs(
     conn: Connection,
     t: AirflowTables,
