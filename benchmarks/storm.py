@@ -8,8 +8,8 @@ Measured from the storm's COMMIT: when the last group was detected (its DETECTED
 duplicate was stopped (its row ``failed`` in ``dag_run``) or had a final result saying why not, the
 results reported "not attempted", the samples in which the leader's lease had lapsed, and the
 process's peak RSS (the daemons, the writer and this script: one process). With ``--replicas 2`` the
-leader is stopped once it has stopped a tenth of the duplicates: the standby takes over, picks up the
-pending stops and finishes the storm.
+leader is stopped once every group was detected and a tenth of the duplicates were stopped: the
+standby takes over, picks up the pending stops and finishes the storm.
 
 Writes benchmarks/results/<name>.json with its provenance (commit, clean tree, command, load).
 """
@@ -88,7 +88,7 @@ def run(groups: int, replicas: int, limit: float, remediation: str = "fail") -> 
                 detected_at = time.monotonic() - started
             stopped = _stopped(url, dups)
             reported = {run for d in daemons for run in d.alerter.results()}
-            if replicas > 1 and failover_at is None and stopped >= groups // 10:
+            if replicas > 1 and failover_at is None and detected_at is not None and stopped >= groups // 10:
                 leader.stop()  # a clean failover: the standby picks up the pending stops
                 daemons.remove(leader)
                 failover_at = time.monotonic() - started
