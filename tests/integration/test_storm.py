@@ -1,5 +1,5 @@
-"""A storm of duplicates on one leader: the lease, detection and the pick-up's alerts do not wait
-behind the remediations. Real daemons on real PostgreSQL (the Airflow-made 3.1.2 scenarios), real locks.
+"""A storm of duplicates on one leader: the lease does not wait behind the remediations. Real daemons
+on real PostgreSQL (the 3.1.2 schema), real locks.
 
 The figures (1,000 and 10,000 groups in one commit) are measured by benchmarks/storm.py."""
 
