@@ -114,6 +114,20 @@ class AirflowWriter:
         second = self.run(dag_id, run_after, [event], job=2)
         return first, second
 
+    def storm(self, groups: int, dag_prefix: str = "storm") -> list[tuple[str, str]]:
+        """``groups`` duplicate pairs (dag ``<dag_prefix>_<i>``, one asset event each) in one COMMIT, as one
+        asset event fanning out to many consumer DAGs on two schedulers. Returns (kept, duplicate) run_ids."""
+        run_after = datetime.now(UTC)
+        event = self.event(run_after - timedelta(milliseconds=5))
+        pairs = []
+        with self.conn:
+            for i in range(groups):
+                dag_id = f"{dag_prefix}_{i}"
+                _, kept = self.begin_run(dag_id, run_after, [event], job=1)
+                _, dup = self.begin_run(dag_id, run_after, [event], job=2)
+                pairs.append((kept, dup))
+        return pairs
+
     def ordinary(self, dag_id: str) -> Committed:
         """A normal asset run: its own event and run_after."""
         at = datetime.now(UTC)

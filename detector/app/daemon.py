@@ -5,9 +5,10 @@ This module keeps the loop, leadership and health.
 Threads: the detection loop (this module, a plain loop: at a 10 ms cadence a job scheduler's
 per-run overhead would cost more than the poll itself); the remediation workers
 (``detector.actions.remediation.dispatch``: the loop only queues, so a slow or hanging API never delays
-detection); APScheduler runs the slow periodic jobs (leader heartbeat, summary line) with
-``max_instances=1, coalesce=True``; the health server; the alerter's sender. A failing pass never
-ends the loop: it is retried with back-off and the tracker is rewound so no run is lost.
+detection); APScheduler runs the slow periodic jobs (source check, summary line, checks) with
+``max_instances=1, coalesce=True``, and the leader heartbeat on a scheduler and thread of its own; the
+health server; the alerter's sender. A failing pass never ends the loop: it is retried with back-off
+and the tracker is rewound so no run is lost.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -133,7 +135,8 @@ class Daemon:
         self.last_tick = time.monotonic()
         self._last_good_poll = -1.0  # monotonic time of the last successful poll pass
         self._last_good_poll_unix = 0.0  # the same as Unix time, for its gauge (read at scrape time)
-        self._last_check = -1.0  # monotonic time the last leader check started
+        self._last_check = -1.0  # monotonic time the last source check started
+        self._standing_by = False  # the last heartbeat found another replica leading, as did the one before
         self._leadership_turn = threading.Lock()  # check_leader vs shutdown's release
         self._consecutive_failures = 0
         self._last_batch_full = False
@@ -202,16 +205,26 @@ class Daemon:
     def run(self, *, once: bool = False) -> int:
         """Run until ``stop`` is set (or one pass with ``once``). Returns the exit code."""
         self.check_leader()
+        every = self.config.leader_check_interval.total_seconds()
+        # The heartbeat, with --once too (the lease, and the fence every write needs, would end mid-drain),
+        # on a scheduler and thread of its own: no other job can hold it back.
+        lease = BackgroundScheduler(timezone=UTC, executors={"default": ThreadPoolExecutor(1)})
+        lease.add_job(self.renew_lease, "interval", seconds=every, max_instances=1, coalesce=True, id="lease")
+        lease.start()
         scheduler = BackgroundScheduler(timezone=UTC)
-        # The heartbeat, with --once too: the lease (and the fence every write needs) would end mid-drain.
-        scheduler.add_job(self.check_leader, "interval", seconds=self.config.leader_check_interval.total_seconds(),
-                          max_instances=1, coalesce=True, id="leader")  # fmt: skip
-        if once:
-            scheduler.start()
-            try:
-                return self._run_once()
-            finally:
-                scheduler.shutdown(wait=False)
+        scheduler.add_job(self.check_source, "interval", seconds=every, max_instances=1, coalesce=True, id="source")
+        try:
+            if once:
+                scheduler.start()
+                try:
+                    return self._run_once()
+                finally:
+                    scheduler.shutdown(wait=False)
+            return self._run_loop(scheduler)
+        finally:
+            lease.shutdown(wait=False)
+
+    def _run_loop(self, scheduler: BackgroundScheduler) -> int:
         scheduler.add_job(self.log_summary, "interval", seconds=self.config.summary_interval.total_seconds(),
                           max_instances=1, coalesce=True, id="summary")  # fmt: skip
         for kind, check in (self.parts.checks.checks if self.parts.checks else {}).items():
@@ -295,33 +308,47 @@ class Daemon:
     # --- periodic jobs ------------------------------------------------------------------------
 
     def check_leader(self) -> None:
-        """The leader heartbeat (one statement on the lock connection) and the source-up check.
+        """The leader heartbeat, then the source-up check (the scheduler runs them as two jobs)."""
+        self.renew_lease()
+        self.check_source()
 
-        On a leader whose polls succeeded since the last check, those polls are the source-up check:
-        no ping is sent (for the database a pool checkout, its pre-ping, the ping and a ROLLBACK).
-        Otherwise (standing by, or no successful poll lately) the source is pinged."""
+    def renew_lease(self) -> None:
+        """The leader heartbeat: one statement on the lock's own connection, nothing else. Its own job
+        on a scheduler of its own: a storm's remediations holding every pooled connection (the source's
+        ping waits for one) or a slow periodic check must never make the lease lapse on a lone replica."""
         with self._leadership_turn:
             if self.stop.is_set():
                 return  # stopping: the lock is (being) released, never taken again
-            started = time.monotonic()
             now = self.clock()
             was = self.parts.leadership.is_leader(now)
             leader = self.parts.leadership.ensure(now)
             self.parts.metrics.leader.set(1 if leader else 0)
+            self._standing_by = not was and not leader
             if leader != was:
                 log.info("leadership_changed", leader=leader)
-            if leader and self._last_good_poll > self._last_check:
-                self._source_reached(None)
-            else:
-                self._source_reached(self.parts.source.ping())
-            self._last_check = started
-            if not was and not leader:  # standing by: what a live leader elsewhere judges, no term of ours
-                live = self._db_error is None and self.parts.leadership.problem is None
-                self.parts.source.stood_by(live)
-            self.status.note = self.parts.source.coverage_gap
-            self.refresh_status()
-            if leader:
-                self._preparer.request()  # never waits here: a hanging API must not hold the heartbeat
+                self.refresh_status()
+
+    def check_source(self) -> None:
+        """The source-up check and the health state. On a leader whose polls succeeded since the last
+        check, those polls are the check: no ping is sent (for the database a pool checkout, its
+        pre-ping, the ping and a ROLLBACK). Otherwise (standing by, or no successful poll lately) the
+        source is pinged."""
+        if self.stop.is_set():
+            return
+        started = time.monotonic()
+        leader = self.parts.leadership.is_leader(self.clock())
+        if leader and self._last_good_poll > self._last_check:
+            self._source_reached(None)
+        else:
+            self._source_reached(self.parts.source.ping())
+        self._last_check = started
+        if self._standing_by and not leader:  # standing by: what a live leader elsewhere judges, no term of ours
+            live = self._db_error is None and self.parts.leadership.problem is None
+            self.parts.source.stood_by(live)
+        self.status.note = self.parts.source.coverage_gap
+        self.refresh_status()
+        if leader:
+            self._preparer.request()  # never waits here: a hanging API must not hold the heartbeat
 
     def _source_reached(self, error: str | None) -> None:
         self._db_error = error
@@ -364,6 +391,7 @@ class Daemon:
             if not source.watching:
                 source.start(now)
                 self._pickup_due = not self._responder.pick_up_pending()
+            self._responder.resubmit()  # a storm's deferred remediations, as the queue drains
             result = source.poll(now)
             if result.findings:
                 self._responder.handle(result.findings, now, result.ledger)

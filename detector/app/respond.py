@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -47,6 +49,9 @@ log = logs.get("dupguard.daemon")  # the daemon's lines, as before the split (lo
 
 # ``RunSource.rejudge``: the groups of run (dag_id, run_id) judged afresh; None if it is gone
 Rejudge = Callable[[str, str, datetime], list[Finding] | None]
+# Jobs kept in memory while the remediation queue is full (a job holds its group's finding, ~2 KB):
+# a storm of 100,000 duplicates waits in ~200 MB at most; beyond it a durable ledger's pending list holds them.
+DEFERRED_KEPT = 100_000
 
 
 UNFINISHED = ("queued", "running")  # a dry run's duplicate in these states is judged again
@@ -109,6 +114,10 @@ class Responder:
         self._outcomes_lock = threading.Lock()
         # groups alerted while the ledger could not record them: not alerted again once it can
         self._unrecorded: dict[str, None] = {}
+        # Jobs the full remediation queue could not take yet (a storm): pending, never "not attempted".
+        # The poll loop hands them over as the queue drains (``resubmit``); a durable ledger also holds them.
+        self._deferred: deque[Job] = deque()
+        self._spilled = False  # jobs beyond DEFERRED_KEPT were left to the durable ledger's pending list
         # Workers: bounded by the engine's pool (2 + 2 overflow), as each remediation re-reads the run.
         self._dispatcher = RemediationDispatcher(
             remediator,
@@ -122,7 +131,13 @@ class Responder:
 
     def drain(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the queued remediations (``run --once``); False if some are left."""
-        return self._dispatcher.drain(timeout)
+        deadline = time.monotonic() + timeout
+        while self._deferred or self._spilled:
+            self.resubmit()
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return self._dispatcher.drain(max(0.0, deadline - time.monotonic()))
 
     def close(self, timeout: float) -> None:
         """Stop the remediation workers (shutdown), waiting at most ``timeout`` seconds."""
@@ -137,7 +152,6 @@ class Responder:
         every consumer DAG at once: the workers take the groups in parallel (benchmarks/results/e2e.md).
         """
         ledger = ledger or self._ledger  # the source's own connection when it offers one
-        queued: list[Job] = []
         failed: Exception | None = None  # the ledger's failure: the poll fails (and is retried) after the alerts
         for finding in findings:
             actions = plan([finding], self._mode, now=now, remediate_started=self._remediate_started)
@@ -182,13 +196,18 @@ class Responder:
                 result = passive_result(action)
                 if result is not None:
                     self._decided(Job(finding, action), result)
-                else:
-                    queued.append(self._submit(Job(finding, action)))
-        if ledger.durable:
-            for job in queued:  # a new leader picks these up if this process dies first
-                if job.action.writes:
-                    with contextlib.suppress(LedgerFault):  # reported: only a later leader's pick-up misses it
-                        ledger.add_pending(Pending(job.finding.key, job.action.dag_id, job.action.run.run_id))
+                    continue
+                if ledger.durable and action.writes:
+                    # Before it is queued, group by group: a new leader picks it up if this process dies
+                    # first, even in the middle of a storm's pass (recorded at the pass's end, a pass
+                    # cut short left its claimed groups with no pending entry, and nobody stopped them).
+                    try:
+                        ledger.add_pending(Pending(finding.key, action.dag_id, action.run.run_id))
+                    except LedgerFault:
+                        pass  # reported as a ledger fault: only a later leader's pick-up misses it
+                    except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
+                        failed = failed or exc
+                self._submit(Job(finding, action))
         if failed is not None:
             raise failed
 
@@ -209,10 +228,48 @@ class Responder:
         self._report_detected(finding, actions, now, unrecorded=reason)
 
     def _submit(self, job: Job) -> Job:
-        if not self._dispatcher.submit(job):
+        """Queue ``job``; with the queue full it waits in ``_deferred`` (pending, said so), and beyond
+        ``DEFERRED_KEPT`` in the durable ledger only. Only a ledger that keeps nothing reports it failed."""
+        if not self._deferred and self._dispatcher.submit(job):
+            return job
+        if len(self._deferred) < DEFERRED_KEPT:
+            if not self._deferred:
+                log.warning("remediation_deferred", reason="remediation queue full: pending until it has room")
+            job.rejudge = True  # it waited: judged again from the database before it acts
+            self._deferred.append(job)
+        elif self._ledger.durable and job.action.writes:
+            self._untrack(job)  # the ledger's pending entry is its only record now (``resubmit`` picks it up)
+            self._spilled = True
+        else:
             log.error("remediation_queue_full", dag_id=job.action.dag_id, run_id=job.action.run.run_id)
-            self._decided(job, RemediationResult(job.action, Result.FAILED, "remediation queue full: not attempted"))
+            detail = f"remediation backlog full ({DEFERRED_KEPT} waiting, no durable ledger): not attempted"
+            self._decided(job, RemediationResult(job.action, Result.FAILED, detail))
         return job
+
+    def resubmit(self) -> None:
+        """The poll loop's turn: hand deferred jobs to the remediation queue while it has room, then
+        (the backlog drained) take up what was left to the durable ledger, as a new leader would."""
+        while self._deferred:
+            if not self._dispatcher.submit(self._deferred[0]):
+                return
+            self._deferred.popleft()
+        if self._spilled and self._dispatcher.room():
+            self._spilled = False
+            self.pick_up_pending()
+
+    def deferred(self) -> int:
+        """Jobs waiting for room in the remediation queue."""
+        return len(self._deferred)
+
+    def _untrack(self, job: Job) -> None:
+        run_id = job.action.run.run_id
+        with self._outcomes_lock:
+            group = self._outcomes.get(job.finding.key)
+            if group is not None:
+                group.open.discard(run_id)
+                group.unseen.discard(run_id)
+                if not group.open:
+                    del self._outcomes[job.finding.key]
 
     def _decided(self, job: Job, result: RemediationResult) -> None:
         """A final result no remediation attempt produced: counted and logged like an executed one
@@ -362,10 +419,10 @@ class Responder:
         except Exception as exc:  # noqa: BLE001 - retried later; the groups stay in the ledger
             log.warning("pending_remediations_unreadable", error=str(exc))
             return False
+        with self._outcomes_lock:  # once, not per item: a storm leaves thousands pending
+            mine = {(g.finding.dag_id, run_id) for g in self._outcomes.values() for run_id in g.open}
         for item in pending:
-            with self._outcomes_lock:
-                mine = any(g.finding.dag_id == item.dag_id and item.run_id in g.open for g in self._outcomes.values())
-            if mine:
+            if (item.dag_id, item.run_id) in mine:
                 continue  # still in this process's own queue (this replica led before)
             try:
                 verdict = self._rejudge(item.dag_id, item.run_id, self._clock())

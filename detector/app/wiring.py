@@ -218,6 +218,10 @@ def build_remediator(
     """
     config = resolve_backend(config, engine)
     mode = Mode(config.remediation)
+    if mode is not Mode.OFF and engine is not None and engine.url.get_backend_name() == "postgresql":
+        # A pool of its own: a storm's workers, each waiting on a locked row, must never hold the
+        # connections the polls and the ledger's claims need (detection then followed the stop rate).
+        engine = make_engine(engine.url, call_timeout=config.db_timeout.total_seconds())
     common: dict[str, Any] = {
         "configured_mode": mode,
         "metrics": metrics,

@@ -7,7 +7,7 @@ on is named beside it (docs/explanation/airflow-internals.md)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,6 +30,8 @@ from detector.core.model import ASSET_TRIGGERED, Run
 from detector.core.trigger_event import IdPaths, TriggerEvent, trigger_event
 from detector.metadb.batches import chunks
 from detector.metadb.schema import AirflowTables
+
+SIBLINGS_PER_STATEMENT = 100  # runs whose sibling arms go in one UNION (2-3 arms each)
 
 # --- dag runs ----------------------------------------------------------------------------------
 
@@ -149,14 +151,40 @@ def first_run_id_since(conn: Connection, t: AirflowTables, since: datetime, not_
 def sibling_runs(
     conn: Connection, t: AirflowTables, run: Run, event_ids: Iterable[int], window: timedelta
 ) -> list[Run]:
-    """Asset-triggered runs of run's DAG that could share its trigger.
+    """``siblings_of_runs`` of one run (benchmarks/poll_cost.py measures its statement)."""
+    return [_run(r) for r in conn.execute(union(*_sibling_arms(t, run, event_ids, window)))]
+
+
+def siblings_of_runs(
+    conn: Connection,
+    t: AirflowTables,
+    runs: Sequence[Run],
+    events: Mapping[int, Iterable[int]],
+    window: timedelta,
+    per_statement: int = SIBLINGS_PER_STATEMENT,
+) -> dict[int, list[Run]]:
+    """Asset-triggered runs of each run's DAG that could share its trigger (run id -> its siblings).
 
     One UNION arm per way of being a sibling, so each is answered from an index: the same run_after
     (idx_dag_run_run_after), a shared consumed event (dagrun_asset_event.event_id -> dag_run_pkey),
     and, for partitioned runs, the same partition key within ``window`` (run_after range). An OR of
     the three made PostgreSQL read every run of the DAG: 55 ms at 10M rows instead of 0.5 ms
-    (benchmarks/poll_cost.py, benchmarks/results/measurements.md).
-    """
+    (benchmarks/poll_cost.py, benchmarks/results/measurements.md). The arms of ``per_statement`` runs
+    go in one statement, each tagged with the run that asked: a storm of thousands of groups in one
+    commit spent most of its detection on one round trip per run."""
+    found: dict[int, list[Run]] = {r.id: [] for r in runs}
+    for part in chunks(runs, per_statement):
+        arms = [
+            arm.add_columns(literal(run.id).label("asked_for"))
+            for run in part
+            for arm in _sibling_arms(t, run, events.get(run.id, ()), window)
+        ]
+        for row in conn.execute(union(*arms)):
+            found[row._mapping["asked_for"]].append(_run(row))
+    return found
+
+
+def _sibling_arms(t: AirflowTables, run: Run, event_ids: Iterable[int], window: timedelta) -> list[Select[Any]]:
     dr, rev = t.dag_run, t.run_events
     base = _run_select(t).where(dr.c.dag_id == run.dag_id, dr.c.run_type == ASSET_TRIGGERED)
     arms = [base.where(dr.c.run_after == run.run_after)]
@@ -170,7 +198,7 @@ def sibling_runs(
                 dr.c.partition_key == run.partition_key,
             )
         )
-    return [_run(r) for r in conn.execute(union(*arms))]
+    return arms
 
 
 def candidate_asset_keys(conn: Connection, t: AirflowTables, since: datetime | None) -> list[tuple[str, datetime]]:

@@ -519,6 +519,28 @@ def test_a_storm_is_digested_on_the_webhook_too_and_every_payload_is_counted(ser
     assert _count(metrics, "slack", "sent") == len(server.messages) and _count(metrics, "slack", "failed") == 0
 
 
+def test_a_new_leaders_pick_up_of_pending_stops_is_digested(server: SlackServer) -> None:
+    """A new leader finishing 300 stops an earlier leader decided: their DETECTED alerts went out from
+    that leader, so here only outcomes arrive, of groups this process never announced. Past the storm
+    threshold they are gathered (one follow-up per digest delay), not one Slack message and one
+    webhook POST per group as before."""
+    hook = SlackServer()
+    try:
+        config = _config(server, webhook_url=hook.generic_url)  # storm threshold 5
+        alerter = build_alerter(config, SharedLedger(), Metrics(), digest_delay=1)
+        events = [outcome(detected(f"f{i}", base=10 * i), Result.DONE) for i in range(300)]
+        for e in events:
+            alerter.notify(e)
+        alerter.close(60)
+        payloads = list(hook.generic_payloads)
+    finally:
+        hook.stop()
+    assert sorted(_keys(payloads, "outcome", "digest_outcome")) == sorted(e.finding.key for e in events)
+    assert [p["type"] for p in payloads].count("outcome") == 5  # before the storm threshold was passed
+    assert len(payloads) <= 5 + 3  # + 295 gathered outcomes, in parts of at most 100
+    assert len(server.top_level()) <= 5 + 1
+
+
 def test_each_undelivered_digest_part_is_counted_and_logged_with_its_own_groups(server: SlackServer) -> None:
     """A digest of 250 groups goes out in three parts; the receiver refuses the first (HTTP 400): the
     other two are still sent, and the refused part is one alert_undelivered line naming its 100

@@ -1,7 +1,7 @@
 """Every outcome is counted and logged once: a duplicate the planner decides without a
-remediation attempt (too late, prevented by the guard, stopped before, remediation off, a full
-queue) gives one ``dupguard_remediations_total`` increment and one ``remediation`` line, exactly
-like an executed one; ``DupguardDuplicateCaughtAfterStart`` and the docs rely on it.
+remediation attempt (too late, prevented by the guard, stopped before, remediation off) gives one
+``dupguard_remediations_total`` increment and one ``remediation`` line, exactly like an executed one;
+``DupguardDuplicateCaughtAfterStart`` and the docs rely on it.
 
 Real daemons, real PostgreSQL with the Airflow-made 3.1.2 scenarios, the real remediator."""
 
@@ -135,17 +135,22 @@ def test_remediation_off_counts_each_duplicate_once(pg_templates: Templates, dae
     assert {e["outcome"] for e in _lines(logs)} == {"disabled"}
 
 
-def test_a_full_queue_is_counted_and_logged(pg_templates: Templates, daemons: list[Running]) -> None:
-    """No worker and room for one job: of the three groups one waits, two are reported failed at once,
-    each counted and logged (``DupguardRemediationFailed`` sees them)."""
+def test_a_storm_bigger_than_the_queue_leaves_nothing_not_attempted(
+    pg_templates: Templates, daemons: list[Running]
+) -> None:
+    """One worker and room for one job: of the three groups two wait for room (pending, said so once),
+    and every duplicate is still acted on by the same living leader, none reported "not attempted"."""
     url = pg_templates.clone("3.1.2", "race_asset_fanout")
+    dups = {_group("race_asset_fanout", f"orders_consumer_{i}")[1] for i in (1, 2, 3)}
     with capture_logs() as logs:
-        d = _start(daemons, url, dispatch_options={"workers": 0, "queue_size": 1}, **FAIL_DB)
-        wait_for(lambda: len(d.alerter.results()) == 2, what="two failed at once")
+        d = _start(daemons, url, dispatch_options={"workers": 1, "queue_size": 1}, **FAIL_DB)
+        wait_for(lambda: set(d.alerter.results()) == dups, what="a result for every duplicate")
         time.sleep(0.3)
-    assert _count(d, "fail", "db", "failed") == 2
+    assert _count(d, "fail", "db", "failed") == 0
     lines = _lines(logs)
-    assert len(lines) == 2 and all(e["result"] == "failed" and "queue full" in e["detail"] for e in lines)
+    assert sorted(e["run_id"] for e in lines) == sorted(dups)
+    assert not [e for e in lines if "queue full" in e["detail"]]
+    assert [e["event"] for e in logs if e["event"].startswith("remediation_deferred")] == ["remediation_deferred"]
 
 
 def test_an_outcome_alert_keeps_the_detection_time_and_adds_its_own(

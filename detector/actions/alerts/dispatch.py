@@ -16,7 +16,10 @@ Storms: when more than ``storm_threshold`` DETECTED groups arrive within ``storm
 the router opens a digest: groups arriving in the next ``digest_delay`` seconds go out as one
 message, and outcomes of those groups are held and sent as one follow-up after it; outcomes of
 digested groups that come later (a remediation takes its time) are gathered for ``digest_delay``
-seconds and sent as one follow-up too, never one message per group.
+seconds and sent as one follow-up too, never one message per group. Outcomes of groups this process
+never announced (a new leader finishing an earlier leader's stops, a restart) are counted the same way:
+past ``storm_threshold`` within ``storm_window`` they are gathered and sent as one follow-up each
+``digest_delay`` seconds.
 
 Counting: ``dupguard_alerts_total{outcome="sent"}`` counts the messages and payloads that were
 delivered; a digest too big for one webhook payload is several, and each part that cannot be
@@ -160,6 +163,7 @@ class Dispatcher:
         self._lanes = [_Lane(c) for c in channels]
         self._inbound: queue.Queue[Any] = queue.Queue()
         self._arrivals: deque[float] = deque()
+        self._outcome_arrivals: deque[float] = deque()  # outcomes of groups no digest announced
         self._digest: list[AlertEvent] | None = None
         self._digest_deadline: float | None = None
         self._held: list[AlertEvent] = []
@@ -299,7 +303,7 @@ class Dispatcher:
         if event.kind is AlertKind.OUTCOME:
             if self._digest is not None and any(e.finding.key == event.finding.key for e in self._digest):
                 self._held.append(event)  # sent after the digest, so it can thread under it
-            elif event.finding.key in self._digested:
+            elif event.finding.key in self._digested or self._outcome_storm(now):
                 self._late.append(event)
                 if self._late_deadline is None:
                     self._late_deadline = now + self.digest_delay
@@ -319,6 +323,15 @@ class Dispatcher:
             self._digest_deadline = now + self.digest_delay
         else:
             self._forward(Single(event))
+
+    def _outcome_storm(self, now: float) -> bool:
+        """More than ``storm_threshold`` outcomes of undigested groups within ``storm_window``: a new
+        leader picking up an earlier leader's pending stops (their DETECTED alerts went out before), or
+        a restart. They are gathered like a digest's late outcomes, never one message each."""
+        self._outcome_arrivals.append(now)
+        while self._outcome_arrivals and self._outcome_arrivals[0] <= now - self.storm_window:
+            self._outcome_arrivals.popleft()
+        return len(self._outcome_arrivals) > self.storm_threshold
 
     def _flush_digest(self) -> None:
         if self._digest:

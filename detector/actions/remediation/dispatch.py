@@ -4,8 +4,8 @@ Why: the poll loop used to wait for every remediation, so a hanging Airflow API
 (5 s timeout x 4 attempts) stalled detection of every other duplicate for ~21 s; and a failed
 action was never tried again because its claim was already taken.
 
-- ``submit`` never blocks: jobs go into a bounded queue (``queue_size``; full -> the action is
-  reported ``failed`` at once, never silently dropped) served by ``workers`` threads. The depth of
+- ``submit`` never blocks: jobs go into a bounded queue (``queue_size``; full -> ``submit`` says so
+  and the caller keeps the job pending, ``detector.app.respond``) served by ``workers`` threads. The depth of
   the queue and the number of jobs waiting for a retry are gauges.
 - A ``retryable`` failure (API down, timeout, 5xx, database error) is tried again after a back-off
   that doubles up to ``max_retry_backoff``, for as long as the job lives: a duplicate QUEUED behind
@@ -120,6 +120,10 @@ class RemediationDispatcher:
                 return False
             self._open += 1
         return True
+
+    def room(self) -> bool:
+        """The queue has room for another job."""
+        return not self._ready.full()
 
     def retries_pending(self) -> int:
         with self._cond:

@@ -167,10 +167,10 @@ class IncrementalDetector:
         events = consumption.consumed_events(conn, t, [r.id for r in watched])
         candidates: dict[int, Run] = {r.id: r for r in watched}
         alone = True
-        for run in watched:
-            for sibling in dag_runs.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window):
+        for run_id, siblings in dag_runs.siblings_of_runs(conn, t, watched, events, self.suspect_window).items():
+            for sibling in siblings:
                 candidates.setdefault(sibling.id, sibling)
-                alone = alone and sibling.id == run.id
+                alone = alone and sibling.id == run_id
         # Runs that consumed another copy of a message one of these runs' trigger events carried.
         found_copies, consumers = copies.near_runs(conn, t, watched, events, self.suspect_window, self.id_paths)
         for consumer in consumers:
@@ -199,7 +199,8 @@ class IncrementalDetector:
             for run in frontier:
                 asked.add((run.dag_id, run.run_after, run.partition_key))
                 asked_events.update((run.dag_id, e) for e in events.get(run.id, ()))
-                for sibling in dag_runs.sibling_runs(conn, t, run, events.get(run.id, ()), self.suspect_window):
+            for siblings in dag_runs.siblings_of_runs(conn, t, frontier, events, self.suspect_window).values():
+                for sibling in siblings:
                     if sibling.id not in candidates:
                         found[sibling.id] = sibling
             if not found:
