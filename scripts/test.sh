@@ -17,5 +17,8 @@ done
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# Four workers (pytest-xdist; most tests wait on servers and sleeps, so more workers than cores pay),
+# one module per worker at a time (tests/conftest.py: module fixtures start once, named groups share a
+# session fixture). DUPGUARD_TEST_WORKERS=0 runs the suite serially in this process.
 # The slowest tests in the log: where the time goes, for the next one who makes CI faster.
-.venv/bin/pytest --durations=50 "$@"
+.venv/bin/pytest -n "${DUPGUARD_TEST_WORKERS:-4}" --dist loadfile --durations=50 "$@"

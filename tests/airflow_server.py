@@ -281,6 +281,37 @@ def airflow_api_server(
             execute_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@dataclass
+class ServerPool:
+    """One API server per (version, token lifetime) for a whole test session (one per xdist worker),
+    shared by the modules that need a plain server: each start costs ~20 s of CPU. A module asks for
+    its scenarios with ``get``; a scenario not loaded yet gets its source database then, and the live
+    database is reset to the first, as a freshly started server has it. Modules that change a source
+    (start its queued runs) or the server's settings keep a server of their own."""
+
+    templates: Templates
+    workdir: Path
+    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    servers: dict[tuple[str, int], AirflowServer] = field(default_factory=dict)
+
+    def get(self, version: str, scenarios: list[str], *, jwt_expiration: int = 3600) -> AirflowServer:
+        key = (version, jwt_expiration)
+        if key not in self.servers or not self.servers[key].alive():
+            home = self.workdir / f"{version}-jwt{jwt_expiration}-{uuid.uuid4().hex[:6]}"
+            self.servers[key] = self.stack.enter_context(
+                airflow_api_server(version, scenarios, self.templates, home, jwt_expiration=jwt_expiration)
+            )
+        server = self.servers[key]
+        for name in scenarios:
+            if name not in server.sources:  # dropped with the server's own (same dict) and by the templates
+                server.sources[name] = make_url(self.templates.clone(version, name)).database or ""
+        server.reset(scenarios[0])
+        return server
+
+    def close(self) -> None:
+        self.stack.close()
+
+
 def held_server(version: str, scenarios: list[str], jwt_expiration: int) -> AirflowServer | None:
     """The held server (module docstring) for this version and token lifetime that has every scenario
     loaded; None without ``DUPGUARD_TEST_AIRFLOW_SERVERS`` or a match. A held server that stopped

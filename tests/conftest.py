@@ -2,11 +2,36 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import structlog
 
 from tests.pg import Templates
+
+# scripts/test.sh runs pytest -n N --dist loadfile: each module runs on one worker, so its module-scoped
+# fixtures (an Airflow API server, a PgBouncer, an image build) start once. The modules of one group
+# below share a session fixture (tests/integration/conftest.py) and run on one worker together, so it
+# starts once for all of them. (xdist's own ``xdist_group`` mark is ignored under pytest 9.)
+WORKER_GROUPS = {
+    "replica": ("test_standby", "test_guarded_reads", "test_doctor"),
+    "airflow-3.1.2": ("test_keep_final", "test_remediation_dispatch", "test_fencing"),
+    "airflow-remediation": ("test_remediation_api", "test_api_backend_mutants"),
+}
+_GROUP_OF = {f"tests/integration/{m}.py": group for group, modules in WORKER_GROUPS.items() for m in modules}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleGroups(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return _GROUP_OF.get(module, module)
+
+    return ModuleGroups(config, log)
 
 
 @pytest.fixture(scope="session")

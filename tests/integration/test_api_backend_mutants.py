@@ -33,14 +33,13 @@ from detector.sources.api.reader import ApiRunStates
 from tests.airflow_server import (
     AirflowServer,
     CountingProxy,
-    airflow_api_server,
+    ServerPool,
     db_state,
     sql,
     start_task,
     warm_execution_api,
 )
 from tests.integration.test_remediation_api import FANOUT, JWT_LIFETIME, STARTED, Harness
-from tests.pg import Templates
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -50,18 +49,14 @@ INJECTED = "injected by CountingProxy"  # the proxy's 5xx body, as the session r
 
 
 @pytest.fixture(scope="module")
-def af312(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
-    # test_remediation_api's server settings, so a held server (tests/airflow_hold.py) serves both files
-    with airflow_api_server(
-        "3.1.2", [FANOUT, STARTED], pg_templates, tmp_path_factory.mktemp("af312m"), jwt_expiration=JWT_LIFETIME
-    ) as server:
-        yield server
+def af312(airflow_servers: ServerPool) -> AirflowServer:
+    # test_remediation_api's server settings: one server serves both files (and a held one, tests/airflow_hold.py)
+    return airflow_servers.get("3.1.2", [FANOUT, STARTED], jwt_expiration=JWT_LIFETIME)
 
 
 @pytest.fixture(scope="module")
-def af322(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
-    with airflow_api_server("3.2.2", [PARTITIONED], pg_templates, tmp_path_factory.mktemp("af322m")) as server:
-        yield server
+def af322(airflow_servers: ServerPool) -> AirflowServer:
+    return airflow_servers.get("3.2.2", [PARTITIONED])
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from detector.core.model import GUARD_NOTE_PREFIX
 from tests.airflow_server import AirflowServer, airflow_api_server, db_state, sql, start_queued_runs
 from tests.integration.test_grants import documented_grants
 from tests.pg import ROOT, Templates, database_url, execute_admin, ground_truth
-from tests.pg_replica import streaming_replica
+from tests.pg_replica import Replica
 from tests.pgbouncer import pgbouncer
 
 pytestmark = pytest.mark.integration
@@ -344,11 +344,10 @@ def test_a_pooler_in_transaction_mode_is_named(pg_templates: Templates, pool_mod
     assert code == 1 and doc["duplicates"]["groups"] == 1  # detection reads through it all the same
 
 
-def test_a_standby_is_named_and_the_db_backend_refused_there(pg_templates: Templates) -> None:
-    with streaming_replica() as replica:
-        url = pg_templates.clone("3.1.2", "race_asset")
-        replica.wait_caught_up()
-        code, doc = doctor("--database-url", replica.url(url), "--remediation", "fail", "--remediation-backend", "db")
+def test_a_standby_is_named_and_the_db_backend_refused_there(pg_templates: Templates, replica: Replica) -> None:
+    url = pg_templates.clone("3.1.2", "race_asset")
+    replica.wait_caught_up()
+    code, doc = doctor("--database-url", replica.url(url), "--remediation", "fail", "--remediation-backend", "db")
     assert doc["database"]["server"]["role"] == "standby"
     assert any("standby" in p for p in doc["remediation"]["problems"])
     assert doc["remediation"]["can_act"] is False

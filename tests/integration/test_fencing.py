@@ -15,7 +15,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -35,10 +35,10 @@ from detector.metadb.schema import Family
 from detector.metrics import Metrics
 from detector.sources.api.reader import ApiRunStates
 from tests import pgbouncer
-from tests.airflow_server import AirflowServer, CountingProxy, _run_payload, _ti_run, airflow_api_server, db_state
+from tests.airflow_server import AirflowServer, CountingProxy, ServerPool, _run_payload, _ti_run, db_state
 from tests.daemon_harness import Running, start_daemon, wait_for
 from tests.integration.test_half_landed_stop import skip_every_task
-from tests.pg import Templates, ground_truth
+from tests.pg import ground_truth
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -52,9 +52,8 @@ TRIALS = 5  # per combination: 20 in all; combination i uses seed SEED + i
 
 
 @pytest.fixture(scope="module")
-def af312(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
-    with airflow_api_server("3.1.2", [FANOUT], pg_templates, tmp_path_factory.mktemp("fencing312")) as server:
-        yield server
+def af312(airflow_servers: ServerPool) -> AirflowServer:
+    return airflow_servers.get("3.1.2", [FANOUT])
 
 
 def _groups() -> list[tuple[str, str, str]]:

@@ -8,7 +8,6 @@ pair made by its scheduler code, and a real streaming replica (tests/pg_replica.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -22,7 +21,7 @@ from tests.airflow_server import sql
 from tests.integration.test_grants import documented_grants
 from tests.integration.test_remediation_db import Db
 from tests.pg import ROOT, Templates, execute_admin
-from tests.pg_replica import Replica, streaming_replica
+from tests.pg_replica import Replica
 
 pytestmark = pytest.mark.integration
 
@@ -81,12 +80,6 @@ def test_every_read_works_with_the_documented_read_only_grant(fanout: Db) -> Non
         engine.dispose()
         execute_admin(f'DROP OWNED BY "{role}"', dbname=url.database)
         execute_admin(f'DROP ROLE "{role}"')
-
-
-@pytest.fixture(scope="module")
-def replica() -> Iterator[Replica]:
-    with streaming_replica() as r:
-        yield r
 
 
 def test_every_read_refuses_a_hot_standby_and_says_what_it_was_for(pg_templates: Templates, replica: Replica) -> None:

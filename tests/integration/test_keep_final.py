@@ -10,7 +10,6 @@ that forgot the first one would keep the stopped run and stop the kept one: both
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 
 from detector.core.plan import Action
 from detector.core.ports import RemediationResult, Remediator, Result
-from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server, db_state, sql
+from tests.airflow_server import AirflowServer, CountingProxy, ServerPool, db_state, sql
 from tests.daemon_harness import Running, start_daemon, wait_for
 from tests.pg import Templates, ground_truth
 from tests.writer import AirflowWriter, Committed
@@ -112,9 +111,8 @@ def test_db_restart_with_memory_ledger_keeps_the_kept_run(pg_templates: Template
 
 
 @pytest.fixture(scope="module")
-def af312(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
-    with airflow_api_server("3.1.2", [FANOUT], pg_templates, tmp_path_factory.mktemp("keep312")) as server:
-        yield server
+def af312(airflow_servers: ServerPool) -> AirflowServer:
+    return airflow_servers.get("3.1.2", [FANOUT])
 
 
 @pytest.mark.airflow

@@ -38,14 +38,14 @@ from tests.airflow_server import (
     JWT_SECRET,
     AirflowServer,
     CountingProxy,
-    airflow_api_server,
+    ServerPool,
     db_state,
     free_port,
     sql,
     start_task,
     warm_execution_api,
 )
-from tests.pg import Templates, ground_truth
+from tests.pg import ground_truth
 
 pytestmark = [pytest.mark.integration, pytest.mark.airflow]
 
@@ -54,18 +54,14 @@ FANOUT = "race_asset_fanout"  # 3 consumer DAGs, a duplicate pair each, nothing 
 STARTED = "race_asset"  # the duplicate's first task already ran
 
 
-@pytest.fixture(scope="session")
-def af312(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
-    with airflow_api_server(
-        "3.1.2", [FANOUT, STARTED], pg_templates, tmp_path_factory.mktemp("af312"), jwt_expiration=JWT_LIFETIME
-    ) as server:
-        yield server
+@pytest.fixture(scope="module")
+def af312(airflow_servers: ServerPool) -> AirflowServer:
+    return airflow_servers.get("3.1.2", [FANOUT, STARTED], jwt_expiration=JWT_LIFETIME)
 
 
-@pytest.fixture(scope="session")
-def af322(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
-    with airflow_api_server("3.2.2", ["race_partitioned"], pg_templates, tmp_path_factory.mktemp("af322")) as server:
-        yield server
+@pytest.fixture(scope="module")
+def af322(airflow_servers: ServerPool) -> AirflowServer:
+    return airflow_servers.get("3.2.2", ["race_partitioned"])
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +15,7 @@ import psycopg2
 import pytest
 
 from detector.core.ports import Result
-from tests.airflow_server import AirflowServer, CountingProxy, airflow_api_server, db_state
+from tests.airflow_server import AirflowServer, CountingProxy, ServerPool, db_state
 from tests.daemon_harness import Running, start_daemon, wait_for
 from tests.pg import Templates, ground_truth
 from tests.writer import AirflowWriter
@@ -97,9 +96,8 @@ def test_detection_keeps_its_cadence_while_the_api_hangs(pg_templates: Templates
 
 
 @pytest.fixture(scope="module")
-def af312(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
-    with airflow_api_server("3.1.2", [FANOUT], pg_templates, tmp_path_factory.mktemp("dispatch312")) as server:
-        yield server
+def af312(airflow_servers: ServerPool) -> AirflowServer:
+    return airflow_servers.get("3.1.2", [FANOUT])
 
 
 def _group(dag_id: str) -> tuple[str, str]:

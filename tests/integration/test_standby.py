@@ -30,21 +30,15 @@ from detector.core.ports import Result
 from detector.metadb import leader_lock
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
-from tests.airflow_server import AirflowServer, airflow_api_server, db_state, start_task, warm_execution_api
+from tests.airflow_server import AirflowServer, ServerPool, db_state, start_task, warm_execution_api
 from tests.integration.test_run_process import events, free_port, metric, spawn
 from tests.pg import Templates
-from tests.pg_replica import Replica, streaming_replica
+from tests.pg_replica import Replica
 
 pytestmark = pytest.mark.integration
 LEASE = timedelta(seconds=3)
 KEY = int(SETTINGS_BY_NAME["lock_key"].default)
 SCENARIO = "race_asset_fanout"  # three consumer DAGs, a duplicate pair each, nothing started
-
-
-@pytest.fixture(scope="module")
-def replica() -> Iterator[Replica]:
-    with streaming_replica() as r:
-        yield r
 
 
 @pytest.fixture
@@ -179,9 +173,8 @@ def test_run_once_says_which_server_it_read(
 
 
 @pytest.fixture(scope="module")
-def af312(pg_templates: Templates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
-    with airflow_api_server("3.1.2", [SCENARIO], pg_templates, tmp_path_factory.mktemp("af312")) as server:
-        yield server
+def af312(airflow_servers: ServerPool) -> AirflowServer:
+    return airflow_servers.get("3.1.2", [SCENARIO])
 
 
 @pytest.fixture
