@@ -17,7 +17,8 @@ from detector.actions.remediation import choice
 from detector.actions.remediation.guarded import Backend, GuardedRemediator, RunStates
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AdvisoryLock, AlwaysLeader
-from detector.app.ledger import FileLedger, MemoryLedger, open_ledger
+from detector.app.ledger import MemoryLedger, open_ledger
+from detector.app.ledger_file import FileLedger
 from detector.checks import enabled as checks
 from detector.checks.runner import CheckRunner
 from detector.config import Config, api_auth_problems

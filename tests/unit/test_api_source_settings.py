@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from detector import config
-from detector.app.ledger import FileLedger
+from detector.app.ledger_file import FileLedger
 from detector.core.ports import Pending
 from detector.errors import ConfigError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from detector.app.ledger import FileLedger
+from detector.app.ledger_file import FileLedger
 from detector.core.ports import Observed
 from detector.errors import LedgerError
 from tests.full_volume import fill, small_volume
