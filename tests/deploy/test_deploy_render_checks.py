@@ -85,6 +85,8 @@ NOT_CHECKED_BY_THE_CHART = {
     "repair_stranded": CONFIG_ONLY + ": a repair is switched on by hand, like remediation",
     "stranded_repair_deadline": CONFIG_ONLY,
     "double_bump_poll_interval": CONFIG_ONLY,
+    "double_bump_health_check_threshold": CONFIG_ONLY,
+    "double_bump_orphan_check_interval": CONFIG_ONLY,
     "db_timeout": CONFIG_ONLY,
     "leader_check_interval": CONFIG_ONLY,
     "startup_lookback": CONFIG_ONLY,

@@ -497,8 +497,10 @@ def test_a_storm_is_digested_on_the_webhook_too_and_every_payload_is_counted(ser
         # a generous timeout: on a loaded machine a cut (and retried) 100-group POST would arrive twice
         config = _config(server, webhook_url=hook.generic_url, alert_timeout=timedelta(seconds=30))
         alerter = build_alerter(config, SharedLedger(), metrics, digest_delay=5)  # 3,000 notify calls in one
+        began = time.monotonic()
         for e in events:
             alerter.notify(e)
+        notifying = time.monotonic() - began  # on a loaded machine the calls can outlast one digest window
         assert hook.wait_for(lambda: any(p["type"] == "digest" for p in hook.generic_payloads), 120)
         for e in events:
             alerter.notify(outcome(e, Result.DONE))
@@ -515,7 +517,8 @@ def test_a_storm_is_digested_on_the_webhook_too_and_every_payload_is_counted(ser
     assert hook.requests.count(hook.generic_path) == len(payloads) + 1  # + the refused one, retried
     assert _count(metrics, "webhook", "sent") == len(payloads) and _count(metrics, "webhook", "failed") == 0
     assert _count(metrics, "webhook", "retried") == 1
-    assert len(server.top_level()) == 5 + 1  # Slack: five alerts, then one digest
+    # Slack: five alerts, then one digest per digest window the 3,000 calls spanned (one, unless loaded)
+    assert 1 <= len(server.top_level()) - 5 <= 1 + int(notifying // 5)
     assert _count(metrics, "slack", "sent") == len(server.messages) and _count(metrics, "slack", "failed") == 0
 
 

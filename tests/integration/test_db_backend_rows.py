@@ -48,6 +48,13 @@ def _remediator(db: Db, mode: Mode, *, remediate_started: bool = False, **option
     return remediator
 
 
+def _backend_engine(remediator: GuardedRemediator) -> Engine:
+    """The engine the db backend writes with: a pool of its own, apart from the engine it was given."""
+    backend = remediator.backend
+    assert isinstance(backend, DbBackend)
+    return backend.engine
+
+
 def _backend(db: Db, mode: Mode, **options: Any) -> DbBackend:
     backend = _remediator(db, mode, **options).backend
     assert isinstance(backend, DbBackend)
@@ -237,12 +244,14 @@ def test_the_write_runs_under_its_timeouts_and_leaves_the_session_as_it_was(
     end with the transaction (SET LOCAL): behind PgBouncer's transaction pooling a session setting would
     stay on a server connection Airflow's own processes use next."""
     action = single.actions(Mode.FAIL)[0]
-    outside = _session_settings(single.engine)
-    seen = _settings_during_writes(single.engine)
-    assert _remediator(single, Mode.FAIL, **options).execute(action).result is Result.DONE
+    remediator = _remediator(single, Mode.FAIL, **options)
+    engine = _backend_engine(remediator)  # the remediation's own pool (never the poll's)
+    outside = _session_settings(engine)
+    seen = _settings_during_writes(engine)
+    assert remediator.execute(action).result is Result.DONE
     pid = outside[2]
     assert seen == [(*expected, pid)] * 3  # the tasks' UPDATE, the run's, the note's upsert
-    assert _session_settings(single.engine) == outside
+    assert _session_settings(engine) == outside
 
 
 # --- what apply says when the locked re-read differs from the preview ---------------------------
@@ -406,8 +415,9 @@ def test_the_write_holds_the_duplicates_rows_and_shares_the_kept_runs(fanout: Db
         finally:
             other.close()
 
-    event.listen(fanout.engine, "before_cursor_execute", before)
-    assert _remediator(fanout, Mode.FAIL).execute(action).result is Result.DONE
+    remediator = _remediator(fanout, Mode.FAIL)
+    event.listen(_backend_engine(remediator), "before_cursor_execute", before)
+    assert remediator.execute(action).result is Result.DONE
     assert seen == {
         "duplicate run": "held",
         "duplicate tasks": "held",

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import psycopg2
 import pytest
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from detector.app.cli import main
+from detector.app.ledger import ledger_exists
 from tests.daemon_harness import wait_for
 from tests.integration.test_run_process import events, free_port, metric, spawn, status
 from tests.pg import Templates, execute_admin, private_server
@@ -105,11 +107,12 @@ def test_ledger_the_role_cannot_use_is_visible(
     tmp_path: Path,
     procs: list,  # type: ignore[type-arg]
 ) -> None:
-    """Schema dupguard made by an admin, daemon on a read-only role: every poll fails (permission denied)."""
+    """Schema dupguard made by an admin, daemon on a read-only role: the ledger cannot record (permission
+    denied). Detection goes on, but the replica is not ready and says why, once."""
     _, ro_url = readonly_role
     port, log = free_port(), tmp_path / "ro.log"
     procs.append(spawn(ro_url, log, DUPGUARD_HTTP_PORT=str(port)))
-    assert_down(port, log, "poll_failing")
+    assert_down(port, log, "ledger_fault")
     assert "permission denied" in body(port, "/readyz")
 
 
@@ -118,7 +121,8 @@ def test_ledger_dropped_under_running_daemon_is_visible(
     tmp_path: Path,
     procs: list,  # type: ignore[type-arg]
 ) -> None:
-    """`init-db --drop` under a running daemon: the next poll that finds a run fails, visibly."""
+    """`init-db --drop` under a running daemon: a warning names the missing table, and the leader, whose
+    role may create it, re-creates the ledger and is ready again."""
     url = pg_templates.clone("3.1.2")
     assert main(["init-db", "--database-url", url]) == 0
     port, log = free_port(), tmp_path / "drop.log"
@@ -128,7 +132,16 @@ def test_ledger_dropped_under_running_daemon_is_visible(
     writer = AirflowWriter(url)
     writer.ordinary("consumer")
     writer.close()
-    assert_down(port, log, "poll_failing")
+    wait_for(lambda: any(e["event"] == "ledger_repaired" for e in events(log)), what="the ledger repaired")
+    faults = [e for e in events(log) if e["event"] == "ledger_fault"]
+    assert faults and all(e["level"] == "warning" and e["kind"] == "missing" for e in faults), faults
+    assert "init-db" in faults[0]["repair"]
+    wait_for(lambda: status(port, "/readyz") == 200, what="ready again")
+    engine = create_engine(url)
+    try:
+        assert ledger_exists(engine)
+    finally:
+        engine.dispose()
 
 
 def test_run_committed_after_gap_grace_is_found_and_reported(
