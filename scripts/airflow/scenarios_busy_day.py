@@ -22,11 +22,12 @@ written by Airflow:
   (``notes.orphan_timing``: dupguard is given the same values).
 * Hourly catch-up of a day (``hourly_etl``: a reschedule sensor, a deferrable sensor whose
   ``DateTimeTrigger`` fires through ``Trigger.submit_event``, a flaky task retried once, mapped tasks, a
-  task whose outlet makes asset events), manual runs (``trigger_dag``), a backfill
-  (``_create_backfill``), asset events from tasks and from the REST API (``create_asset_event``), pauses
-  and unpauses (the CLI in this process: ``log`` rows), clears (``clear_task_instances``), asset
-  watchers run by two triggerers (``Trigger.submit_event`` of each claimed copy), a missed deadline
-  (``Deadline.handle_miss``: a callback trigger).
+  task whose outlet makes asset events), manual runs (``trigger_dag``), a backfill (``_create_backfill``),
+  asset events from tasks, pauses and unpauses with the CLI in this process (``log`` rows), clears
+  (``clear_task_instances``), asset watchers run by two triggerers (``Trigger.submit_event`` of each claimed
+  copy), a missed deadline (``Deadline.handle_miss``: a callback trigger). The REST API is Airflow's own app
+  served in this process (``Rest``): asset events, pauses and unpauses (``patch_dag`` log rows), a clear, a
+  manual run.
 * Planted, with the helpers of the scenario scripts: an asset duplicate (``scenarios_asset.race``), a
   double bump (``scenarios_double_bump.bumped``), a stranded pair (``scenarios_stranded.held_creation``),
   an event committed late (``scenarios_stranded.held_emit``), one SQS message submitted by both
@@ -89,6 +90,7 @@ orders = Asset(name="orders", uri="s3://warehouse/orders")
 customers = Asset(name="customers", uri="s3://warehouse/customers")
 inventory = Asset(name="inventory", uri="s3://warehouse/inventory")
 refunds = Asset(name="refunds", uri="s3://warehouse/refunds")
+shipments = Asset(name="shipments", uri="s3://warehouse/shipments")
 payments = Asset(name="payments", uri="sqs://payments", watchers=[AssetWatcher(
     name="payments_watcher", trigger=QueueFileTrigger(path="{payments}", shape="sqs"))])
 clicks = Asset(name="clicks", uri="redis://clicks", watchers=[AssetWatcher(
@@ -108,7 +110,12 @@ with DAG("daily_report", schedule="@daily", start_date=START, catchup=False):
 with DAG("late_report", schedule=None, start_date=START, catchup=False):
     EmptyOperator(task_id="report")
 
-for producer, asset in (("orders_producer", orders), ("inventory_producer", inventory), ("refunds_producer", refunds)):
+for producer, asset in (
+    ("orders_producer", orders),
+    ("inventory_producer", inventory),
+    ("refunds_producer", refunds),
+    ("shipments_producer", shipments),
+):
     with DAG(producer, schedule=None, start_date=START, catchup=False):
         EmptyOperator(task_id="publish", outlets=[asset])
 
@@ -117,6 +124,7 @@ for consumer, schedule in (
     ("orders_or_customers", orders | customers),
     ("inventory_consumer", [inventory]),
     ("refunds_consumer", [refunds]),
+    ("shipments_consumer", [shipments]),
     ("payments_consumer", [payments]),
     ("clicks_consumer", [clicks]),
 ):
@@ -130,12 +138,14 @@ OUTLETS = {
     ("hourly_etl", "publish"): "customers",
     ("orders_producer", "publish"): "orders",
     ("inventory_producer", "publish"): "inventory",
+    ("shipments_producer", "publish"): "shipments",
 }
 ASSETS = {
     "orders": "s3://warehouse/orders",
     "customers": "s3://warehouse/customers",
     "inventory": "s3://warehouse/inventory",
     "refunds": "s3://warehouse/refunds",
+    "shipments": "s3://warehouse/shipments",
 }
 
 
@@ -163,6 +173,7 @@ class Day:
         self.timeline: list[dict[str, Any]] = []
         self.counts: dict[str, int] = {}
         self.claims: dict[int, set[int]] = {}  # trigger id -> the triggerer jobs whose loop returned it
+        self.rest = Rest()
 
     def load_triggers(self, t: Any) -> list[int]:
         """One triggerer loop's database part (``scenarios_triggers.load_triggers``); what it returned is kept."""
@@ -457,23 +468,54 @@ def manual_event(af: sa.AF, day: Day, producer: str) -> None:
     day.count("manual_run")
 
 
-def rest_event(af: sa.AF, asset: str, extra: dict[str, Any]) -> int:
-    """POST /api/v2/assets/events, through the route's own function and body model."""
-    import inspect
+class Rest:
+    """Airflow's public REST API, served in this process by its own app (``create_app(apps="core")``, FastAPI's
+    test client, no socket) with an admin's token from the auth manager: requests go through the real routes,
+    their dependencies and the ``action_logging`` that writes the ``log`` rows (``patch_dag``), as from the UI."""
 
-    from airflow.api_fastapi.core_api.datamodels.assets import CreateAssetEventsBody
-    from airflow.api_fastapi.core_api.routes.public.assets import create_asset_event
-    from airflow.models.asset import AssetModel
-    from sqlalchemy import select
-
-    kw: dict[str, Any] = {}
-    if "user" in inspect.signature(create_asset_event).parameters:  # 3.3: the caller (read for multi-team only)
+    def __init__(self) -> None:
+        from airflow.api_fastapi.app import create_app, get_auth_manager
         from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+        from fastapi.testclient import TestClient
 
-        kw["user"] = SimpleAuthManagerUser(username="admin", role="admin")
+        app = create_app(apps="core")
+        token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="admin", role="admin"))
+        self.client = TestClient(app, headers={"Authorization": f"Bearer {token}"})
+
+    def call(self, method: str, path: str, body: dict[str, Any]) -> Any:
+        response = self.client.request(method, f"/api/v2{path}", json=body)
+        ss.check(response.status_code == 200, f"{method} {path}: {response.status_code} {response.text}")
+        return response.json()
+
+    def pause(self, dag_id: str, paused: bool) -> None:
+        self.call("PATCH", f"/dags/{dag_id}", {"is_paused": paused})  # what the UI's toggle sends
+
+    def event(self, af: sa.AF, asset: str, extra: dict[str, Any]) -> int:
+        from airflow.models.asset import AssetModel
+        from sqlalchemy import select
+
+        with af.create_session() as session:
+            asset_id = session.scalar(select(AssetModel.id).where(AssetModel.name == asset))
+        return int(self.call("POST", "/assets/events", {"asset_id": asset_id, "extra": extra})["id"])
+
+    def clear_run(self, dag_id: str, run_id: str) -> None:
+        body = {"dry_run": False, "dag_run_id": run_id, "only_failed": False, "reset_dag_runs": True}
+        self.call("POST", f"/dags/{dag_id}/clearTaskInstances", body)
+
+    def trigger(self, dag_id: str) -> str:
+        return str(self.call("POST", f"/dags/{dag_id}/dagRuns", {"logical_date": None})["dag_run_id"])
+
+
+def pause_log(af: sa.AF) -> list[dict[str, Any]]:
+    """The pause and unpause records Airflow's CLI and REST API wrote to ``log``."""
+    from airflow.models.log import Log
+
     with af.create_session() as session:
-        asset_id = session.scalar(select(AssetModel.id).where(AssetModel.name == asset))
-        return int(create_asset_event(CreateAssetEventsBody(asset_id=asset_id, extra=extra), session, **kw).id)
+        rows = session.query(Log).filter(Log.event.in_(["cli_dag_pause", "cli_dag_unpause", "patch_dag"]))
+        return [
+            {"event": r.event, "dag_id": r.dag_id, "dttm": r.dttm.isoformat(), "extra": r.extra, "owner": r.owner}
+            for r in rows.order_by(Log.id)
+        ]
 
 
 def trigger_ids(af: sa.AF) -> set[int]:
@@ -572,7 +614,7 @@ def the_day(af: sa.AF) -> tuple[dict[str, Any], dict[int, set[int]]]:
         day.fire_triggers()
         day.tick(2)
         if i == 1:
-            rest_event(af, "orders", {"source": "ops", "reason": "late file"})
+            day.rest.event(af, "orders", {"source": "ops", "reason": "late file"})
             day.count("rest_event")
     day.deploy_scheduler(1)  # rolling deploy, second pod
     day.drain()
@@ -602,6 +644,9 @@ def the_day(af: sa.AF) -> tuple[dict[str, Any], dict[int, set[int]]]:
         tis = session.query(af.TaskInstance).filter_by(dag_id="orders_consumer", run_id=done[0]["run_id"]).all()
         af.clear_task_instances(tis, session)
     day.note("cleared", run_id=done[0]["run_id"])
+    day.rest.clear_run("orders_or_customers", af.runs("orders_or_customers")[1]["run_id"])  # the UI's "Clear"
+    day.rest.trigger("orders_consumer")  # a manual run of an asset-scheduled DAG, from the UI
+    day.count("rest_call", 2)
     manual_event(af, day, "orders_producer")
     day.drain()
     day.deploy_triggerer(1)
@@ -635,7 +680,7 @@ def the_day(af: sa.AF) -> tuple[dict[str, Any], dict[int, set[int]]]:
     # Look-alike: an operator posts an event with the message's extra through the REST API (Airflow adds
     # from_rest_api); one more run.
     last = max(e for r in af.runs("payments_consumer") for e in r["event_ids"])
-    rest_event(af, "payments", ste.event_extra(int(last)))
+    day.rest.event(af, "payments", ste.event_extra(int(last)))
     day.count("rest_event")
     day.drain()
     # Look-alike: a second, different SQS message with an equal body (its own MessageId), one run.
@@ -656,6 +701,21 @@ def the_day(af: sa.AF) -> tuple[dict[str, Any], dict[int, set[int]]]:
         if i == 0:
             manual_event(af, day, "orders_producer")
     day.deploy_scheduler(0)
+    # Maintenance of shipments_consumer through the UI: its event queued it; paused (PATCH, a patch_dag log row)
+    # before the scheduler made the run; two events arrive meanwhile (no queue row: Airflow queues nothing for a
+    # paused DAG); unpaused; the run of the row queued before the pause consumes the first event only, and no
+    # shipments event comes later that day. Not stranded: the log says the two came while it was paused.
+    manual_event(af, day, "shipments_producer")
+    day.tick()  # the producer's task starts
+    day.work()  # ... and succeeds: its event queues shipments_consumer
+    day.rest.pause("shipments_consumer", True)
+    paused = [day.rest.event(af, "shipments", {"batch": n}) for n in (1, 2)]
+    day.rest.pause("shipments_consumer", False)
+    day.count("rest_call", 4)
+    day.drain()
+    ship = af.runs("shipments_consumer")
+    ss.check(len(ship) == 1 and not set(paused) & set(ship[0]["event_ids"]), f"paused events unconsumed: {ship}")
+    truth["events_while_paused"] = [{"dag_id": "shipments_consumer", "event_ids": paused, "log": pause_log(af)}]
     # Night: the catch-up DAG is paused again; one last orders event makes the consumers' last runs, which take
     # every event an earlier run left behind (two events in one loop strand the second until the next one,
     # apache/airflow#56050: the day has them, and this absorbs them, so only the planted pair stays stranded).
@@ -752,6 +812,7 @@ def leftovers(af: sa.AF, truth: dict[str, Any]) -> dict[str, Any]:
         events = session.scalars(select(AssetEvent.id)).all()
     consumed = {e for r in af.runs() for e in r["event_ids"]}
     planted = {e for s in truth["expected_stranded"] + truth["expected_committed_late"] for e in s["event_ids"]}
+    planted |= {e for s in truth["events_while_paused"] for e in s["event_ids"]}  # registered while paused
     unconsumed = sorted(set(events) - consumed - planted)
     tis = all_tis(af)
     bumped = {b["ti_id"] for b in truth["expected_bumps"]}

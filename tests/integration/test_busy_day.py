@@ -14,9 +14,11 @@ import json
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from detector.app.cli import main
 from detector.checks.registry import KINDS
+from detector.metadb.engine import make_engine, parse_url
 from tests.pg import FIXTURES, Templates, ground_truth
 
 pytestmark = pytest.mark.integration
@@ -146,4 +148,30 @@ def test_the_day_is_busy(version: str) -> None:
     # and has no history row: the double bump's look-alike, which only the stopped job's row tells apart.
     assert truth["notes"]["orphan_resets"]
     assert bool(truth["leftovers"]["tries_without_history_reset"]) == (version < "3.2")
+    # Events registered while their consumer was paused through the REST API (patch_dag log rows), consumed by no
+    # run although a run was created after them: not stranded, and the scan must say nothing of them.
+    [paused] = truth["events_while_paused"]
+    assert paused["event_ids"] and [r["event"] for r in paused["log"]][-2:] == ["patch_dag", "patch_dag"]
     assert len(truth["runs"]) >= 50
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_without_the_pause_records_the_paused_events_would_be_reported(
+    version: str, pg_templates: Templates, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look-alike is in the day: with the ``log`` rows gone (what ``airflow db clean --tables log`` leaves, the
+    log then covering nothing before the events) the REST-paused events look stranded, and the scan says so."""
+    truth = ground_truth(version, SCENARIO)
+    for name, value in settings_env(truth).items():
+        monkeypatch.setenv(name, value)
+    url = pg_templates.clone(version, SCENARIO)
+    engine = make_engine(parse_url(url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DELETE FROM log"))
+    finally:
+        engine.dispose()
+    _, doc = scan_doc(url, capsys)
+    [paused] = truth["events_while_paused"]
+    reported = {(o["dag_id"], tuple(o["event_ids"])) for o in doc["checks"]["stranded_events"] if not o.get("reason")}
+    assert (paused["dag_id"], tuple(paused["event_ids"])) in reported
