@@ -25,7 +25,7 @@ done
 export PGOPTIONS="-c client_min_messages=warning"
 BASE_URL=$(scripts/postgres.sh start)
 SERVER="${BASE_URL%/*}"
-MAX_BYTES=$((300 * 1024))
+MAX_BYTES=${SCENARIO_MAX_BYTES:-$((300 * 1024))}
 # Tables whose rows no dag_run/task_instance row needs and that only add noise or size.
 EXCLUDE_DATA=(alembic_version log import_error callback_request dag_priority_parsing_request
   dag_warning deadline)
@@ -37,7 +37,7 @@ for ver in "${VERSIONS[@]}"; do
   scripts/airflow/venv.sh "$ver" >/dev/null
   schema="tests/fixtures/schema/airflow-$ver.sql"
   [ -f "$schema" ] || scripts/airflow/regen_schema_fixtures.sh "$ver"
-  out="tests/fixtures/scenarios/$ver"
+  out="tests/fixtures/scenarios/$ver${SCENARIO_SUBDIR:+/$SCENARIO_SUBDIR}"  # a sub-folder: regen_busy_day.sh
   mkdir -p "$out"
   for sc in "${SCENARIOS[@]}"; do
     t0=$(date +%s)
