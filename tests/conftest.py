@@ -27,9 +27,9 @@ _GROUP_OF = {f"tests/integration/{m}.py": group for group, modules in WORKER_GRO
 LONGEST_FIRST = (
     "tests/integration/test_api_trigger_event.py",
     "tests/integration/test_api_source.py",
+    "replica",  # also early: its base backup copies the whole test server, which grows all run long
     "tests/guard/test_guard.py",
     "tests/deploy/test_release.py",
-    "replica",
     "tests/e2e/test_e2e.py",
     "airflow-3.1.2",
     "tests/deploy/test_deploy_helm.py",
