@@ -20,16 +20,48 @@ WORKER_GROUPS = {
 }
 _GROUP_OF = {f"tests/integration/{m}.py": group for group, modules in WORKER_GROUPS.items() for m in modules}
 
+# The longest modules (and groups), longest first, start before everything else: xdist orders the work by
+# test count, which put test_e2e.py (one test, ~200 s) last and test_release.py (five tests, a ~280 s
+# image build) near the end, where a worker starting them alone sets the wall time. Estimated from
+# the --durations table of a CI run (scripts/test.sh prints it); the rest keeps xdist's order.
+LONGEST_FIRST = (
+    "tests/integration/test_api_trigger_event.py",
+    "tests/integration/test_api_source.py",
+    "replica",  # also early: its base backup copies the whole test server, which grows all run long
+    "tests/guard/test_guard.py",
+    "tests/deploy/test_release.py",
+    "tests/e2e/test_e2e.py",
+    "airflow-3.1.2",
+    "tests/deploy/test_deploy_helm.py",
+    "tests/integration/test_secrets.py",
+    "tests/integration/test_pgbouncer.py",
+    "tests/deploy/test_deploy_render_checks.py",
+    "tests/integration/test_stranded_repair_airflow.py",
+    "tests/deploy/test_deploy_image.py",
+)
+
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
+    rank = {scope: i for i, scope in enumerate(LONGEST_FIRST)}
+
     class ModuleGroups(LoadFileScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             module = super()._split_scope(nodeid)
             return _GROUP_OF.get(module, module)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:  # the first call sees the whole work queue, before anything is sent
+                self.ordered = True
+                units = sorted(self.workqueue.items(), key=lambda unit: rank.get(unit[0], len(rank)))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
 
     return ModuleGroups(config, log)
 

@@ -180,14 +180,19 @@ def check_config(env: dict[str, str]) -> list[str]:
     return []
 
 
-def render_error(values: dict[str, Any]) -> str | None:
-    """The render's error text, or None when the chart renders."""
+def render(values: dict[str, Any]) -> tuple[dict[str, str], str | None]:
+    """The rendered files and None, or nothing and the render's error text."""
     helm = require_module("helm_python")
     try:
-        helm.Chart.load(CHART).render(json.loads(json.dumps(values)), name="dupguard", namespace="airflow")
+        rendered = helm.Chart.load(CHART).render(json.loads(json.dumps(values)), name="dupguard", namespace="airflow")
     except helm.HelmError as exc:
-        return str(exc)
-    return None
+        return {}, str(exc)
+    return dict(rendered), None
+
+
+def render_error(values: dict[str, Any]) -> str | None:
+    """The render's error text, or None when the chart renders."""
+    return render(values)[1]
 
 
 def problem_lines(error: str) -> list[str]:
@@ -332,11 +337,9 @@ def sweep() -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def pod_settings(values: dict[str, Any]) -> dict[str, str]:
+def pod_settings(values: dict[str, Any], rendered: dict[str, str]) -> dict[str, str]:
     """What the rendered objects hand the dupguard container: the ConfigMap, the chart's Secret, and
     each env entry of the container (standalone Deployment, or the sidecar in the Airflow values)."""
-    helm = require_module("helm_python")
-    rendered = helm.Chart.load(CHART).render(values, name="dupguard", namespace="airflow")
     docs = [d for p, t in rendered.items() if not p.endswith("NOTES.txt") for d in load_documents(t)]
     data: dict[tuple[str, str], dict[str, str]] = {}
     for doc in docs:
@@ -345,7 +348,8 @@ def pod_settings(values: dict[str, Any]) -> dict[str, str]:
         (workload,) = [d for d in docs if d["kind"] == "Deployment"]
         (container,) = workload["spec"]["template"]["spec"]["containers"]
     else:
-        scheduler = yaml.safe_load(data["ConfigMap", "dupguard-airflow-values"]["values.yaml"])["scheduler"]
+        (airflow_values,) = load_documents(data["ConfigMap", "dupguard-airflow-values"]["values.yaml"])
+        scheduler = airflow_values["scheduler"]
         (container,) = scheduler["extraContainers"]
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
@@ -367,7 +371,7 @@ def test_check_config_refuses_exactly_what_the_render_refuses() -> None:
     seen: set[str] = set()
     for label, values in sweep():
         problems = check_config(settings_of(values))
-        error = render_error(values)
+        rendered, error = render(values)
         lines = problem_lines(error or "")
         for problem in problems:
             assert error is not None, f"{label}: the chart renders what check-config refuses: {problems}"
@@ -377,7 +381,7 @@ def test_check_config_refuses_exactly_what_the_render_refuses() -> None:
         own = [ln for ln in lines if not any(p in ln for p in problems)]
         assert all(ln.startswith("chart: ") for ln in own), f"{label}: {own}"
         if error is None:
-            env = pod_settings(values)
+            env = pod_settings(values, rendered)
             assert check_config(env) == [], label
             relevant = set(VALUE_SETTINGS.values()) | {"DUPGUARD_DATABASE_URL"}
             derived = {k: v for k, v in settings_of(values).items() if k in relevant}
