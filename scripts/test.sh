@@ -17,8 +17,9 @@ done
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-# Four workers (pytest-xdist; most tests wait on servers and sleeps, so more workers than cores pay),
-# one module per worker at a time (tests/conftest.py: module fixtures start once, named groups share a
-# session fixture). DUPGUARD_TEST_WORKERS=0 runs the suite serially in this process.
+# Serial by default: on CI's two cores, four pytest-xdist workers (DUPGUARD_TEST_WORKERS=4; one module per
+# worker at a time, tests/conftest.py) took 31-37 minutes instead of about 46, but starved the timing-bound
+# tests (the fencing trials' 2 s API calls, the alert digests' 5 s window) often enough to fail a run
+# (benchmarks/results/ci-20261207-*.txt). Use workers on a machine with cores to spare.
 # The slowest tests in the log: where the time goes, for the next one who makes CI faster.
-.venv/bin/pytest -n "${DUPGUARD_TEST_WORKERS:-4}" --dist loadfile --durations=50 "$@"
+.venv/bin/pytest -n "${DUPGUARD_TEST_WORKERS:-0}" --dist loadfile --durations=50 "$@"
