@@ -119,7 +119,7 @@ def test_the_tracker_check_sees_each_form() -> None:
     cited = [
         f"End to end on the reporter's stack ({ISSUE} 17): a real HA Airflow",
         f"Catch rate: a matrix of end-to-end runs ({ISSUE}s 8 and 17, benchmarks/results/e2e.md).",
-        "Issue 22 §7: Airflow's own ``DagRun.set_state`` raises",
+        f"{ISSUE.capitalize()} 22 §7: Airflow's own ``DagRun.set_state`` raises",
         "a decision is final (see issue #11)",
         "docs/explanation/airflow-internals.md §2.3",
         "[airflow-internals §2.4-2.5](../explanation/airflow-internals.md#24-the-32-fix)",
