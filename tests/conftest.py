@@ -20,6 +20,29 @@ WORKER_GROUPS = {
 }
 _GROUP_OF = {f"tests/integration/{m}.py": group for group, modules in WORKER_GROUPS.items() for m in modules}
 
+# Modules whose tests hold the product to a real-time bound (a lease, a call timeout, a shutdown
+# deadline, a digest window) or kill processes on a schedule: beside other workers on a busy machine
+# they can miss that bound for want of a CPU, which says nothing about the product. They carry the
+# ``timing`` mark; scripts/test.sh runs them after the parallel part, one at a time, on a quiet machine.
+TIMING_MODULES = frozenset(
+    f"tests/integration/{m}.py"
+    for m in (
+        "test_fencing",
+        "test_alerts",
+        "test_sigterm",
+        "test_slow_peers",
+        "test_pgbouncer",
+        "test_rules_scraped",
+    )
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in TIMING_MODULES:
+            item.add_marker(pytest.mark.timing)
+
+
 # The longest modules (and groups), longest first, start before everything else: xdist orders the work by
 # test count, which put test_e2e.py (one test, ~200 s) last and test_release.py (five tests, a ~280 s
 # image build) near the end, where a worker starting them alone sets the wall time. Estimated from
