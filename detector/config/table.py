@@ -104,6 +104,23 @@ SETTINGS: tuple[Setting, ...] = (
         group="detection",
     ),
     Setting(
+        "poll_rest_interval",
+        # PLACEHOLDER
+        timedelta(milliseconds=250),
+        positive_duration,
+        "Time between polls while Airflow's asset queues stand still (the database source): a race needs a "
+        "queue row first, so a run committed at rest is found up to this late.",
+        group="detection",
+    ),
+    Setting(
+        "poll_hold",
+        timedelta(seconds=5),
+        positive_duration,
+        "How long the database source polls every --poll-interval after the asset queues changed or an "
+        "asset-triggered run appeared, then it rests.",
+        group="detection",
+    ),
+    Setting(
         "leader_check_interval",
         timedelta(seconds=1),
         positive_duration,
