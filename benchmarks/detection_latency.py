@@ -12,7 +12,8 @@ worst case for the poll at rest: the rest interval bounds the latency), ``unifor
 ``samples_ms.queue_lead``: an event's first consumer run after the event, real schedulers). Without
 it, pairs are bare runs (no queue row), as before. ``--spacing`` seconds between pairs (default 0.2-1.0
 s at random; the poll at rest needs more than its hold, ``poll_hold``, for every pair to start at rest).
-An interval ``default`` leaves DUPGUARD_POLL_INTERVAL unset: each variant polls at its own default.
+An interval ``default`` leaves DUPGUARD_POLL_INTERVAL unset: each variant polls at its own default, or
+at the one its ``--variants`` entry names (``after=.@5ms``).
 
 ``failover`` mode (at the first interval): replica A starts (process start -> its `leader_acquired`),
 replica B starts and stands by; A is SIGKILLed, a duplicate pair is committed at once (nobody leads),
@@ -170,6 +171,7 @@ def backend_cpu_seconds(url: str, db: str) -> float:
 
 
 CODE = {"this": ROOT}  # variant name -> checkout whose detector/ the daemon runs (--variants)
+POLL: dict[str, str] = {}  # variant -> its own interval (``name=path@5ms``) where --intervals says default
 
 
 def daemon_env(db_url: str, interval: str, variant: str = "this") -> dict[str, str]:
@@ -177,7 +179,11 @@ def daemon_env(db_url: str, interval: str, variant: str = "this") -> dict[str, s
         "PYTHONPATH": str(CODE[variant]),
         "DUPGUARD_DATABASE_URL": db_url, "DUPGUARD_LOG_FORMAT": "json",
         "DUPGUARD_HTTP_PORT": "0", "DUPGUARD_REMEDIATION": "dry-run",
-    } | ({} if interval == "default" else {"DUPGUARD_POLL_INTERVAL": interval})  # fmt: skip
+    } | _interval_env(POLL.get(variant, "default") if interval == "default" else interval)  # fmt: skip
+
+
+def _interval_env(interval: str) -> dict[str, str]:
+    return {} if interval == "default" else {"DUPGUARD_POLL_INTERVAL": interval}
 
 
 class Leads:
@@ -300,7 +306,7 @@ def measure_polling(
     return {
         "mode": "poll",
         "variant": variant,
-        "interval": interval,
+        "interval": POLL.get(variant, interval) if interval == "default" else interval,
         "run": run,
         "pairs": pairs,
         "idle_seconds": idle,
@@ -492,7 +498,10 @@ def main() -> None:
     SPACING = (float(low), float(high or low))
     for item in filter(None, args.variants.split(",")):
         name, _, path = item.partition("=")
+        path, _, own = path.partition("@")
         CODE[name] = Path(path).resolve()
+        if own:
+            POLL[name] = own
     if args.variants:
         del CODE["this"]
     modes = set(args.modes.split(","))
