@@ -20,6 +20,8 @@ import psycopg2.extensions
 import pytest
 from sqlalchemy import Engine, event
 
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.metadb.prepared import top_run_id_probe
 from tests.daemon_harness import Running, start_daemon, wait_for
 from tests.pg import Templates
 from tests.writer import AirflowWriter
@@ -130,3 +132,51 @@ def test_a_pair_after_a_queue_row_is_found_while_polling_fast(pg_templates: Temp
     assert fast_before_commit >= 5, fast_before_commit  # the pair met fast polls
     assert took < rest / 2, took  # judged long before the next rest probe would have come
     assert resting <= 2, resting  # back to rest: one probe per 2 s
+
+
+@pytest.mark.parametrize(
+    ("version", "scenario"),
+    [
+        ("2.10.5", None),  # no asset queue tables are read: only the top id
+        ("3.0.6", "stranded_and_waiting"),
+        ("3.1.2", "stranded_max_active"),
+        ("3.2.2", "race_partitioned"),  # asset_partition_dag_run rows, made by Airflow's scheduler
+        ("3.3.2", "race_partitioned"),
+    ],
+)
+def test_the_probe_reads_the_queues_each_schema_has(
+    pg_templates: Templates, version: str, scenario: str | None
+) -> None:
+    """The prepared probe on each schema ``airflow db migrate`` makes (tables reflected, none assumed):
+    the top id and, where the tables exist, what Airflow left in its queues (read back independently)."""
+    url = pg_templates.clone(version, scenario)
+    engine = make_engine(parse_url(url))
+    try:
+        db = open_airflow_db(engine)
+        with engine.connect() as conn:
+            probe, prepared = top_run_id_probe(conn, db.tables)
+            top, mark = probe()
+            assert prepared
+        with psycopg2.connect(url) as raw, raw.cursor() as cur:
+            cur.execute("SELECT coalesce(max(id), 0) FROM dag_run")
+            assert top == cur.fetchone()[0]
+            if version.startswith("2."):
+                assert mark == ()
+                return
+            cur.execute("SELECT count(*), max(created_at) FROM asset_dag_run_queue")
+            count, newest = cur.fetchone()
+            assert mark[:2] == (count, newest)
+            cur.execute(
+                "SELECT count(*) FROM dag_run WHERE state IN ('queued', 'running') "
+                "AND dag_id IN (SELECT target_dag_id FROM asset_dag_run_queue)"
+            )
+            assert mark[2] == cur.fetchone()[0]
+            if version >= "3.2":
+                cur.execute("SELECT max(id) FROM asset_partition_dag_run")
+                newest_partition = cur.fetchone()[0]
+                assert newest_partition is not None and mark[3] == newest_partition
+            else:
+                assert len(mark) == 3
+        raw.close()
+    finally:
+        engine.dispose()
