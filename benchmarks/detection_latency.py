@@ -5,7 +5,15 @@ Airflow 3.1.2 schema; measure it idle (CPU of one core from /proc, RSS, the CPU 
 backends from /proc, and their execution time from pg_stat_statements); then commit duplicate pairs at
 random moments and measure commit -> detection (the `duplicate_detected` log line's timestamp minus the
 wall clock right after the duplicate's COMMIT returned: an upper bound, it includes planning and
-logging).
+logging). With ``--lead`` each pair is committed as Airflow commits it: the asset event with its
+``asset_dag_run_queue`` row first, then after a lead time the two runs (deleting the row): ``0`` (the
+worst case for the poll at rest: the rest interval bounds the latency), ``uniform:A:B`` (seconds), or
+``file:PATH`` (leads sampled from measured ones: a JSON list of milliseconds, or an e2e results file's
+``samples_ms.queue_lead``: an event's first consumer run after the event, real schedulers). Without
+it, pairs are bare runs (no queue row), as before. ``--spacing`` seconds between pairs (default 0.2-1.0
+s at random; the poll at rest needs more than its hold, ``poll_hold``, for every pair to start at rest).
+An interval ``default`` leaves DUPGUARD_POLL_INTERVAL unset: each variant polls at its own default, or
+at the one its ``--variants`` entry names (``after=.@5ms``).
 
 ``failover`` mode (at the first interval): replica A starts (process start -> its `leader_acquired`),
 replica B starts and stands by; A is SIGKILLed, a duplicate pair is committed at once (nobody leads),
@@ -21,11 +29,12 @@ benchmarks/results/detection_latency.json.
 
     .venv/bin/python -m benchmarks.detection_latency [--intervals 10ms,50ms] [--repeats 5] [--pairs 40]
         [--idle 20] [--modes poll,failover,notify] [--variants before=/path/to/old/checkout,after=.]
+        [--lead 0|uniform:A:B|file:PATH] [--spacing A:B]
 
 ``--variants`` runs the daemon from several checkouts (``git worktree add --detach <dir> <commit>``),
 interleaved run by run, so that a shared machine's changing load falls on every variant alike.
 
-Uses its own PostgreSQL cluster (port 55470, fsync off) with pg_stat_statements.
+Uses its own PostgreSQL cluster (port 55470, or DUPGUARD_BENCH_PG_PORT; fsync off) with pg_stat_statements.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ from tests.writer import AirflowWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PORT = 55470
+PORT = int(os.environ.get("DUPGUARD_BENCH_PG_PORT", "55470"))  # another port beside a second benchmark
 CLK = os.sysconf("SC_CLK_TCK")
 
 
@@ -162,14 +171,54 @@ def backend_cpu_seconds(url: str, db: str) -> float:
 
 
 CODE = {"this": ROOT}  # variant name -> checkout whose detector/ the daemon runs (--variants)
+POLL: dict[str, str] = {}  # variant -> its own interval (``name=path@5ms``) where --intervals says default
 
 
 def daemon_env(db_url: str, interval: str, variant: str = "this") -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("DUPGUARD_")} | {
         "PYTHONPATH": str(CODE[variant]),
-        "DUPGUARD_DATABASE_URL": db_url, "DUPGUARD_POLL_INTERVAL": interval, "DUPGUARD_LOG_FORMAT": "json",
+        "DUPGUARD_DATABASE_URL": db_url, "DUPGUARD_LOG_FORMAT": "json",
         "DUPGUARD_HTTP_PORT": "0", "DUPGUARD_REMEDIATION": "dry-run",
-    }  # fmt: skip
+    } | _interval_env(POLL.get(variant, "default") if interval == "default" else interval)  # fmt: skip
+
+
+def _interval_env(interval: str) -> dict[str, str]:
+    return {} if interval == "default" else {"DUPGUARD_POLL_INTERVAL": interval}
+
+
+class Leads:
+    """Lead times (seconds) from an asset event's queue row to its runs (``--lead``); None: bare pairs."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        self.samples: list[float] | None = None
+        self.bounds: tuple[float, float] | None = None
+        if spec.startswith("file:"):
+            data = json.loads(Path(spec[5:]).read_text())
+            if isinstance(data, dict):  # an e2e results file: every run's queue leads
+                data = [x for r in data["runs"] for x in r.get("samples_ms", {}).get("queue_lead", [])]
+            self.samples = [x / 1000 for x in data if x >= 0]
+            assert self.samples, f"no leads in {spec}"
+        elif spec.startswith("uniform:"):
+            low, high = spec.split(":")[1:]
+            self.bounds = (float(low), float(high))
+        elif spec not in ("", "0"):
+            raise SystemExit(f"--lead {spec!r}: 0, uniform:A:B or file:PATH")
+
+    @property
+    def queued(self) -> bool:
+        return self.spec != ""
+
+    def draw(self, rng: random.Random) -> float:
+        if self.samples is not None:
+            return rng.choice(self.samples)
+        if self.bounds is not None:
+            return rng.uniform(*self.bounds)
+        return 0.0
+
+
+LEADS = Leads("")
+SPACING = (0.2, 1.0)
 
 
 def wait_watching(proc: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> None:
@@ -224,11 +273,16 @@ def measure_polling(
             load_idle = statistics.fmean(load.samples) if load.samples else None
 
             writer, rng, commits = AirflowWriter(db_url, seed=1 + run), random.Random(2 + run), {}
+            leads: list[float] = []
             for i in range(pairs):
-                time.sleep(rng.uniform(0.2, 1.0))
                 for _ in range(rng.randint(0, 3)):
                     writer.ordinary(f"dag_{rng.randint(1, 40)}")
-                _first, dup = writer.duplicate_pair(f"consumer_{i}", gap=timedelta(milliseconds=0))
+                time.sleep(rng.uniform(*SPACING))
+                if LEADS.queued:
+                    leads.append(LEADS.draw(rng))
+                    _first, dup = writer.queued_pair(f"consumer_{i}", leads[-1])
+                else:
+                    _first, dup = writer.duplicate_pair(f"consumer_{i}", gap=timedelta(milliseconds=0))
                 commits[dup.run_id] = dup.committed_at.timestamp()
             time.sleep(2)
             writer.close()
@@ -252,10 +306,13 @@ def measure_polling(
     return {
         "mode": "poll",
         "variant": variant,
-        "interval": interval,
+        "interval": POLL.get(variant, interval) if interval == "default" else interval,
         "run": run,
         "pairs": pairs,
         "idle_seconds": idle,
+        "lead": LEADS.spec or None,
+        "spacing_s": list(SPACING),
+        "leads_s": [round(x, 3) for x in leads],
         "detected": len(latencies),
         "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
         "p99_ms": round(pct(latencies, 0.99), 1) if latencies else None,
@@ -432,10 +489,19 @@ def main() -> None:
     parser.add_argument("--modes", default="poll,failover", help="poll, failover, notify (comma-separated)")
     parser.add_argument("--variants", default="", help="A/B: name=checkout,... run interleaved (default: this one)")
     parser.add_argument("--tag", default=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), help="name of the raw file")
+    parser.add_argument("--lead", default="", help="pairs after their queue row: 0, uniform:A:B, file:PATH")
+    parser.add_argument("--spacing", default="0.2:1.0", help="seconds between pairs, A:B (uniform)")
     args = parser.parse_args()
+    global LEADS, SPACING
+    LEADS = Leads(args.lead)
+    low, _, high = args.spacing.partition(":")
+    SPACING = (float(low), float(high or low))
     for item in filter(None, args.variants.split(",")):
         name, _, path = item.partition("=")
+        path, _, own = path.partition("@")
         CODE[name] = Path(path).resolve()
+        if own:
+            POLL[name] = own
     if args.variants:
         del CODE["this"]
     modes = set(args.modes.split(","))

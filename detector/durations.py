@@ -2,7 +2,7 @@
 ``1h30m``, ``1d``; and as servers write them in ``Retry-After``.
 
 A bare number is refused (``0`` aside, the same in every unit): dupguard's durations range from
-milliseconds (``poll_interval``, default ``30ms``) to minutes, so ``10`` alone could mean either, and
+milliseconds (``poll_interval``, default ``5ms``) to minutes, so ``10`` alone could mean either, and
 reading it as seconds made ``--poll-interval 10`` a thousand times the default."""
 
 from __future__ import annotations

@@ -22,8 +22,11 @@ fi
 for what in $WHAT; do
   echo "== $what ($(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg))"
   case $what in
-    detection)  # latency p50/p99 pooled over 102 detections, idle CPU and RSS, at the default poll
-      $PY -m benchmarks.detection_latency --repeats 3 --pairs 34 --idle 10 --intervals 30ms --modes poll --tag "$TAG" ;;
+    detection)  # latency p50/p99 pooled over 102 detections, idle CPU and RSS, at the default poll (5ms, at rest 250ms); each pair
+      # after its queue row, with leads Airflow's schedulers showed end to end, spaced beyond the poll's hold
+      # so that every pair starts at rest (docs/explanation/daemon.md, "How the daemon polls")
+      $PY -m benchmarks.detection_latency --repeats 3 --pairs 34 --idle 10 --intervals 5ms --modes poll \
+        --lead file:benchmarks/results/e2e_poll-rest-after-local.json --spacing 5.5:6.5 --tag "$TAG" ;;
     scan)  # `dupguard scan --since 1d` at 1M runs (the 1M history, ~5 min to build, is reused)
       $PY benchmarks/history.py --sizes 1m
       $PY benchmarks/scan_cost.py --sizes 1m --repeat 3 --repeat-full 1 --tag "$TAG" ;;

@@ -133,6 +133,8 @@ def start_daemon(
     settings: dict[str, Any] = {
         "database_url": url,
         "poll_interval": timedelta(milliseconds=20),
+        # Polls at one rate, as before the rest interval: these tests are about what a poll does, not when.
+        "poll_rest_interval": timedelta(milliseconds=20),
         "leader_check_interval": timedelta(milliseconds=200),
         "startup_lookback": timedelta(minutes=5),
         "http_port": 0,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import string
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -108,8 +109,6 @@ class AirflowWriter:
         event = self.event(run_after - timedelta(milliseconds=5))
         first = self.run(dag_id, run_after, [event], job=1)
         if gap > timedelta(0):
-            import time
-
             time.sleep(gap.total_seconds())
         second = self.run(dag_id, run_after, [event], job=2)
         return first, second
@@ -127,6 +126,56 @@ class AirflowWriter:
                 _, dup = self.begin_run(dag_id, run_after, [event], job=2)
                 pairs.append((kept, dup))
         return pairs
+
+    def queued_event(self, dag_id: str) -> tuple[int, datetime]:
+        """An asset event with its ``asset_dag_run_queue`` row for ``dag_id``, committed together, as
+        ``AssetManager.register_asset_change`` does (the row's ``created_at`` is the event's time; an
+        existing row is kept, ``ON CONFLICT DO NOTHING``). The DAG gets its ``dag`` row first (the
+        queue row's foreign key)."""
+        at = datetime.now(UTC)
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO dag_bundle (name, active) VALUES ('dags-folder', true) ON CONFLICT DO NOTHING; "
+                "INSERT INTO dag (dag_id, is_paused, is_stale, bundle_name, max_active_tasks, "
+                "max_consecutive_failed_dag_runs, has_task_concurrency_limits) "
+                "VALUES (%s, false, false, 'dags-folder', 16, 0, false) ON CONFLICT DO NOTHING",
+                (dag_id,),
+            )
+            cur.execute(
+                "INSERT INTO asset_event (asset_id, extra, source_dag_id, timestamp) "
+                "VALUES (1, '{}', 'producer', %s) RETURNING id",
+                (at,),
+            )
+            event = int(cur.fetchone()[0])
+            cur.execute(
+                "INSERT INTO asset_dag_run_queue (asset_id, target_dag_id, created_at) VALUES (1, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                (dag_id, at),
+            )
+        return event, at
+
+    def queued_pair(self, dag_id: str, lead: float, gap: timedelta = timedelta(0)) -> tuple[Committed, Committed]:
+        """The HA race as Airflow commits it: the event with its queue row, ``lead`` seconds later
+        the two schedulers' runs (``race``)."""
+        event, at = self.queued_event(dag_id)
+        if lead > 0:
+            time.sleep(lead)
+        return self.race(dag_id, event, at, gap)
+
+    def race(self, dag_id: str, event: int, at: datetime, gap: timedelta = timedelta(0)) -> tuple[Committed, Committed]:
+        """Scheduler A's run of a queued event, deleting the queue row in the run's transaction (as
+        ``_create_dag_runs_asset_triggered`` does), then B's stale copy ``gap`` later (B read the row
+        before A deleted it)."""
+        runs = []
+        for job in (1, 2):
+            with self.conn:
+                run_pk, run_id = self.begin_run(dag_id, at, [event], job=job)
+                with self.conn.cursor() as cur:
+                    cur.execute("DELETE FROM asset_dag_run_queue WHERE target_dag_id = %s", (dag_id,))
+            runs.append(Committed(run_pk, run_id, datetime.now(UTC)))
+            if job == 1 and gap > timedelta(0):
+                time.sleep(gap.total_seconds())
+        return runs[0], runs[1]
 
     def ordinary(self, dag_id: str) -> Committed:
         """A normal asset run: its own event and run_after."""

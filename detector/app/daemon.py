@@ -2,8 +2,9 @@
 poll's findings to ``detector.app.respond`` (the ledger's claims, the alerts, the remediation workers).
 This module keeps the loop, leadership and health.
 
-Threads: the detection loop (this module, a plain loop: at a 10 ms cadence a job scheduler's
-per-run overhead would cost more than the poll itself); the remediation workers
+Threads: the detection loop (this module, a plain loop: at a few milliseconds' cadence a job scheduler's
+per-run overhead would cost more than the poll itself; fast only while a race is possible,
+``detector.core.pace``); the remediation workers
 (``detector.actions.remediation.dispatch``: the loop only queues, so a slow or hanging API never delays
 detection); APScheduler runs the slow periodic jobs (source check, summary line, checks) with
 ``max_instances=1, coalesce=True``, and the leader heartbeat on a scheduler and thread of its own; the
@@ -34,6 +35,7 @@ from detector.app.status import StatusBoard, evaluate
 from detector.checks.runner import CheckRunner
 from detector.config import Config
 from detector.core.fence import Fence
+from detector.core.pace import Pace
 from detector.core.ports import Alerter, Ledger, Remediator, RunSource
 from detector.errors import DupguardError
 from detector.metrics import Metrics
@@ -140,6 +142,12 @@ class Daemon:
         self._leadership_turn = threading.Lock()  # check_leader vs shutdown's release
         self._consecutive_failures = 0
         self._last_batch_full = False
+        self._stirred: bool | None = None  # what the last successful poll said of the asset queues
+        self.pace = Pace(
+            fast=config.poll_interval.total_seconds(),
+            rest=config.poll_rest_interval.total_seconds(),
+            hold=config.poll_hold.total_seconds(),
+        )
         self._tally = _Tally()
         self._responder = Responder(
             config,
@@ -174,7 +182,7 @@ class Daemon:
     # --- health -------------------------------------------------------------------------------
 
     def live(self) -> bool:
-        allowed = max(10.0, 50 * self.config.poll_interval.total_seconds())
+        allowed = max(10.0, 50 * self.pace.slowest)
         return time.monotonic() - self.last_tick < allowed
 
     def ready(self) -> tuple[bool, str]:
@@ -264,7 +272,12 @@ class Daemon:
                 ok = self.poll_pass()
                 if ok and self._last_batch_full:
                     continue
-                wait = interval if ok else min(MAX_BACKOFF, interval * 2 ** min(self._consecutive_failures, 12))
+                if not ok:
+                    wait = min(MAX_BACKOFF, interval * 2 ** min(self._consecutive_failures, 12))
+                elif self._stirred is None:  # a source without a queue fingerprint (the REST API)
+                    wait = interval
+                else:
+                    wait = self.pace.wait(time.monotonic(), self._stirred)
             else:
                 if self.parts.source.watching:
                     log.info("standing_by", reason="leader lock lost")
@@ -404,6 +417,7 @@ class Daemon:
         elapsed = time.perf_counter() - started
         self._record_success(elapsed, result.new_runs, len(result.findings))
         self._last_batch_full = result.more
+        self._stirred = result.stirred
         return True
 
     def _tend_ledger(self) -> None:

@@ -23,6 +23,8 @@ class Config:
     lock_key: int
     db_timeout: timedelta
     poll_interval: timedelta
+    poll_rest_interval: timedelta
+    poll_hold: timedelta
     leader_check_interval: timedelta
     startup_lookback: timedelta
     suspect_window: timedelta

@@ -96,11 +96,29 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "poll_interval",
-        # 30 ms, not 10: the idle CPU is per pass (2.3 % of a core at 10 ms, 1.2 % at 30 ms) and the share of
-        # duplicates stopped before their first task did not change (benchmarks/results/measurements.md).
-        timedelta(milliseconds=30),
+        # Fast, but only for poll_hold after Airflow's asset queues stir (detector/core/pace.py): the idle cost
+        # is the rest interval's, and detection after a queue row is poll_interval plus the judging
+        # (docs/explanation/daemon.md, "How the daemon polls"; benchmarks/results/measurements.md).
+        timedelta(milliseconds=5),
         positive_duration,
-        "Time between polls for new runs (with --source api the default is 250ms: each poll is a request).",
+        "Time between polls for new runs while a race is possible (after the asset queues changed; at rest "
+        "--poll-rest-interval). With --source api, always, and the default is 250ms: each poll is a request.",
+        group="detection",
+    ),
+    Setting(
+        "poll_rest_interval",
+        timedelta(milliseconds=250),
+        positive_duration,
+        "Time between polls while Airflow's asset queues stand still (the database source): a race needs a "
+        "queue row first, so a run committed at rest is found up to this late.",
+        group="detection",
+    ),
+    Setting(
+        "poll_hold",
+        timedelta(seconds=5),
+        positive_duration,
+        "How long the database source polls every --poll-interval after the asset queues changed or an "
+        "asset-triggered run appeared, then it rests.",
         group="detection",
     ),
     Setting(

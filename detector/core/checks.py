@@ -1,9 +1,10 @@
 """What a periodic check finds, in one shape for every kind (the rest of the HA family: docs/explanation/checks.md).
 
-Duplicate run groups have their own pipeline (``core.detect`` -> ``core.plan`` -> remediation), fed by
-the poll of new runs (every 30 ms by default). Everything else dupguard watches for is a *state* read
-on a slower cadence (a split partition key, a trigger claimed by two triggerers, events no run consumed,
-a try bumped twice): a periodic check reads its rows, a pure rule judges them, and what it finds is an ``Observation``.
+Duplicate run groups have their own pipeline (``core.detect`` -> ``core.plan`` -> remediation), fed by the
+poll of new runs (every 5 ms while a race is possible, 250 ms at rest, by default). Everything else dupguard
+watches for is a *state* read on a slower cadence (a split partition key, a trigger claimed by two triggerers,
+events no run consumed, a try bumped twice): a periodic check reads its rows, a pure rule judges them, and
+what it finds is an ``Observation``.
 Alerts, the scan document, logs and metrics are built from these fields alone, so a new kind needs no
 code in the daemon loop, the alert dispatcher or the renderers (like node_exporter's collectors:
 one package per kind behind one small interface, ``detector.checks``).

@@ -217,6 +217,9 @@ class Polled:
     findings: list[Finding]
     more: bool = False  # a batch was full: poll again at once
     ledger: Ledger | None = None  # the ledger on the source's own connection, to handle these findings with
+    # A race may follow (``detector.core.pace``): the asset queues changed or asset runs appeared. None: the
+    # source cannot tell (the REST API), and the daemon polls at ``poll_interval`` throughout.
+    stirred: bool | None = None
 
 
 class RunSource(Protocol):

@@ -77,6 +77,41 @@ def top_run_id_statement(t: AirflowTables) -> Select[Any]:
     return select(func.max(t.dag_run.c.id))
 
 
+ACTIVE_STATES = ("queued", "running")  # a run that counts against max_active_runs
+
+
+def top_run_and_queues_statement(t: AirflowTables) -> Select[Any]:
+    """``max(dag_run.id)`` and a fingerprint of Airflow's asset queues: the daemon's idle probe
+    (``detector.metadb.prepared``), so a queue row that appears (an asset race may follow) is seen at rest.
+
+    Columns after the top id, only those a schema has (none on 2.x): the ADRQ row count and newest
+    ``created_at`` (a small table: one row per waiting (asset, DAG)); the number of active runs of the
+    DAGs with a queue row (``dag_id_state``, once per waiting DAG: a DAG held by max_active_runs gets
+    its run when one of these ends); 3.2+ the newest ``asset_partition_dag_run`` id (its primary key;
+    its pending rows are not counted: no index on ``created_dag_run_id``)."""
+    dr = t.dag_run
+    columns: list[Any] = [select(func.max(dr.c.id)).scalar_subquery()]
+    if t.asset_queue is not None:
+        q = t.asset_queue
+        columns += [
+            select(func.count()).select_from(q).scalar_subquery(),
+            select(func.max(q.c.created_at)).scalar_subquery(),
+            select(func.count())
+            .select_from(dr)
+            .where(dr.c.dag_id.in_(select(q.c.target_dag_id)), dr.c.state.in_(ACTIVE_STATES))
+            .scalar_subquery(),
+        ]
+    if t.partition_dag_run is not None:
+        columns.append(select(func.max(t.partition_dag_run.c.id)).scalar_subquery())
+    return select(*columns)
+
+
+def top_run_and_queues(conn: Connection, t: AirflowTables) -> tuple[int, tuple[Any, ...]]:
+    """The highest dag_run id (0 on an empty table) and the queues' fingerprint (``top_run_and_queues_statement``)."""
+    row = conn.execute(top_run_and_queues_statement(t)).one()
+    return int(row[0] or 0), tuple(row[1:])
+
+
 def max_run_id(conn: Connection, t: AirflowTables) -> int:
     """Highest dag_run id (dag_run_pkey), 0 on an empty table."""
     return int(conn.execute(top_run_id_statement(t)).scalar_one_or_none() or 0)

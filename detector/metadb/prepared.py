@@ -1,9 +1,11 @@
 """The daemon's idle probe, "is there a run above the watermark?", as cheap as PostgreSQL allows.
 
-At the default 30 ms poll the daemon asks this about thirty times a second and the answer is almost
-always "no". Sent as text, every statement is parsed, analysed and planned again: two thirds of its
+The daemon asks this at every idle pass (at rest a few times a second, while a race is possible every
+few milliseconds) and the answer is almost always "no". The same statement returns a fingerprint of
+Airflow's asset queues (``dag_runs.top_run_and_queues_statement``): the daemon polls fast while it
+changes (``detector.core.pace``). Sent as text, every statement is parsed, analysed and planned again: two thirds of its
 backend's CPU (``perf`` on the backend, benchmarks/results/measurements.md), and SQLAlchemy's execution path was most
-of dupguard's own CPU per poll. So, on PostgreSQL, the probe (``dag_runs.top_run_id_statement``,
+of dupguard's own CPU per poll. So, on PostgreSQL, the probe (``dag_runs.top_run_and_queues_statement``,
 compiled once) is ``PREPARE``d once per poll connection and then ``EXECUTE``d on one psycopg2 cursor
 held with it: a statement without parameters is planned once (PostgreSQL uses its generic plan at
 once), and the client path is libpq's. The driver's wait callback still bounds every call
@@ -18,6 +20,7 @@ the same Core statement is sent through SQLAlchemy, unprepared.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import psycopg2
 from psycopg2 import sql as pgsql
@@ -31,16 +34,20 @@ from detector.metadb.schema import AirflowTables
 PROBE_NAME = "dupguard_top_run_id"
 
 TopRunId = Callable[[], int]  # the highest visible dag_run id, 0 on an empty table
+# The highest visible dag_run id and the asset queues' fingerprint (``dag_runs.top_run_and_queues``).
+QueueProbe = Callable[[], tuple[int, tuple[Any, ...]]]
 
 
-def top_run_id_probe(conn: Connection, t: AirflowTables) -> tuple[TopRunId, bool]:
+def top_run_id_probe(conn: Connection, t: AirflowTables) -> tuple[QueueProbe, bool]:
     """A probe bound to ``conn`` (which must stay open as long as the probe is used), and whether it
     is prepared on the server."""
     if conn.dialect.name != "postgresql" or not is_pinned(conn):
-        return (lambda: dag_runs.max_run_id(conn, t)), False
+        return (lambda: dag_runs.top_run_and_queues(conn, t)), False
     raw = conn.connection.dbapi_connection
     assert raw is not None  # an open Connection always has its driver connection
-    statement = str(dag_runs.top_run_id_statement(t).compile(dialect=conn.dialect))
+    statement = str(
+        dag_runs.top_run_and_queues_statement(t).compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
+    )
     cursor = raw.cursor()
     name = pgsql.Identifier(PROBE_NAME)
     url = conn.engine.url
@@ -50,12 +57,12 @@ def top_run_id_probe(conn: Connection, t: AirflowTables) -> tuple[TopRunId, bool
         raise DatabaseError(describe_error(exc, url)) from None
     execute = pgsql.SQL("EXECUTE {}").format(name).as_string(raw)
 
-    def probe() -> int:
+    def probe() -> tuple[int, tuple[Any, ...]]:
         try:
             cursor.execute(execute)
             row = cursor.fetchone()
         except psycopg2.Error as exc:
             raise DatabaseError(describe_error(exc, url)) from None
-        return int(row[0] or 0) if row is not None else 0
+        return (int(row[0] or 0), tuple(row[1:])) if row is not None else (0, ())
 
     return probe, True

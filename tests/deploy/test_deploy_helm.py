@@ -371,7 +371,7 @@ def test_api_source_is_one_recreated_pod_without_a_database_secret(auth: str) ->
         assert "PodDisruptionBudget" not in kinds, label
         state = values["api"]["stateVolume"]
         data = kinds["ConfigMap"]["data"]
-        # The database source's 30ms is never the API's poll interval (33 requests a second).
+        # The database source's 5ms is never the API's poll interval (200 requests a second).
         assert data.get("DUPGUARD_POLL_INTERVAL") == (values["api"]["pollInterval"] or None), label
         volumes = {v["name"]: v for v in kinds["Deployment"]["spec"]["template"]["spec"]["volumes"]}
         if state["enabled"]:
@@ -414,7 +414,7 @@ def test_database_source_is_unchanged_by_the_api_switch() -> None:
     spec = kinds["Deployment"]["spec"]
     assert spec["replicas"] == 2 and "strategy" not in spec
     assert "DUPGUARD_SOURCE" not in kinds["ConfigMap"]["data"] and "PersistentVolumeClaim" not in kinds
-    assert kinds["ConfigMap"]["data"]["DUPGUARD_POLL_INTERVAL"] == "30ms"
+    assert kinds["ConfigMap"]["data"]["DUPGUARD_POLL_INTERVAL"] == "5ms"
     (container,) = spec["template"]["spec"]["containers"]
     assert "DUPGUARD_DATABASE_URL" in {e["name"] for e in container["env"]}
 
@@ -468,7 +468,7 @@ def test_api_source_lints_and_passes_yamllint(tmp_path: Path) -> None:
 def test_api_source_settings_are_accepted_by_dupguard(auth: str) -> None:
     """What the api Deployment hands the container (ConfigMap, chart Secret, env) passes `dupguard
     check-config`: source api without a database URL, the state file on the volume, the api source's
-    own poll interval (not the database source's 30ms)."""
+    own poll interval (not the database source's 5ms)."""
     import os
     import subprocess
 
@@ -486,5 +486,5 @@ def test_api_source_settings_are_accepted_by_dupguard(auth: str) -> None:
     lines = {line.split(":", 1)[0]: line for line in done.stdout.splitlines()}
     assert "# DUPGUARD_SOURCE" in lines["source"] and "api" in lines["source"]
     assert "/var/lib/dupguard/state.json" in lines["state_file"]
-    assert "30ms" not in lines["poll_interval"]
+    assert "5ms" not in lines["poll_interval"]
     assert "# default" in lines["database_url"]

@@ -95,6 +95,8 @@ NOT_CHECKED_BY_THE_CHART = {
     "split_grace": CONFIG_ONLY,
     "split_poll_interval": CONFIG_ONLY,
     "gap_grace": CONFIG_ONLY,
+    "poll_rest_interval": CONFIG_ONLY,
+    "poll_hold": CONFIG_ONLY,
     "summary_interval": CONFIG_ONLY,
     "airflow_token_command_timeout": CONFIG_ONLY,
     "airflow_verify_tls": CONFIG_ONLY,

@@ -139,7 +139,7 @@ def test_the_image_runs_as_its_user_on_a_read_only_root(dist: Path) -> None:
     )
     assert config.returncode == 0, config.stdout + config.stderr
     assert "database_url: 'postgresql+psycopg2://dupguard@airflow-db:5432/airflow'" in config.stdout
-    assert "poll_interval: 30ms  # default" in config.stdout
+    assert "poll_interval: 5ms  # default" in config.stdout
 
     demo = run_image(dist, "demo")
     assert demo.returncode == 0, demo.stdout + demo.stderr

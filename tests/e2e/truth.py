@@ -88,6 +88,16 @@ SELECT dr.id, dr.dag_id, dr.run_id, dr.state, dr.queued_at, dr.start_date, dr.en
 FROM dag_run dr LEFT JOIN dag_run_note n ON n.dag_run_id = dr.id
 WHERE dr.run_type = 'asset_triggered'
 """
+# The lead of each asset-triggered run: its creation (``queued_at``) after the earliest event it consumed.
+# The queue row Airflow inserts with an event keeps the first event's time (``ON CONFLICT DO NOTHING``),
+# so this is how long the row stood before a scheduler turned it into this run (the poll at rest,
+# detector/core/pace.py, needs it longer than its rest interval to meet the race polling fast).
+QUEUE_LEADS = """
+SELECT EXTRACT(EPOCH FROM dr.queued_at - min(e.timestamp)) * 1000 AS lead_ms
+FROM dag_run dr JOIN dagrun_asset_event d ON d.dag_run_id = dr.id JOIN asset_event e ON e.id = d.event_id
+WHERE dr.run_type = 'asset_triggered' AND dr.queued_at IS NOT NULL
+GROUP BY dr.id, dr.queued_at
+"""
 TIS = """
 SELECT dag_id, run_id, task_id, state, start_date, end_date FROM task_instance
 WHERE run_id LIKE 'asset_triggered__%'
@@ -202,12 +212,15 @@ def analyse(
             runs = {r.id: dict(r._mapping) for r in conn.execute(text(RUNS))}
             tis = [dict(r._mapping) for r in conn.execute(text(TIS))]
             history = {(r.dag_id, r.run_id) for r in conn.execute(text(TI_HISTORY), {"started": list(STARTED)})}
+            leads = [float(r.lead_ms) for r in conn.execute(text(QUEUE_LEADS))]
     finally:
         engine.dispose()
     paths = [dupguard_logs] if isinstance(dupguard_logs, Path) else dupguard_logs
     log = [e for path in paths for e in read_json_log(path)]
     report = judge(events, producer_runs, groups, near_misses, runs, tis, history, log, spec, consumptions)
     report["asset_events_from_trigger"] = trigger_events
+    report["queue_lead_ms"] = percentiles(leads)
+    report["samples_ms"]["queue_lead"] = [round(x, 1) for x in leads]
     report |= judge_faults(report, faults or [], log)
     return report
 

@@ -65,7 +65,7 @@ def test_help_shows_env_var_and_default(capsys: pytest.CaptureFixture[str]) -> N
         assert s.env in text, s.env
         if s.secret:
             assert f"{s.env}_FILE" in text
-    assert "default 30ms" in text and "default 9469" in text and "default dry-run" in text
+    assert "default 5ms" in text and "default 9469" in text and "default dry-run" in text
 
 
 def test_bare_number_durations_refused_everywhere(

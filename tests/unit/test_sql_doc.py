@@ -28,7 +28,7 @@ def test_the_page_names_what_each_mode_touches() -> None:
 
 def test_every_module_that_sends_a_statement_is_in_a_mode() -> None:
     """A new module with ``conn.execute`` must join a mode, or the page would silently miss it. The demo
-    writes only its own throw-away SQLite file; the prepared probe sends ``max_run_id``'s statement."""
+    writes only its own throw-away SQLite file; the prepared probe sends ``top_run_and_queues``'s statement."""
     root = Path(__file__).resolve().parents[2] / "detector"
     listed = {m for _, modules in MODES for m in modules}
     sending = {

@@ -7,8 +7,8 @@ look-back (8 s for 6,500 runs) before new runs were judged. What the process has
 - its own last term's tracker (watermark, open gaps and late ids), kept in memory across terms;
 - moved up to what a live leader elsewhere has had time to judge while this process stood by: the
   newest id one leader check before the latest check that still found that leader alive (the leader
-  polls every 30 ms by default, so a whole check interval covers its lag). Without that, with in-memory ledgers
-  a standby that takes over would judge (and alert) its predecessor's whole term again.
+  polls at least every 250 ms by default, at rest, so a whole check interval covers its lag). Without
+  that, with in-memory ledgers a standby that takes over would judge (and alert) its predecessor's whole term again.
 
 The durable ledger's watermark, shared by the replicas, comes first when there is one; the look-back
 only serves a process that never watched (its first start, without a durable watermark).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
@@ -15,19 +16,22 @@ from sqlalchemy.exc import SQLAlchemyError
 from detector import logs
 from detector.config import Config
 from detector.core.detect import DagFilter
-from detector.core.model import NO_PROGRESS, Finding
+from detector.core.model import ASSET_TRIGGERED, NO_PROGRESS, Finding
+from detector.core.pace import stirred
 from detector.core.ports import Ledger, Polled
 from detector.errors import DatabaseError, DupguardError, LedgerFault
 from detector.metadb import catalog, dag_runs
 from detector.metadb.engine import AirflowDb, connect, describe_error
-from detector.metadb.prepared import TopRunId, top_run_id_probe
+from detector.metadb.prepared import QueueProbe, top_run_id_probe
 from detector.metrics import Metrics
 from detector.sources.database import resume
 from detector.sources.database.poll import IDLE, IncrementalDetector, NewRowTracker
 from detector.sources.database.prior import PriorDecisions
 
 log = logs.get("dupguard.daemon")
-NOTHING_NEW = Polled(new_runs=0, findings=[])  # an idle poll: shared, never mutated
+# Idle polls: shared, never mutated.
+NOTHING_NEW = Polled(new_runs=0, findings=[], stirred=False)
+QUEUES_CHANGED = Polled(new_runs=0, findings=[], stirred=True)
 
 
 class DatabaseSource:
@@ -41,7 +45,9 @@ class DatabaseSource:
         self.family = db.info.family.value
         self.detector: IncrementalDetector | None = None
         self._conn: Connection | None = None
-        self._probe: TopRunId | None = None  # bound to ``_conn``
+        self._probe: QueueProbe | None = None  # bound to ``_conn``
+        self._queues: tuple[Any, ...] | None = None  # the asset queues' fingerprint the probe read last
+        self._read: tuple[Any, ...] | None = None  # ... in this pass (None: the pass did not probe)
         self.probe_prepared: bool | None = None  # logged when it changes
         self._saved: resume.TrackerState | None = None
         self._progress = resume.Progress()  # what the next term need not judge again
@@ -140,18 +146,36 @@ class DatabaseSource:
         self._saved_inherited = self._inherited
         conn = self._poll_connection()
         inherited = self._inherited
-        result = detector.poll(conn, now, self._probe)
+        self._read = None
+        result = detector.poll(conn, now, self._top_run_id)
         self._inherited = []  # restored by ``failed`` if these findings are not handled
+        before, after = self._queues, self._read
+        if after is not None:
+            self._queues = after
         if result is IDLE:
+            stir = stirred(before, after, 0)
             if inherited:
-                return Polled(new_runs=0, findings=inherited, ledger=self.ledger.on(conn))
-            return NOTHING_NEW
+                return Polled(new_runs=0, findings=inherited, ledger=self.ledger.on(conn), stirred=stir)
+            return QUEUES_CHANGED if stir else NOTHING_NEW
         self._report_late(result.late, result.abandoned)
         self._advanced = bool(result.new_runs)
         # The ledger's statements on the poll connection: no pool checkout on the detection path.
         findings = inherited + result.findings
         ledger = self.ledger.on(conn) if findings else None
-        return Polled(new_runs=len(result.new_runs), findings=findings, more=result.batch_full, ledger=ledger)
+        asset_runs = sum(r.run_type == ASSET_TRIGGERED for r in result.new_runs)
+        return Polled(
+            new_runs=len(result.new_runs),
+            findings=findings,
+            more=result.batch_full,
+            ledger=ledger,
+            stirred=stirred(before, after, asset_runs),
+        )
+
+    def _top_run_id(self) -> int:
+        """The probe's top id for the detector; its queue fingerprint is kept for ``poll``."""
+        assert self._probe is not None  # opened with the poll connection
+        top, self._read = self._probe()
+        return top
 
     def commit(self) -> None:
         if self._advanced and self.ledger.durable and self.detector is not None:

@@ -105,7 +105,7 @@ prometheus.io/path: /metrics
 {{- with .Values.database.lockMode }}{{ $_ := set $settings "DUPGUARD_LOCK_MODE" . }}{{ end }}
 {{- if include "dupguard.apiSource" . }}
 {{- $_ := set $settings "DUPGUARD_SOURCE" "api" }}
-{{- /* The database source's 30ms would be 33 API requests a second: the api source has its own. */}}
+{{- /* The database source's 5ms would be 200 API requests a second: the api source has its own. */}}
 {{- $_ := unset $settings "DUPGUARD_POLL_INTERVAL" }}
 {{- with .Values.api.pollInterval }}{{ $_ := set $settings "DUPGUARD_POLL_INTERVAL" (toString .) }}{{ end }}
 {{- if .Values.api.stateVolume.enabled }}
