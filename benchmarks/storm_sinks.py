@@ -5,6 +5,7 @@ incoming webhook, JSON webhook, Alertmanager; the log always), sending to local 
 those APIs (``tests.sinks``: the Slack stand-in and a real Alertmanager behind a counting proxy).
 
     .venv/bin/python -m benchmarks.storm_sinks --path first|pickup|restart --groups 1000 [--name NAME]
+        [--requests-per-minute N]   # DUPGUARD_ALERT_REQUESTS_PER_MINUTE; 100000: no bound, as before it
 
 - ``first``: one replica leads through the whole storm.
 - ``pickup``: two replicas; once every group was detected and a tenth of the duplicates were stopped,
@@ -57,7 +58,7 @@ def _counts(daemons: list[Running], outcome: str) -> dict[str, int]:
     return found
 
 
-def run(path: str, groups: int, limit: float, tail: float) -> dict[str, Any]:
+def run(path: str, groups: int, limit: float, tail: float, bound: int = 20) -> dict[str, Any]:
     templates = Templates(made={})
     url = templates.clone("3.1.2")
     writer = AirflowWriter(url)
@@ -69,7 +70,8 @@ def run(path: str, groups: int, limit: float, tail: float) -> dict[str, Any]:
         return sinks.alerter(config, ledger, metrics)
 
     def start() -> Running:
-        d = start_daemon(url, real_remediation=True, alerter_factory=factory, **(SETTINGS | sinks.settings()))
+        settings = SETTINGS | sinks.settings() | {"alert_requests_per_minute": bound}
+        d = start_daemon(url, real_remediation=True, alerter_factory=factory, **settings)
         every.append(d)
         daemons.append(d)
         return d
@@ -111,6 +113,7 @@ def run(path: str, groups: int, limit: float, tail: float) -> dict[str, Any]:
         return {
             "path": path,
             "groups": groups,
+            "alert_requests_per_minute": bound,
             "committed_at": committed.isoformat(),
             "all_detected_s": None if detected_at is None else round(detected_at, 2),
             "all_stopped_or_reported_s": None if finished_at is None else round(finished_at, 2),
@@ -141,12 +144,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=1000)
     parser.add_argument("--limit", type=float, default=600.0, help="seconds before giving up")
     parser.add_argument("--tail", type=float, default=75.0, help="seconds counted after the storm's end")
+    parser.add_argument("--requests-per-minute", type=int, default=20, help="the bound; 100000: none")
     parser.add_argument("--name", default=None)
     args = parser.parse_args(argv)
-    row = run(args.path, args.groups, args.limit, args.tail)
-    settings = {k: str(v) for k, v in SETTINGS.items()} | {"alert_storm_threshold": "5 (default)"}
+    row = run(args.path, args.groups, args.limit, args.tail, args.requests_per_minute)
+    settings = {k: str(v) for k, v in SETTINGS.items()} | {
+        "alert_storm_threshold": "5 (default)",
+        "alert_requests_per_minute": str(args.requests_per_minute),
+        "digest_delay_s": "10 (production's)",
+    }
     out = {"provenance": provenance(), "settings": settings, "rows": [row]}
-    name = args.name or f"storm-sinks-{args.path}-{args.groups}"
+    name = args.name or f"storm-sinks-{args.path}-{args.groups}" + (
+        "" if args.requests_per_minute == 20 else f"-{args.requests_per_minute}rpm"
+    )
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(row, indent=2))
     return 0
