@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -185,3 +186,48 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], workdir: Path) -> 
                 return
         time.sleep(0.05)
     raise RuntimeError("alertmanager did not listen within 30 s")
+
+
+class ArrivalsProxy:
+    """Forwards every POST to a real Alertmanager and keeps each request's arrival time: Alertmanager
+    0.25 counts the alerts it receives, not the requests, and a storm's bound is on requests."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.arrivals: list[float] = []  # time.monotonic() of each request
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                with proxy._lock:
+                    proxy.arrivals.append(time.monotonic())
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
+                to = proxy.target + self.path
+                request = urllib.request.Request(to, data=body, headers=headers, method="POST")  # noqa: S310 - local
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as resp:  # noqa: S310 - a local test server
+                        status, answer = resp.status, resp.read()
+                except urllib.error.HTTPError as exc:
+                    status, answer = exc.code, exc.read()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def times(self) -> list[float]:
+        with self._lock:
+            return list(self.arrivals)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

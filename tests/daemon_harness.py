@@ -15,7 +15,7 @@ from detector.app.ledger import DbLedger, MemoryLedger, init_db
 from detector.app.wiring import build_leadership, build_remediator
 from detector.config import Config
 from detector.core.plan import Action
-from detector.core.ports import AlertEvent, AlertKind, RemediationResult, Remediator, Result
+from detector.core.ports import Alerter, AlertEvent, AlertKind, Ledger, RemediationResult, Remediator, Result
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
 from detector.sources.database.poll import IncrementalDetector
@@ -86,6 +86,29 @@ class RecordingAlerter:
 
 
 @dataclass
+class ForwardingAlerter(RecordingAlerter):
+    """Records events (the tests' and benchmarks' clocks read them) and hands each to a real alerter:
+    the dispatcher and its channels, sending to local servers."""
+
+    forward: Alerter | None = None
+    times: list[float] = field(default_factory=list)  # time.monotonic() of each event (one log line each)
+
+    def notify(self, event: AlertEvent) -> None:
+        super().notify(event)
+        self.times.append(time.monotonic())
+        if self.forward is not None:
+            self.forward.notify(event)
+
+    def close(self, timeout: float) -> None:
+        super().close(timeout)
+        if self.forward is not None:
+            self.forward.close(timeout)
+
+    def trouble(self) -> str | None:
+        return None if self.forward is None else self.forward.trouble()
+
+
+@dataclass
 class Running:
     daemon: Daemon
     thread: threading.Thread
@@ -124,12 +147,14 @@ def start_daemon(
     backend_options: dict[str, Any] | None = None,
     wrap_remediator: Callable[[Remediator], Remediator] | None = None,
     takeover_wait: timedelta | None = None,
+    alerter_factory: Callable[[Config, Ledger, Metrics], Alerter] | None = None,
     **overrides: Any,
 ) -> Running:
     """A daemon in a thread. ``real_remediation``: the remediator the settings ask for (``db`` writes,
     or a real Airflow API server), instead of the recording fake. ``takeover_wait``: instead of the
     production one (lease + write timeout) before a term's first write, for a test about something else
-    whose only replica has no predecessor."""
+    whose only replica has no predecessor. ``alerter_factory``: a real alerter (built with the daemon's
+    config, ledger and metrics) that every event is forwarded to, besides being recorded."""
     settings: dict[str, Any] = {
         "database_url": url,
         "poll_interval": timedelta(milliseconds=20),
@@ -147,7 +172,7 @@ def start_daemon(
     assert isinstance(lock, AdvisoryLock)
     if takeover_wait is not None:
         lock.takeover_wait = takeover_wait
-    metrics, alerter = Metrics(), RecordingAlerter()
+    metrics = Metrics()
     db = open_airflow_db(engine)
     acting: Remediator
     if real_remediation:
@@ -159,6 +184,11 @@ def start_daemon(
     if wrap_remediator is not None:
         acting = wrap_remediator(acting)
     ledger = DbLedger(engine) if durable else MemoryLedger()
+    alerter = (
+        RecordingAlerter()
+        if alerter_factory is None
+        else ForwardingAlerter(forward=alerter_factory(config, ledger, metrics))
+    )
     parts = Parts(
         source=DatabaseSource(config, db, ledger, metrics),
         leadership=lock,

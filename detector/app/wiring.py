@@ -176,7 +176,14 @@ def build_alerter(
     registry (``detector/actions/alerts/channels/__init__.py``), each client built with the alert timeout."""
     timeout = config.alert_timeout.total_seconds()
     undelivered = Undelivered()  # shared with the Alertmanager channels: their re-sends fail on their own thread
-    needs = channels.Needs(ledger, metrics, timeout=timeout, retries=retries, undelivered=undelivered.add)
+    needs = channels.Needs(
+        ledger,
+        metrics,
+        timeout=timeout,
+        retries=retries,
+        undelivered=undelivered.add,
+        requests_per_minute=config.alert_requests_per_minute,
+    )
     enabled = channels.build(config, needs)
     logs.get(ALERTS_LOGGER).info(
         "alerts_configured",
@@ -194,6 +201,7 @@ def build_alerter(
         storm_window=storm_window,
         digest_delay=digest_delay,
         undelivered=undelivered,
+        stopping=needs.stopping,
     )
 
 

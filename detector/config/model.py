@@ -82,6 +82,7 @@ class Config:
     alertmanager_resend_interval: timedelta
     alertmanager_resolve_after: timedelta
     alert_storm_threshold: int
+    alert_requests_per_minute: int
     alert_timeout: timedelta
 
     @classmethod

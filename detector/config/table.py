@@ -407,6 +407,14 @@ SETTINGS: tuple[Setting, ...] = (
         group="alerts",
     ),
     Setting(
+        "alert_requests_per_minute",
+        20,
+        positive_int,
+        "Most requests to each alert channel in any minute; a storm's further messages, digest parts and "
+        "pushes wait their turn.",
+        group="alerts",
+    ),
+    Setting(
         "alert_timeout", timedelta(seconds=5), positive_duration, "Timeout of each alert delivery call.", group="alerts"
     ),
 )

@@ -206,16 +206,27 @@ def siblings_of_runs(
     the three made PostgreSQL read every run of the DAG: 55 ms at 10M rows instead of 0.5 ms
     (benchmarks/poll_cost.py, benchmarks/results/measurements.md). The arms of ``per_statement`` runs
     go in one statement, each tagged with the run that asked: a storm of thousands of groups in one
-    commit spent most of its detection on one round trip per run."""
+    commit spent most of its detection on one round trip per run. Runs whose arms are the same (the
+    DAG, run_after, partition key and events: a storm's pair, both new in one poll) ask once, and each
+    gets the answer (benchmarks/results/storm-detection-profile-5ffee71.txt: the siblings were half of
+    a storm's detection)."""
     found: dict[int, list[Run]] = {r.id: [] for r in runs}
-    for part in chunks(runs, per_statement):
+    same: dict[tuple[Any, ...], list[Run]] = {}
+    for run in runs:
+        key = (run.dag_id, run.run_after, run.partition_key, tuple(sorted(events.get(run.id, ()))))
+        same.setdefault(key, []).append(run)
+    askers = {group[0].id: [r.id for r in group] for group in same.values()}
+    asking = [group[0] for group in same.values()]
+    for part in chunks(asking, per_statement):
         arms = [
             arm.add_columns(literal(run.id).label("asked_for"))
             for run in part
             for arm in _sibling_arms(t, run, events.get(run.id, ()), window)
         ]
         for row in conn.execute(union(*arms)):
-            found[row._mapping["asked_for"]].append(_run(row))
+            sibling = _run(row)
+            for run_id in askers[row._mapping["asked_for"]]:
+                found[run_id].append(sibling)
     return found
 
 

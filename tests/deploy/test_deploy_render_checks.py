@@ -103,6 +103,7 @@ NOT_CHECKED_BY_THE_CHART = {
     "airflow_timeout": CONFIG_ONLY,
     "slack_api_url": CONFIG_ONLY,
     "alert_storm_threshold": CONFIG_ONLY,
+    "alert_requests_per_minute": CONFIG_ONLY,
     "alert_timeout": CONFIG_ONLY,
     "runbook_url": CONFIG_ONLY,
     "unstopped_severity": CONFIG_ONLY,

@@ -237,10 +237,10 @@ def test_a_failing_url_is_retried_and_counted_while_the_other_delivers(am: Alert
 def test_each_refused_push_of_a_storm_is_counted_and_logged_with_its_own_groups(
     am: Alertmanager, receiver: Receiver
 ) -> None:
-    """250 groups in one digest are three pushes of at most 100 alerts; a
+    """2,500 groups in one digest are three pushes of at most 1,000 alerts; a
     proxy has Alertmanager's first answer be HTTP 400. The other two pushes still go out (they were
     left for the next re-send, a minute later), the refused one is one alert_undelivered line naming
-    its own 100 groups and one ``failed``, and ``sent`` counts the two pushes that arrived."""
+    its own 1,000 groups and one ``failed``, and ``sent`` counts the two pushes that arrived."""
     metrics = Metrics()
     with CountingProxy(int(am.url.rsplit(":", 1)[1])) as proxy:
         proxy.inject.append(("/api/v2/alerts", 400, 0.0))
@@ -252,13 +252,13 @@ def test_each_refused_push_of_a_storm_is_counted_and_logged_with_its_own_groups(
         )
         with capture_logs() as logs:
             alerter = build_alerter(config, SharedLedger(), metrics, digest_delay=60)  # close() sends it
-            for i in range(250):
-                alerter.notify(detected(f"p{i:03d}", base=10 * i))
+            for i in range(2500):
+                alerter.notify(detected(f"p{i:04d}", base=10 * i))
             alerter.close(60)
-    assert {a["labels"]["group_key"] for a in am.alerts()} == {f"p{i:03d}" for i in range(100, 250)}
+    assert {a["labels"]["group_key"] for a in am.alerts()} == {f"p{i:04d}" for i in range(1000, 2500)}
     [undelivered] = [e for e in logs if e["event"] == "alert_undelivered"]
     assert undelivered["alert"] == "digest" and "HTTP 400" in undelivered["error"]
-    assert undelivered["group_keys"] == [f"p{i:03d}" for i in range(100)]
+    assert undelivered["group_keys"] == [f"p{i:04d}" for i in range(1000)]
     assert _count(metrics, "alertmanager", "sent") == 2 and _count(metrics, "alertmanager", "failed") == 1
 
 

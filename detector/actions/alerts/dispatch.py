@@ -157,6 +157,7 @@ class Dispatcher:
         storm_window: float = 60.0,
         digest_delay: float = 10.0,
         undelivered: Undelivered | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.ledger, self.metrics, self.ui_url = ledger, metrics, ui_url
         self.storm_threshold, self.storm_window, self.digest_delay = storm_threshold, storm_window, digest_delay
@@ -172,6 +173,7 @@ class Dispatcher:
         self._late: list[AlertEvent] = []  # outcomes of digested groups, after their digest went out
         self._late_deadline: float | None = None
         self._undelivered_lately = undelivered or Undelivered()
+        self._stopping = stopping or threading.Event()  # the channels' paces: nothing more goes out
         self._closed = False
         self._abandoned = False
         self._router: threading.Thread | None = None
@@ -244,6 +246,7 @@ class Dispatcher:
         if not any(t is not None and t.is_alive() for t in [self._router, *(lane.thread for lane in self._lanes)]):
             return
         self._abandoned = True
+        self._stopping.set()
         leftovers: list[Item] = []
         while True:  # events the router never got to
             try:

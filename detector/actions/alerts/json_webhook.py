@@ -29,6 +29,7 @@ from typing import Any
 from urllib.error import HTTPError, URLError
 
 from detector import __version__, deadline
+from detector.actions.alerts.pace import UNPACED, Pace
 from detector.durations import retry_after
 from detector.errors import AlertDeliveryError
 
@@ -60,6 +61,7 @@ class JsonWebhook:
         name: str = "webhook",
         headers: Mapping[str, str] | None = None,
         context: ssl.SSLContext | None = None,
+        pace: Pace = UNPACED,
     ) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"the {name} URL must be http:// or https://")
@@ -71,6 +73,7 @@ class JsonWebhook:
         self.backoff = backoff
         self.on_retry = on_retry or (lambda: None)
         self.sleep = sleep
+        self.pace = pace  # every attempt waits its turn (a storm's parts)
         self._quiet_until = 0.0  # time.monotonic() before which the receiver asked not to be called
         self._opener = deadline.opener(name, context)
 
@@ -86,6 +89,7 @@ class JsonWebhook:
             quiet = self._quiet_until - time.monotonic()
             if quiet > 0:
                 self.sleep(quiet)
+            self.pace.wait()
             try:
                 self._post(body)
                 return

@@ -48,7 +48,9 @@ from detector.config import RUNBOOK_URL, Config
 from detector.core.ports import AlertEvent, AlertKind
 from detector.errors import AlertDeliveryError
 
-MAX_ALERTS_PER_PUSH = 100
+# Alertmanager takes any number per push; few pushes keep a storm's re-sends within the per-minute
+# bound (``pace``): 10,000 open alerts are 10 pushes a minute, not 100.
+MAX_ALERTS_PER_PUSH = 1000
 MAX_OPEN = 10_000  # alerts kept for re-sending; beyond, the oldest is left to expire in Alertmanager
 _TEXT_LIMIT = 4000  # an annotation is shown in chat receivers, which cut long texts anyway
 
@@ -254,7 +256,7 @@ class AlertmanagerChannel:
         self.detected(event)
 
     def digest(self, events: Sequence[AlertEvent]) -> int:
-        """A storm needs no digest here (Alertmanager groups): every group's alert, 100 to a push,
+        """A storm needs no digest here (Alertmanager groups): every group's alert, 1,000 to a push,
         each push sent also after one failed (``PartialDelivery`` names each failed push's groups)."""
         return self._push([group_alert(e, self.ui_url, self.runbook) for e in events], events)
 
@@ -358,6 +360,7 @@ def build(config: Config, needs: Needs) -> list[AlertmanagerChannel]:
                 name=name,
                 headers=headers,
                 context=context,
+                pace=needs.pace(),
             ),
             resend_interval=config.alertmanager_resend_interval,
             resolve_after=config.alertmanager_resolve_after,

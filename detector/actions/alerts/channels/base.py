@@ -6,11 +6,13 @@ A channel module defines its channel class and ``build(config, needs)``: the cha
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from detector.actions.alerts.notice import Notice
+from detector.actions.alerts.pace import Pace
 from detector.config import Config
 from detector.core.ports import AlertEvent, Ledger
 from detector.metrics import Metrics
@@ -55,6 +57,12 @@ class Needs:
     timeout: float  # seconds, each attempt (``DUPGUARD_ALERT_TIMEOUT``)
     retries: int
     undelivered: Callable[[str, str], None]  # (channel, error): an alert a channel's own thread failed to send
+    requests_per_minute: int = 0  # each channel's bound (``pace``); 0: none
+    stopping: threading.Event = field(default_factory=threading.Event)  # set: the alerter gave up at shutdown
+
+    def pace(self) -> Pace:
+        """A channel's own bound on its requests per minute."""
+        return Pace(self.requests_per_minute, stop=self.stopping)
 
     def counter(self, channel: str, outcome: str = "retried") -> Callable[[], None]:
         """Counts one ``dupguard_alerts_total{channel, outcome}``."""

@@ -19,6 +19,7 @@ from detector.actions.alerts.channels.base import Needs
 from detector.actions.alerts.channels.log import LOGGER
 from detector.actions.alerts.notice import Notice
 from detector.actions.alerts.oncall import NO_LINKS, Links
+from detector.actions.alerts.pace import UNPACED, Pace
 from detector.actions.alerts.parts import send_each
 from detector.actions.alerts.slack_clients import failure, make_web_client
 from detector.actions.alerts.slack_messages import (
@@ -46,9 +47,10 @@ class Posted:
 class SlackBot:
     """Posts, threads and updates messages in one channel with a bot token."""
 
-    def __init__(self, client: WebClient, channel: str) -> None:
+    def __init__(self, client: WebClient, channel: str, pace: Pace = UNPACED) -> None:
         self.client = client
         self.channel = channel
+        self.pace = pace
 
     def post(self, message: Message, thread_ts: str | None = None, channel: str | None = None) -> Posted:
         """Post ``message`` (as a reply when ``thread_ts`` is given) to ``channel`` or the configured one."""
@@ -59,6 +61,7 @@ class SlackBot:
         }
         if thread_ts:
             kwargs["thread_ts"] = thread_ts
+        self.pace.wait()
         try:
             resp = self.client.chat_postMessage(**kwargs)
         except (SlackClientError, OSError) as exc:
@@ -66,6 +69,7 @@ class SlackBot:
         return Posted(channel_id=str(resp.get("channel") or self.channel), ts=str(resp["ts"]))
 
     def update(self, posted: Posted, message: Message) -> None:
+        self.pace.wait()
         try:
             self.client.chat_update(channel=posted.channel_id, ts=posted.ts, **message.as_kwargs())
         except (SlackClientError, OSError) as exc:
@@ -158,4 +162,6 @@ def build(config: Config, needs: Needs) -> list[SlackBotChannel]:
         on_retry=needs.counter("slack"),
         retries=needs.retries,
     )
-    return [SlackBotChannel(SlackBot(client, channel), needs.ledger, config.airflow_ui_url, Links.of(config))]
+    return [
+        SlackBotChannel(SlackBot(client, channel, needs.pace()), needs.ledger, config.airflow_ui_url, Links.of(config))
+    ]

@@ -18,6 +18,7 @@ from detector.actions.alerts.channels.log import LOGGER
 from detector.actions.alerts.channels.slack_bot import configured as bot_configured
 from detector.actions.alerts.notice import Notice
 from detector.actions.alerts.oncall import NO_LINKS, Links
+from detector.actions.alerts.pace import UNPACED, Pace
 from detector.actions.alerts.slack_clients import failure, make_webhook_client
 from detector.actions.alerts.slack_messages import (
     detected_message,
@@ -34,10 +35,11 @@ from detector.errors import AlertDeliveryError
 class SlackWebhook:
     """Sends messages to a Slack incoming webhook (no threads, no updates: follow-ups are new messages)."""
 
-    def __init__(self, client: WebhookClient) -> None:
-        self.client = client
+    def __init__(self, client: WebhookClient, pace: Pace = UNPACED) -> None:
+        self.client, self.pace = client, pace
 
     def send(self, message: Message) -> None:
+        self.pace.wait()
         try:
             resp = self.client.send(text=message.text, blocks=list(message.blocks), unfurl_links=False)
         except (SlackClientError, OSError) as exc:
@@ -84,4 +86,4 @@ def build(config: Config, needs: Needs) -> list[SlackWebhookChannel]:
     hook = make_webhook_client(
         config.slack_webhook_url, timeout=needs.timeout, on_retry=needs.counter("slack"), retries=needs.retries
     )
-    return [SlackWebhookChannel(SlackWebhook(hook), config.airflow_ui_url, Links.of(config))]
+    return [SlackWebhookChannel(SlackWebhook(hook, needs.pace()), config.airflow_ui_url, Links.of(config))]

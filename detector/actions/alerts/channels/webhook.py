@@ -174,6 +174,10 @@ def build(config: Config, needs: Needs) -> list[WebhookChannel]:
     if not config.webhook_url:
         return []
     hook = JsonWebhook(
-        config.webhook_url, timeout=needs.timeout, retries=needs.retries, on_retry=needs.counter("webhook")
+        config.webhook_url,
+        timeout=needs.timeout,
+        retries=needs.retries,
+        on_retry=needs.counter("webhook"),
+        pace=needs.pace(),
     )
     return [WebhookChannel(hook, config.airflow_ui_url)]

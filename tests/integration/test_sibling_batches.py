@@ -1,0 +1,55 @@
+"""A storm's sibling lookups on real PostgreSQL (the 3.1.2 schema): both runs of a pair are new in one
+poll and ask the same question, which is sent once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from detector.metadb import consumption, dag_runs
+from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from tests.pg import Templates
+from tests.writer import AirflowWriter
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_storms_pairs_ask_for_their_siblings_once_and_each_run_gets_the_answer(pg_templates: Templates) -> None:
+    """100 duplicate pairs committed at once: their 200 runs are 100 distinct questions (DAG, run_after,
+    events), one statement of 100 askers, not two; every run gets exactly the siblings it gets when asked
+    alone (its pair, itself included)."""
+    url = pg_templates.clone("3.1.2")
+    writer = AirflowWriter(url)
+    pairs = writer.storm(100)
+    writer.close()
+    engine = make_engine(parse_url(url))
+    db = open_airflow_db(engine)
+    t = db.tables
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "UNION" in statement:
+            statements.append(statement)
+
+    try:
+        with engine.connect() as conn:
+            runs = dag_runs.new_runs(conn, t, 0, [], 1000)
+            assert len(runs) == 200
+            events = consumption.consumed_events(conn, t, [r.id for r in runs])
+            window = timedelta(minutes=5)
+            event.listen(engine, "before_cursor_execute", count)
+            found = dag_runs.siblings_of_runs(conn, t, runs, events, window, per_statement=100)
+            event.remove(engine, "before_cursor_execute", count)
+            alone = {r.id: dag_runs.sibling_runs(conn, t, r, events[r.id], window) for r in runs}
+    finally:
+        engine.dispose()
+    assert len(statements) == 1
+    assert {k: sorted(s.id for s in v) for k, v in found.items()} == {
+        k: sorted(s.id for s in v) for k, v in alone.items()
+    }
+    by_run_id = {r.run_id: r.id for r in runs}
+    for kept, dup in pairs:
+        assert sorted(s.id for s in found[by_run_id[dup]]) == sorted([by_run_id[kept], by_run_id[dup]])
