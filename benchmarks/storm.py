@@ -25,10 +25,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg2
-
 from benchmarks.provenance import provenance
-from tests.daemon_harness import Running, start_daemon
+from tests.daemon_harness import Running, failed_runs, start_daemon
 from tests.pg import Templates
 from tests.writer import AirflowWriter
 
@@ -38,16 +36,6 @@ SETTINGS: dict[str, Any] = {
     "remediation_backend": "db",
     "leader_check_interval": timedelta(seconds=1),  # production's default
 }
-
-
-def _stopped(url: str, dups: list[str]) -> int:
-    conn = psycopg2.connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM dag_run WHERE state = 'failed' AND run_id = ANY(%s)", (dups,))
-            return int(cur.fetchone()[0])
-    finally:
-        conn.close()
 
 
 def run(groups: int, replicas: int, limit: float, remediation: str = "fail") -> dict[str, Any]:
@@ -86,7 +74,7 @@ def run(groups: int, replicas: int, limit: float, remediation: str = "fail") -> 
             seen = {r for d in daemons for e in d.alerter.detected() for r in (x.run_id for x in e.finding.runs)}
             if detected_at is None and all(dup in seen for dup in dups):
                 detected_at = time.monotonic() - started
-            stopped = _stopped(url, dups)
+            stopped = failed_runs(url, dups)
             reported = {run for d in daemons for run in d.alerter.results()}
             if replicas > 1 and failover_at is None and detected_at is not None and stopped >= groups // 10:
                 leader.stop()  # a clean failover: the standby picks up the pending stops
@@ -112,7 +100,7 @@ def run(groups: int, replicas: int, limit: float, remediation: str = "fail") -> 
             "all_detected_s": None if detected_at is None else round(detected_at, 2),
             "all_stopped_or_reported_s": None if finished_at is None else round(finished_at, 2),
             "failover_at_s": None if failover_at is None else round(failover_at, 2),
-            "stopped": _stopped(url, dups),
+            "stopped": failed_runs(url, dups),
             "results_reported": results,
             "not_attempted": not_attempted,
             "lease_samples": lapsed["samples"],

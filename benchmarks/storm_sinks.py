@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.provenance import provenance
-from benchmarks.storm import SETTINGS, _stopped
+from benchmarks.storm import SETTINGS
 from detector.actions.alerts.dispatch import Dispatcher
 from detector.config import Config
 from detector.core.ports import Ledger
 from detector.metrics import Metrics
-from tests.daemon_harness import ForwardingAlerter, Running, start_daemon
+from tests.daemon_harness import ForwardingAlerter, Running, failed_runs, start_daemon
 from tests.pg import Templates
 from tests.sinks import SINKS, Sinks, per_minute
 from tests.writer import AirflowWriter
@@ -94,7 +94,7 @@ def run(path: str, groups: int, limit: float, tail: float, bound: int = 20) -> d
             seen = {r for d in every for e in d.alerter.detected() for r in (x.run_id for x in e.finding.runs)}
             if detected_at is None and all(dup in seen for dup in dups):
                 detected_at = time.monotonic() - started
-            stopped = _stopped(url, dups)
+            stopped = failed_runs(url, dups)
             reported = {run for d in every for run in d.alerter.results()}
             if path != "first" and switched_at is None and detected_at is not None and stopped >= groups // 10:
                 leader.stop()  # a clean stop, as SIGTERM does
@@ -119,7 +119,7 @@ def run(path: str, groups: int, limit: float, tail: float, bound: int = 20) -> d
             "all_stopped_or_reported_s": None if finished_at is None else round(finished_at, 2),
             "switched_at_s": None if switched_at is None else round(switched_at - started, 2),
             "tail_s": tail,
-            "stopped": _stopped(url, dups),
+            "stopped": failed_runs(url, dups),
             "requests": {sink: len(times[sink]) for sink in SINKS},
             "max_per_60s": {sink: per_minute(times[sink]) for sink in SINKS},
             "max_per_60s_on_path": {sink: per_minute(times[sink], since) for sink in SINKS},

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+import psycopg2
+
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AdvisoryLock
 from detector.app.ledger import DbLedger, MemoryLedger, init_db
@@ -135,6 +137,17 @@ def incremental_detector(daemon: Daemon) -> IncrementalDetector | None:
     """The database source's incremental detector while it watches (tests wait on its tracker)."""
     source = daemon.parts.source
     return source.detector if isinstance(source, DatabaseSource) else None
+
+
+def failed_runs(url: str, run_ids: list[str]) -> int:
+    """How many of ``run_ids`` Airflow's dag_run table holds as failed (a storm's stopped duplicates)."""
+    conn = psycopg2.connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM dag_run WHERE state = 'failed' AND run_id = ANY(%s)", (run_ids,))
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
 
 
 def start_daemon(

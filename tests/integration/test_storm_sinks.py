@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import time
 
-import psycopg2
 import pytest
 
-from tests.daemon_harness import Running, start_daemon, wait_for
+from tests.daemon_harness import Running, failed_runs, start_daemon, wait_for
 from tests.pg import Templates
 from tests.sinks import SINKS, Sinks, per_minute
 from tests.writer import AirflowWriter
@@ -27,16 +26,6 @@ GROUPS = 300
 # sent 7 to 10 requests per sink within a minute (and far more at 10,000: benchmarks/results/).
 BOUND = 5
 DIGEST_DELAY = 1.0  # gathered outcomes leave every second instead of every ten: more requests, sooner
-
-
-def _stopped(url: str, dups: list[str]) -> int:
-    conn = psycopg2.connect(url)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM dag_run WHERE state = 'failed' AND run_id = ANY(%s)", (dups,))
-            return int(cur.fetchone()[0])
-    finally:
-        conn.close()
 
 
 def _leads(d: Running) -> bool:
@@ -79,13 +68,15 @@ def test_a_new_leader_finishing_a_storm_keeps_each_sink_within_its_bound(
         def detected() -> bool:  # as benchmarks/storm.py: every group judged by the first leader
             return {r.run_id for e in first.alerter.detected() for r in e.finding.runs} >= set(dups)
 
-        wait_for(lambda: detected() and _stopped(url, dups) >= GROUPS // 10, 30, "detections and a tenth of the stops")
+        wait_for(
+            lambda: detected() and failed_runs(url, dups) >= GROUPS // 10, 30, "detections and a tenth of the stops"
+        )
         first.stop()
         daemons.remove(first)
         switched = time.monotonic()
         if path == "restart":
             start()
-        wait_for(lambda: _stopped(url, dups) == GROUPS, 45, "every duplicate stopped")
+        wait_for(lambda: failed_runs(url, dups) == GROUPS, 45, "every duplicate stopped")
 
         def heard() -> bool:
             times = sinks.times()
