@@ -80,7 +80,7 @@ def top_run_id_statement(t: AirflowTables) -> Select[Any]:
 ACTIVE_STATES = ("queued", "running")  # a run that counts against max_active_runs
 
 
-def top_run_and_queues_statement(t: AirflowTables) -> Select[Any]:
+def top_run_and_queues_statement(t: AirflowTables, queues: bool = True) -> Select[Any]:
     """``max(dag_run.id)`` and a fingerprint of Airflow's asset queues: the daemon's idle probe
     (``detector.metadb.prepared``), so a queue row that appears (an asset race may follow) is seen at rest.
 
@@ -91,6 +91,8 @@ def top_run_and_queues_statement(t: AirflowTables) -> Select[Any]:
     its pending rows are not counted: no index on ``created_dag_run_id``)."""
     dr = t.dag_run
     columns: list[Any] = [select(func.max(dr.c.id)).scalar_subquery()]
+    if not queues:  # a role that may not read the queues (``prepared.queues_unreadable``): the top id alone
+        return select(*columns)
     if t.asset_queue is not None:
         q = t.asset_queue
         columns += [
@@ -106,9 +108,9 @@ def top_run_and_queues_statement(t: AirflowTables) -> Select[Any]:
     return select(*columns)
 
 
-def top_run_and_queues(conn: Connection, t: AirflowTables) -> tuple[int, tuple[Any, ...]]:
+def top_run_and_queues(conn: Connection, t: AirflowTables, queues: bool = True) -> tuple[int, tuple[Any, ...]]:
     """The highest dag_run id (0 on an empty table) and the queues' fingerprint (``top_run_and_queues_statement``)."""
-    row = conn.execute(top_run_and_queues_statement(t)).one()
+    row = conn.execute(top_run_and_queues_statement(t, queues)).one()
     return int(row[0] or 0), tuple(row[1:])
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import psycopg2
 from psycopg2 import sql as pgsql
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from detector.errors import DatabaseError
 from detector.metadb import dag_runs
@@ -38,15 +39,36 @@ TopRunId = Callable[[], int]  # the highest visible dag_run id, 0 on an empty ta
 QueueProbe = Callable[[], tuple[int, tuple[Any, ...]]]
 
 
-def top_run_id_probe(conn: Connection, t: AirflowTables) -> tuple[QueueProbe, bool]:
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def queues_unreadable(conn: Connection, t: AirflowTables) -> str | None:
+    """Why this role cannot read the asset queues' fingerprint (None: it can). A role granted only what the
+    poll of new runs needs (an older install's grants) still polls: the probe then reads the top id alone,
+    and a race is noticed by its first run instead of its queue row. ``conn`` is in autocommit, so the
+    refused statement leaves nothing to roll back."""
+    try:
+        dag_runs.top_run_and_queues(conn, t)
+    except DBAPIError as exc:
+        if getattr(exc.orig, "pgcode", None) != INSUFFICIENT_PRIVILEGE:
+            raise DatabaseError(describe_error(exc, conn.engine.url)) from None
+        tables = ", ".join(table.name for table in (t.asset_queue, t.partition_dag_run) if table is not None)
+        first_line = str(exc.orig).strip().splitlines()[0]
+        return f"{first_line}: GRANT SELECT ON {tables} TO the dupguard role to poll fast only while a race is possible"
+    return None
+
+
+def top_run_id_probe(conn: Connection, t: AirflowTables, queues: bool = True) -> tuple[QueueProbe, bool]:
     """A probe bound to ``conn`` (which must stay open as long as the probe is used), and whether it
-    is prepared on the server."""
+    is prepared on the server. ``queues``: with the asset queues' fingerprint (``queues_unreadable``)."""
     if conn.dialect.name != "postgresql" or not is_pinned(conn):
-        return (lambda: dag_runs.top_run_and_queues(conn, t)), False
+        return (lambda: dag_runs.top_run_and_queues(conn, t, queues)), False
     raw = conn.connection.dbapi_connection
     assert raw is not None  # an open Connection always has its driver connection
     statement = str(
-        dag_runs.top_run_and_queues_statement(t).compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
+        dag_runs.top_run_and_queues_statement(t, queues).compile(
+            dialect=conn.dialect, compile_kwargs={"literal_binds": True}
+        )
     )
     cursor = raw.cursor()
     name = pgsql.Identifier(PROBE_NAME)

@@ -22,7 +22,7 @@ from detector.core.ports import Ledger, Polled
 from detector.errors import DatabaseError, DupguardError, LedgerFault
 from detector.metadb import catalog, dag_runs
 from detector.metadb.engine import AirflowDb, connect, describe_error
-from detector.metadb.prepared import QueueProbe, top_run_id_probe
+from detector.metadb.prepared import QueueProbe, queues_unreadable, top_run_id_probe
 from detector.metrics import Metrics
 from detector.sources.database import resume
 from detector.sources.database.poll import IDLE, IncrementalDetector, NewRowTracker
@@ -49,6 +49,7 @@ class DatabaseSource:
         self._queues: tuple[Any, ...] | None = None  # the asset queues' fingerprint the probe read last
         self._read: tuple[Any, ...] | None = None  # ... in this pass (None: the pass did not probe)
         self.probe_prepared: bool | None = None  # logged when it changes
+        self.queues_unreadable: str | None = None  # why the probe reads no queue fingerprint; logged when it changes
         self._saved: resume.TrackerState | None = None
         self._progress = resume.Progress()  # what the next term need not judge again
         self._inherited: list[Finding] = []  # groups a resumed term judges again (``_unfinished_before``)
@@ -267,7 +268,12 @@ class DatabaseSource:
             except SQLAlchemyError as exc:
                 raise DatabaseError(describe_error(exc, self.db.engine.url)) from None
             # A failure here fails the pass, which drops the connection (``failed``).
-            self._probe, prepared = top_run_id_probe(self._conn, self.db.tables)
+            unreadable = queues_unreadable(self._conn, self.db.tables)
+            if unreadable != self.queues_unreadable:
+                self.queues_unreadable = unreadable
+                if unreadable is not None:
+                    log.warning("idle_probe", queues=False, detail=unreadable)
+            self._probe, prepared = top_run_id_probe(self._conn, self.db.tables, queues=unreadable is None)
             if prepared != self.probe_prepared:
                 self.probe_prepared = prepared
                 reason = "pinned session" if prepared else "transaction or statement pooling, or SQLite: sent as text"
