@@ -703,17 +703,25 @@ def start_task(server: AirflowServer, dag_id: str, run_id: str, task_id: str, *,
         raise AssertionError(f"ti_run answered HTTP {status}: {data[:500]!r}")
 
 
-def start_queued_runs(version: str, url: str) -> list[list[str]]:
-    """Let Airflow's own scheduler code move the queued runs of database ``url`` to running, as the
-    scheduler loop that created them does (scripts/airflow/start_queued_runs.py); returns the running
-    runs as [dag_id, run_id]. Needed by the REST API source: Airflow cannot serve the consumed events
-    of a run it has not started (apache/airflow#71360)."""
+def start_queued_runs(version: str, url: str, *others: str) -> list[list[str]]:
+    """Let Airflow's own scheduler code move the queued runs of database ``url`` (and of each of
+    ``others``, in the same Airflow process) to running, as the scheduler loop that created them does
+    (scripts/airflow/start_queued_runs.py); returns the running runs of ``url`` as [dag_id, run_id].
+    Needed by the REST API source: Airflow cannot serve the consumed events of a run it has not started
+    (apache/airflow#71360)."""
     script = ROOT / "scripts" / "airflow" / "start_queued_runs.py"
     af = ROOT / "scripts" / "airflow" / "af.sh"
     done = subprocess.run(
-        [str(af), version, url, "python", str(script)], capture_output=True, text=True, timeout=300, check=False
+        [str(af), version, url, "python", str(script), *others],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     if done.returncode != 0:
         raise RuntimeError(f"start_queued_runs failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    running: list[list[str]] = json.loads(done.stdout.strip().splitlines()[-1])["running"]
+    answers = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"running"')]
+    if len(answers) != 1 + len(others):
+        raise RuntimeError(f"start_queued_runs answered for {len(answers)} of {1 + len(others)} databases")
+    running: list[list[str]] = answers[0]["running"]
     return running

@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from urllib.parse import quote, unquote
 import pytest
 
 from detector.app.cli import main
+from detector.app.run import run_daemon
 from tests.airflow_server import (
     AirflowServer,
     CountingProxy,
@@ -146,8 +147,13 @@ def _events(text: str, name: str | None = None) -> list[dict[str, Any]]:
 
 
 def _once(env: dict[str, str]) -> tuple[int, str]:
-    done = subprocess.run([DUPGUARD, "run", "--once"], env=env, capture_output=True, text=True, timeout=120)
-    return done.returncode, done.stdout + done.stderr
+    """`dupguard run --once` with ``env`` as its whole environment, in this process: a process of its own
+    paid ~3.5 s importing apache-airflow-client's models each time (tests/integration/test_run_process.py
+    runs the installed command)."""
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(out):
+        code = run_daemon({}, once=True, env=env, install_signals=False)
+    return code, out.getvalue()
 
 
 def _duplicates(scenario: str, version: str = VERSION) -> dict[str, str]:
@@ -444,8 +450,7 @@ def _started(version: str, scenarios: tuple[str, ...], templates: Templates, hom
     """An API server on ``scenarios`` whose queued runs Airflow's code started (their events are
     unreadable before, apache/airflow#71360)."""
     with airflow_api_server(version, list(scenarios), templates, home) as server:
-        for scenario in scenarios:
-            start_queued_runs(version, database_url(server.sources[scenario]))
+        start_queued_runs(version, *(database_url(server.sources[s]) for s in scenarios))
         yield server
 
 

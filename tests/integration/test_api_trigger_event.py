@@ -40,8 +40,7 @@ class _Servers:
             names = [s for v, s in CASES if v == version]
             home = self.factory.mktemp(f"af-te-{version}")
             server = self.stack.enter_context(airflow_api_server(version, names, self.templates, home))
-            for name in names:
-                start_queued_runs(version, database_url(server.sources[name]))
+            start_queued_runs(version, *(database_url(server.sources[name]) for name in names))
             self.started[version] = server
         return self.started[version]
 
