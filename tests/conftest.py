@@ -48,19 +48,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # image build) near the end, where a worker starting them alone sets the wall time. Estimated from
 # the --durations table of a CI run (scripts/test.sh prints it); the rest keeps xdist's order.
 LONGEST_FIRST = (
-    "tests/integration/test_api_trigger_event.py",
-    "tests/integration/test_api_source.py",
-    "replica",  # also early: its base backup copies the whole test server, which grows all run long
     "tests/guard/test_guard.py",
+    "replica",  # also early: its base backup copies the whole test server, which grows all run long
     "tests/deploy/test_release.py",
     "tests/e2e/test_e2e.py",
+    "tests/integration/test_api_source.py",
+    "tests/integration/test_api_trigger_event.py",
     "airflow-3.1.2",
     "tests/deploy/test_deploy_helm.py",
     "tests/integration/test_secrets.py",
     "tests/integration/test_pgbouncer.py",
     "tests/deploy/test_deploy_render_checks.py",
     "tests/integration/test_stranded_repair_airflow.py",
-    "tests/deploy/test_deploy_image.py",
 )
 
 
