@@ -12,11 +12,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    CompoundSelect,
     Connection,
+    Integer,
     Interval,
     Row,
     Select,
+    and_,
     bindparam,
+    column,
     func,
     literal,
     null,
@@ -24,6 +28,7 @@ from sqlalchemy import (
     select,
     tuple_,
     union,
+    values,
 )
 
 from detector.core.model import ASSET_TRIGGERED, Run
@@ -31,7 +36,7 @@ from detector.core.trigger_event import IdPaths, TriggerEvent, trigger_event
 from detector.metadb.batches import chunks
 from detector.metadb.schema import AirflowTables
 
-SIBLINGS_PER_STATEMENT = 100  # runs whose sibling arms go in one UNION (2-3 arms each)
+SIBLINGS_PER_STATEMENT = 1000  # runs asking in one statement: a poll's batch (rows of its VALUES lists)
 
 # --- dag runs ----------------------------------------------------------------------------------
 
@@ -189,7 +194,7 @@ def sibling_runs(
     conn: Connection, t: AirflowTables, run: Run, event_ids: Iterable[int], window: timedelta
 ) -> list[Run]:
     """``siblings_of_runs`` of one run (benchmarks/poll_cost.py measures its statement)."""
-    return [_run(r) for r in conn.execute(union(*_sibling_arms(t, run, event_ids, window)))]
+    return siblings_of_runs(conn, t, [run], {run.id: event_ids}, window)[run.id]
 
 
 def siblings_of_runs(
@@ -206,47 +211,101 @@ def siblings_of_runs(
     (idx_dag_run_run_after), a shared consumed event (dagrun_asset_event.event_id -> dag_run_pkey),
     and, for partitioned runs, the same partition key within ``window`` (run_after range). An OR of
     the three made PostgreSQL read every run of the DAG: 55 ms at 10M rows instead of 0.5 ms
-    (benchmarks/poll_cost.py, benchmarks/results/measurements.md). The arms of ``per_statement`` runs
-    go in one statement, each tagged with the run that asked: a storm of thousands of groups in one
-    commit spent most of its detection on one round trip per run. Runs whose arms are the same (the
-    DAG, run_after, partition key and events: a storm's pair, both new in one poll) ask once, and each
-    gets the answer (benchmarks/results/storm-detection-profile-5ffee71.txt: the siblings were half of
-    a storm's detection)."""
+    (benchmarks/poll_cost.py, benchmarks/results/measurements.md). The asked keys are data, not SQL
+    text: each arm joins a VALUES list of (asker, key) rows to dag_run, so ``per_statement`` runs ask
+    in one statement of a fixed shape (its plan a nested loop of index probes, one per row). A UNION of
+    two or three arms per run, built and compiled anew for every batch, was most of a storm's
+    detection (benchmarks/results/storm-detection-profile-5ffee71.txt). Runs whose question is the same
+    (the DAG, run_after, partition key and events: a storm's pair, both new in one poll) ask once,
+    and each gets the answer."""
     found: dict[int, list[Run]] = {r.id: [] for r in runs}
     same: dict[tuple[Any, ...], list[Run]] = {}
     for run in runs:
-        key = (run.dag_id, run.run_after, run.partition_key, tuple(sorted(events.get(run.id, ()))))
+        key = (run.dag_id, run.run_after, run.partition_key, tuple(sorted(set(events.get(run.id, ())))))
         same.setdefault(key, []).append(run)
     askers = {group[0].id: [r.id for r in group] for group in same.values()}
     asking = [group[0] for group in same.values()]
     for part in chunks(asking, per_statement):
-        arms = [
-            arm.add_columns(literal(run.id).label("asked_for"))
-            for run in part
-            for arm in _sibling_arms(t, run, events.get(run.id, ()), window)
-        ]
-        for row in conn.execute(union(*arms)):
+        for row in conn.execute(_siblings_statement(t, part, events, window)):
             sibling = _run(row)
             for run_id in askers[row._mapping["asked_for"]]:
                 found[run_id].append(sibling)
     return found
 
 
-def _sibling_arms(t: AirflowTables, run: Run, event_ids: Iterable[int], window: timedelta) -> list[Select[Any]]:
+def _siblings_statement(
+    t: AirflowTables, runs: Sequence[Run], events: Mapping[int, Iterable[int]], window: timedelta
+) -> CompoundSelect[Any]:
+    """The UNION of the sibling arms of ``runs``, each arm a VALUES list of askers joined to dag_run.
+
+    A CTE, not ``(VALUES ...) AS name (columns)``: SQLite (the demo database) has no column list
+    after a derived table's alias."""
     dr, rev = t.dag_run, t.run_events
-    base = _run_select(t).where(dr.c.dag_id == run.dag_id, dr.c.run_type == ASSET_TRIGGERED)
-    arms = [base.where(dr.c.run_after == run.run_after)]
-    events = sorted(event_ids)
-    if events:
-        arms.append(base.where(dr.c.id.in_(select(rev.c.dag_run_id).where(rev.c.event_id.in_(events)))))
-    if t.family.has_partitions and run.partition_key is not None:
-        arms.append(
-            base.where(
-                dr.c.run_after.between(run.run_after - window, run.run_after + window),
-                dr.c.partition_key == run.partition_key,
-            )
+    asker = Integer()
+    same = (
+        values(
+            column("asked_for", asker),
+            column("asked_dag", dr.c.dag_id.type),
+            column("asked_after", dr.c.run_after.type),
+            name="same_after",
         )
-    return arms
+        .data([(r.id, r.dag_id, r.run_after) for r in runs])
+        .cte("same_after")
+    )
+    arms = [
+        _run_select(t)
+        .add_columns(same.c.asked_for)
+        .join(same, and_(dr.c.dag_id == same.c.asked_dag, dr.c.run_after == same.c.asked_after))
+        .where(dr.c.run_type == ASSET_TRIGGERED)
+    ]
+    consumed = [(r.id, r.dag_id, e) for r in runs for e in sorted(set(events.get(r.id, ())))]
+    if consumed:
+        shared = (
+            values(
+                column("asked_for", asker),
+                column("asked_dag", dr.c.dag_id.type),
+                column("asked_event", rev.c.event_id.type),
+                name="shared_event",
+            )
+            .data(consumed)
+            .cte("shared_event")
+        )
+        arms.append(
+            _run_select(t)
+            .add_columns(shared.c.asked_for)
+            .join(rev, rev.c.dag_run_id == dr.c.id)
+            .join(shared, and_(rev.c.event_id == shared.c.asked_event, dr.c.dag_id == shared.c.asked_dag))
+            .where(dr.c.run_type == ASSET_TRIGGERED)
+        )
+    partitioned = [r for r in runs if r.partition_key is not None] if t.family.has_partitions else []
+    if partitioned:
+        after = dr.c.run_after.type
+        near = (
+            values(
+                column("asked_for", asker),
+                column("asked_dag", dr.c.dag_id.type),
+                column("asked_key", dr.c.partition_key.type),
+                column("asked_from", after),
+                column("asked_to", after),
+                name="same_partition",
+            )
+            .data([(r.id, r.dag_id, r.partition_key, r.run_after - window, r.run_after + window) for r in partitioned])
+            .cte("same_partition")
+        )
+        arms.append(
+            _run_select(t)
+            .add_columns(near.c.asked_for)
+            .join(
+                near,
+                and_(
+                    dr.c.dag_id == near.c.asked_dag,
+                    dr.c.partition_key == near.c.asked_key,
+                    dr.c.run_after.between(near.c.asked_from, near.c.asked_to),
+                ),
+            )
+            .where(dr.c.run_type == ASSET_TRIGGERED)
+        )
+    return union(*arms)
 
 
 def candidate_asset_keys(conn: Connection, t: AirflowTables, since: datetime | None) -> list[tuple[str, datetime]]:
