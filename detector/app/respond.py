@@ -153,6 +153,8 @@ class Responder:
         """
         ledger = ledger or self._ledger  # the source's own connection when it offers one
         failed: Exception | None = None  # the ledger's failure: the poll fails (and is retried) after the alerts
+        planned: list[tuple[Finding, list[Action], list[Action], dict[str, str]]] = []
+        asked: list[tuple[str, list[str]]] = []
         for finding in findings:
             actions = plan([finding], self._mode, now=now, remediate_started=self._remediate_started)
             # Undecided actions claim nothing: a later verdict on the same group may still act.
@@ -163,27 +165,60 @@ class Responder:
             seen = [f"detected:{r.run_id}" for r in finding.runs]
             # An undecided outcome is counted once per run and outcome, however often the group is judged.
             left = [f"{a.outcome.value}:{a.run.run_id}" for a in actions if a.outcome in UNDECIDED]
-            try:
-                won = ledger.claim_all(finding.key, ["detected", *seen, *claims.values(), *left])
-            except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
-                failed = failed or exc
-                self._alert_unrecorded(finding, actions, now, exc)
-                continue
-            todo = [a for a in decided if claims[a.run.run_id] in won]
+            planned.append((finding, actions, decided, claims))
+            asked.append((finding.key, ["detected", *seen, *claims.values(), *left]))
+        claimed: list[set[str]] = []
+        unrecorded: Exception | None = None
+        try:
+            # Every group's claims in one statement: a storm's poll sent one per group.
+            claimed = ledger.claim_groups(asked) if asked else []
+        except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
+            failed = unrecorded = exc
+        if unrecorded is not None:
+            for finding, actions, _, _ in planned:
+                self._alert_unrecorded(finding, actions, now, unrecorded)
+            raise unrecorded
+        todos: list[list[Action]] = []
+        for (_, actions, decided, claims), won in zip(planned, claimed, strict=True):
+            todos.append([a for a in decided if claims[a.run.run_id] in won])
             for action in actions:
                 left_alone = passive_result(action)
                 if left_alone is not None and f"{action.outcome.value}:{action.run.run_id}" in won:
                     self._remediator.record(left_alone)
+        judged = [(finding, todo) for (finding, *_), todo in zip(planned, todos, strict=True) if todo]
+        # Every group's roles, observations and pending remediations, one statement each, before any group
+        # is reported or queued: a new leader picks up a pending stop if this process dies first, even in
+        # the middle of a storm's pass (recorded at the pass's end, a pass cut short left its claimed
+        # groups with no pending entry, and nobody stopped them).
+        with contextlib.suppress(LedgerFault):  # claimed, so acted on; the notes on stopped runs keep it
+            ledger.record_decisions(
+                [((f.dag_id, f.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo]) for f, todo in judged]
+            )
+        if ledger.durable:
+            observed = [  # what a later leader in mode fail or skip judges again
+                Observed(f.key, a.dag_id, a.run.run_id, a.kept_run_id, now)
+                for f, todo in judged
+                for a in todo
+                if a.outcome is Outcome.WOULD_REMEDIATE
+            ]
+            if observed:
+                with contextlib.suppress(LedgerFault):  # reported; only a later re-judgement misses it
+                    ledger.add_observed_many(observed)
+            pending = [
+                Pending(f.key, a.dag_id, a.run.run_id)
+                for f, todo in judged
+                for a in todo
+                if passive_result(a) is None and a.writes
+            ]
+            if pending:
+                try:
+                    ledger.add_pending_many(pending)
+                except LedgerFault:
+                    pass  # reported as a ledger fault: only a later leader's pick-up misses it
+                except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
+                    failed = failed or exc
+        for (finding, actions, _, _), won, todo in zip(planned, claimed, todos, strict=True):
             if todo:
-                with contextlib.suppress(LedgerFault):  # claimed, so acted on; the notes on stopped runs keep it
-                    ledger.record_decision(
-                        (finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo]
-                    )
-                if ledger.durable:  # what a later leader in mode fail or skip judges again
-                    for a in todo:
-                        if a.outcome is Outcome.WOULD_REMEDIATE:
-                            with contextlib.suppress(LedgerFault):  # reported; only a later re-judgement misses it
-                                ledger.add_observed(Observed(finding.key, a.dag_id, a.run.run_id, a.kept_run_id, now))
                 self._track(finding, actions, todo, now)
             if "detected" in won:
                 if self._unrecorded.pop(finding.key, False) is False:  # else announced while unrecorded
@@ -197,16 +232,6 @@ class Responder:
                 if result is not None:
                     self._decided(Job(finding, action), result)
                     continue
-                if ledger.durable and action.writes:
-                    # Before it is queued, group by group: a new leader picks it up if this process dies
-                    # first, even in the middle of a storm's pass (recorded at the pass's end, a pass
-                    # cut short left its claimed groups with no pending entry, and nobody stopped them).
-                    try:
-                        ledger.add_pending(Pending(finding.key, action.dag_id, action.run.run_id))
-                    except LedgerFault:
-                        pass  # reported as a ledger fault: only a later leader's pick-up misses it
-                    except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
-                        failed = failed or exc
                 self._submit(Job(finding, action))
         if failed is not None:
             raise failed
