@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from detector.app.ledger import MemoryLedger, decision_rows, unique_claims, won_by_group
+from detector.app.ledger_memory import MemoryLedger, decision_rows, unique_claims, won_by_group
 from detector.errors import ConfigError, LedgerError
 
 
