@@ -20,7 +20,6 @@ from sqlalchemy import (
     Select,
     and_,
     bindparam,
-    column,
     func,
     literal,
     null,
@@ -28,15 +27,14 @@ from sqlalchemy import (
     select,
     tuple_,
     union,
-    values,
 )
 
 from detector.core.model import ASSET_TRIGGERED, Run
 from detector.core.trigger_event import IdPaths, TriggerEvent, trigger_event
-from detector.metadb.batches import chunks
+from detector.metadb.batches import chunks, keys_table
 from detector.metadb.schema import AirflowTables
 
-SIBLINGS_PER_STATEMENT = 1000  # runs asking in one statement: a poll's batch (rows of its VALUES lists)
+SIBLINGS_PER_STATEMENT = 1000  # runs asking in one statement: a poll's batch
 
 # --- dag runs ----------------------------------------------------------------------------------
 
@@ -212,12 +210,12 @@ def siblings_of_runs(
     and, for partitioned runs, the same partition key within ``window`` (run_after range). An OR of
     the three made PostgreSQL read every run of the DAG: 55 ms at 10M rows instead of 0.5 ms
     (benchmarks/poll_cost.py, benchmarks/results/measurements.md). The asked keys are data, not SQL
-    text: each arm joins a VALUES list of (asker, key) rows to dag_run, so ``per_statement`` runs ask
-    in one statement of a fixed shape (its plan a nested loop of index probes, one per row). A UNION of
-    two or three arms per run, built and compiled anew for every batch, was most of a storm's
-    detection (benchmarks/results/storm-detection-profile-5ffee71.txt). Runs whose question is the same
-    (the DAG, run_after, partition key and events: a storm's pair, both new in one poll) ask once,
-    and each gets the answer."""
+    text: each arm joins the askers' keys (``batches.keys_table``: arrays unnested on PostgreSQL) to
+    dag_run, so ``per_statement`` runs ask in one statement of a fixed shape, compiled once, its plan a
+    join on the same indexes. A UNION of two or three arms per run, built and compiled anew for every
+    batch, was most of a storm's detection (benchmarks/results/storm-detection-profile-5ffee71.txt).
+    Runs whose question is the same (the DAG, run_after, partition key and events: a storm's pair,
+    both new in one poll) ask once, and each gets the answer."""
     found: dict[int, list[Run]] = {r.id: [] for r in runs}
     same: dict[tuple[Any, ...], list[Run]] = {}
     for run in runs:
@@ -226,7 +224,7 @@ def siblings_of_runs(
     askers = {group[0].id: [r.id for r in group] for group in same.values()}
     asking = [group[0] for group in same.values()]
     for part in chunks(asking, per_statement):
-        for row in conn.execute(_siblings_statement(t, part, events, window)):
+        for row in conn.execute(_siblings_statement(t, part, events, window, conn.dialect.name)):
             sibling = _run(row)
             for run_id in askers[row._mapping["asked_for"]]:
                 found[run_id].append(sibling)
@@ -234,23 +232,19 @@ def siblings_of_runs(
 
 
 def _siblings_statement(
-    t: AirflowTables, runs: Sequence[Run], events: Mapping[int, Iterable[int]], window: timedelta
+    t: AirflowTables,
+    runs: Sequence[Run],
+    events: Mapping[int, Iterable[int]],
+    window: timedelta,
+    dialect: str,
 ) -> CompoundSelect[Any]:
-    """The UNION of the sibling arms of ``runs``, each arm a VALUES list of askers joined to dag_run.
-
-    A CTE, not ``(VALUES ...) AS name (columns)``: SQLite (the demo database) has no column list
-    after a derived table's alias."""
+    """The UNION of the sibling arms of ``runs``, each arm the askers' keys joined to dag_run."""
     dr, rev = t.dag_run, t.run_events
-    asker = Integer()
-    same = (
-        values(
-            column("asked_for", asker),
-            column("asked_dag", dr.c.dag_id.type),
-            column("asked_after", dr.c.run_after.type),
-            name="same_after",
-        )
-        .data([(r.id, r.dag_id, r.run_after) for r in runs])
-        .cte("same_after")
+    same = keys_table(
+        dialect,
+        "same_after",
+        [("asked_for", Integer()), ("asked_dag", dr.c.dag_id.type), ("asked_after", dr.c.run_after.type)],
+        [(r.id, r.dag_id, r.run_after) for r in runs],
     )
     arms = [
         _run_select(t)
@@ -260,15 +254,11 @@ def _siblings_statement(
     ]
     consumed = [(r.id, r.dag_id, e) for r in runs for e in sorted(set(events.get(r.id, ())))]
     if consumed:
-        shared = (
-            values(
-                column("asked_for", asker),
-                column("asked_dag", dr.c.dag_id.type),
-                column("asked_event", rev.c.event_id.type),
-                name="shared_event",
-            )
-            .data(consumed)
-            .cte("shared_event")
+        shared = keys_table(
+            dialect,
+            "shared_event",
+            [("asked_for", Integer()), ("asked_dag", dr.c.dag_id.type), ("asked_event", rev.c.event_id.type)],
+            consumed,
         )
         arms.append(
             _run_select(t)
@@ -280,17 +270,17 @@ def _siblings_statement(
     partitioned = [r for r in runs if r.partition_key is not None] if t.family.has_partitions else []
     if partitioned:
         after = dr.c.run_after.type
-        near = (
-            values(
-                column("asked_for", asker),
-                column("asked_dag", dr.c.dag_id.type),
-                column("asked_key", dr.c.partition_key.type),
-                column("asked_from", after),
-                column("asked_to", after),
-                name="same_partition",
-            )
-            .data([(r.id, r.dag_id, r.partition_key, r.run_after - window, r.run_after + window) for r in partitioned])
-            .cte("same_partition")
+        near = keys_table(
+            dialect,
+            "same_partition",
+            [
+                ("asked_for", Integer()),
+                ("asked_dag", dr.c.dag_id.type),
+                ("asked_key", dr.c.partition_key.type),
+                ("asked_from", after),
+                ("asked_to", after),
+            ],
+            [(r.id, r.dag_id, r.partition_key, r.run_after - window, r.run_after + window) for r in partitioned],
         )
         arms.append(
             _run_select(t)
