@@ -20,6 +20,7 @@ from sqlalchemy import (
     Select,
     and_,
     bindparam,
+    cast,
     func,
     literal,
     null,
@@ -224,10 +225,18 @@ def siblings_of_runs(
     askers = {group[0].id: [r.id for r in group] for group in same.values()}
     asking = [group[0] for group in same.values()]
     for part in chunks(asking, per_statement):
+        # A shared event's consumers come once per (run, event), for the askers of that DAG and event.
+        by_event: dict[tuple[str, int], list[int]] = {}
+        for run in part:
+            for event_id in set(events.get(run.id, ())):
+                by_event.setdefault((run.dag_id, event_id), []).append(run.id)
         for row in conn.execute(_siblings_statement(t, part, events, window, conn.dialect.name)):
-            sibling = _run(row)
-            for run_id in askers[row._mapping["asked_for"]]:
-                found[run_id].append(sibling)
+            sibling, m = _run(row), row._mapping
+            via = (sibling.dag_id, m["via_event"])
+            asked = [m["asked_for"]] if m["asked_for"] is not None else by_event.get(via, [])
+            for run_id in (r for a in asked for r in askers[a]):
+                if all(s.id != sibling.id for s in found[run_id]):
+                    found[run_id].append(sibling)
     return found
 
 
@@ -246,26 +255,27 @@ def _siblings_statement(
         [("asked_for", Integer()), ("asked_dag", dr.c.dag_id.type), ("asked_after", dr.c.run_after.type)],
         [(r.id, r.dag_id, r.run_after) for r in runs],
     )
+    no_event = cast(null(), Integer).label("via_event")
     arms = [
         _run_select(t)
-        .add_columns(same.c.asked_for)
+        .add_columns(same.c.asked_for, no_event)
         .join(same, and_(dr.c.dag_id == same.c.asked_dag, dr.c.run_after == same.c.asked_after))
         .where(dr.c.run_type == ASSET_TRIGGERED)
     ]
-    consumed = [(r.id, r.dag_id, e) for r in runs for e in sorted(set(events.get(r.id, ())))]
+    consumed = sorted({e for r in runs for e in events.get(r.id, ())})
     if consumed:
-        shared = keys_table(
-            dialect,
-            "shared_event",
-            [("asked_for", Integer()), ("asked_dag", dr.c.dag_id.type), ("asked_event", rev.c.event_id.type)],
-            consumed,
-        )
+        # The consumers of the asked events in the asked DAGs, matched to their askers by the caller:
+        # a storm's one event has thousands of consumers, and joined to each asker that is read once
+        # per asker (quadratic) unless the planner's statistics already know the storm.
         arms.append(
             _run_select(t)
-            .add_columns(shared.c.asked_for)
+            .add_columns(cast(null(), Integer).label("asked_for"), rev.c.event_id.label("via_event"))
             .join(rev, rev.c.dag_run_id == dr.c.id)
-            .join(shared, and_(rev.c.event_id == shared.c.asked_event, dr.c.dag_id == shared.c.asked_dag))
-            .where(dr.c.run_type == ASSET_TRIGGERED)
+            .where(
+                dr.c.run_type == ASSET_TRIGGERED,
+                rev.c.event_id.in_(bindparam("sibling_events", consumed, expanding=True)),
+                dr.c.dag_id.in_(bindparam("sibling_dags", sorted({r.dag_id for r in runs}), expanding=True)),
+            )
         )
     partitioned = [r for r in runs if r.partition_key is not None] if t.family.has_partitions else []
     if partitioned:
@@ -284,7 +294,7 @@ def _siblings_statement(
         )
         arms.append(
             _run_select(t)
-            .add_columns(near.c.asked_for)
+            .add_columns(near.c.asked_for, no_event)
             .join(
                 near,
                 and_(
