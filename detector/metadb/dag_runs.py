@@ -225,15 +225,19 @@ def siblings_of_runs(
     askers = {group[0].id: [r.id for r in group] for group in same.values()}
     asking = [group[0] for group in same.values()]
     for part in chunks(asking, per_statement):
-        # A shared event's consumers come once per (run, event), for the askers of that DAG and event.
-        by_event: dict[tuple[str, int], list[int]] = {}
+        # The runs of a shared run_after or event come once, each row for the askers of its DAG and key.
+        by_key: dict[tuple[str, Any], list[int]] = {}
         for run in part:
+            by_key.setdefault((run.dag_id, run.run_after), []).append(run.id)
             for event_id in set(events.get(run.id, ())):
-                by_event.setdefault((run.dag_id, event_id), []).append(run.id)
+                by_key.setdefault((run.dag_id, event_id), []).append(run.id)
         for row in conn.execute(_siblings_statement(t, part, events, window, conn.dialect.name)):
             sibling, m = _run(row), row._mapping
-            via = (sibling.dag_id, m["via_event"])
-            asked = [m["asked_for"]] if m["asked_for"] is not None else by_event.get(via, [])
+            if m["asked_for"] is not None:
+                asked = [m["asked_for"]]
+            else:
+                via = sibling.run_after if m["via_event"] is None else m["via_event"]
+                asked = by_key.get((sibling.dag_id, via), [])
             for run_id in (r for a in asked for r in askers[a]):
                 if all(s.id != sibling.id for s in found[run_id]):
                     found[run_id].append(sibling)
@@ -247,34 +251,33 @@ def _siblings_statement(
     window: timedelta,
     dialect: str,
 ) -> CompoundSelect[Any]:
-    """The UNION of the sibling arms of ``runs``, each arm the askers' keys joined to dag_run."""
+    """The UNION of the sibling arms of ``runs``: the runs of their DAGs with one of their run_afters or
+    events (matched to their askers by the caller), and those of a partition key near theirs."""
     dr, rev = t.dag_run, t.run_events
-    same = keys_table(
-        dialect,
-        "same_after",
-        [("asked_for", Integer()), ("asked_dag", dr.c.dag_id.type), ("asked_after", dr.c.run_after.type)],
-        [(r.id, r.dag_id, r.run_after) for r in runs],
-    )
-    no_event = cast(null(), Integer).label("via_event")
+    # Each key's runs read once: joined to every asker, a storm's thousands of runs of one run_after (or
+    # consumers of one event) were read once per asker (quadratic); rows go to askers by (DAG, key).
+    dags = bindparam("sibling_dags", sorted({r.dag_id for r in runs}), expanding=True, type_=dr.c.dag_id.type)
+    afters = sorted({r.run_after for r in runs})
+    no_asker, no_event = cast(null(), Integer).label("asked_for"), cast(null(), Integer).label("via_event")
     arms = [
         _run_select(t)
-        .add_columns(same.c.asked_for, no_event)
-        .join(same, and_(dr.c.dag_id == same.c.asked_dag, dr.c.run_after == same.c.asked_after))
-        .where(dr.c.run_type == ASSET_TRIGGERED)
+        .add_columns(no_asker, no_event)
+        .where(
+            dr.c.run_type == ASSET_TRIGGERED,
+            dr.c.run_after.in_(bindparam("sibling_afters", afters, expanding=True, type_=dr.c.run_after.type)),
+            dr.c.dag_id.in_(dags),
+        )
     ]
     consumed = sorted({e for r in runs for e in events.get(r.id, ())})
     if consumed:
-        # The consumers of the asked events in the asked DAGs, matched to their askers by the caller:
-        # a storm's one event has thousands of consumers, and joined to each asker that is read once
-        # per asker (quadratic) unless the planner's statistics already know the storm.
         arms.append(
             _run_select(t)
-            .add_columns(cast(null(), Integer).label("asked_for"), rev.c.event_id.label("via_event"))
+            .add_columns(no_asker, rev.c.event_id.label("via_event"))
             .join(rev, rev.c.dag_run_id == dr.c.id)
             .where(
                 dr.c.run_type == ASSET_TRIGGERED,
                 rev.c.event_id.in_(bindparam("sibling_events", consumed, expanding=True)),
-                dr.c.dag_id.in_(bindparam("sibling_dags", sorted({r.dag_id for r in runs}), expanding=True)),
+                dr.c.dag_id.in_(dags),
             )
         )
     partitioned = [r for r in runs if r.partition_key is not None] if t.family.has_partitions else []
