@@ -30,7 +30,7 @@ from tests.writer import AirflowWriter
 RESULTS = Path(__file__).resolve().parent / "results"
 LOAD = """
 INSERT INTO asset (id, name, uri, "group", extra, created_at, updated_at)
-  VALUES (1, 'a', 'a', 'asset', '{{}}', now(), now());
+  VALUES (1, 'a', 'a', 'asset', '{{}}', now(), now()) ON CONFLICT DO NOTHING;
 INSERT INTO asset_event (id, asset_id, extra, timestamp)
   SELECT g, 1, '{{}}', now() - (g || ' seconds')::interval FROM generate_series(1, {n}) g;
 INSERT INTO dag_run (id, dag_id, run_id, run_type, run_after, state, queued_at, triggered_by, conf, clear_number,
