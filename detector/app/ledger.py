@@ -18,11 +18,9 @@ which a leader in mode fail or skip judges again.
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import socket
-import threading
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
 from sqlalchemy import (
@@ -34,19 +32,32 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    any_,
+    bindparam,
     delete,
+    func,
     inspect,
     select,
     text,
-    tuple_,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.sql.expression import Executable
 
 from detector import logs
 from detector.app.ledger_fault import Fault, FaultBoard, classify
-from detector.core.ports import Observed, Pending
+from detector.app.ledger_memory import (
+    DUPLICATE,
+    KEPT,
+    WATERMARK,
+    RunNotes,
+    decision_key,
+    decision_rows,
+    unique_claims,
+    won_by_group,
+)
+from detector.app.ledger_memory import MemoryLedger as MemoryLedger
 from detector.errors import ConfigError, DatabaseError, DupguardError
 from detector.metadb.engine import connect, describe_error
 
@@ -73,151 +84,47 @@ state = Table(
     Column("name", String(100), primary_key=True),
     Column("value", Text, nullable=False),
 )
-WATERMARK = "watermark"
-KEPT, DUPLICATE = "kept", "duplicate"
-PENDING = "pending-remediation"
-OBSERVED = "dry-run-observation"
 log = logs.get("dupguard.ledger")
 
 
-def decision_key(dag_id: str, run_id: str) -> str:
-    return f"decision|{dag_id}|{run_id}"
+@functools.cache
+def _claim_rows() -> Executable:
+    """INSERT ... SELECT FROM unnest(keys, subjects) ... ON CONFLICT DO NOTHING RETURNING: the claims
+    this statement won, however many groups it carries (one shape, compiled once)."""
+    asked = (
+        func.unnest(bindparam("group_keys", type_=ARRAY(String)), bindparam("subjects", type_=ARRAY(String)))
+        .table_valued("group_key", "subject")
+        .render_derived(name="asked")
+    )
+    given = select(
+        asked.c.group_key,
+        asked.c.subject,
+        bindparam("claimed_at", type_=DateTime(timezone=True)),
+        bindparam("owner", type_=String()),
+    )
+    insert = pg_insert(claims).from_select(["group_key", "subject", "claimed_at", "owner"], given)
+    return insert.on_conflict_do_nothing().returning(claims.c.group_key, claims.c.subject)
 
 
-def pending_key(dag_id: str, run_id: str) -> str:
-    return f"pending|{dag_id}|{run_id}"
+@functools.cache
+def _remember_rows() -> Executable:
+    """INSERT ... SELECT FROM unnest(keys, names, values) ... ON CONFLICT DO UPDATE: several notes, one shape."""
+    given = (
+        func.unnest(
+            bindparam("group_keys", type_=ARRAY(String)),
+            bindparam("names", type_=ARRAY(String)),
+            bindparam("values", type_=ARRAY(Text)),
+        )
+        .table_valued("group_key", "name", "value")
+        .render_derived(name="given")
+    )
+    insert = pg_insert(notes).from_select(["group_key", "name", "value"], select(*given.c))
+    return insert.on_conflict_do_update(
+        index_elements=[notes.c.group_key, notes.c.name], set_={"value": insert.excluded.value}
+    )
 
 
-def observed_key(dag_id: str, run_id: str) -> str:
-    return f"observed|{dag_id}|{run_id}"
-
-
-def decision_rows(kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [(decision_key(*kept), KEPT), *((decision_key(*d), DUPLICATE) for d in duplicates)]
-
-
-class _RunNotes:
-    """The per-run notes every ledger keeps the same way, on its own ``remember``/``_forget``/``_named``."""
-
-    def remember(self, group_key: str, name: str, value: str) -> None:
-        raise NotImplementedError
-
-    def _forget(self, group_key: str, name: str) -> None:
-        raise NotImplementedError
-
-    def _named(self, name: str) -> list[tuple[str, str]]:
-        raise NotImplementedError
-
-    def add_pending(self, item: Pending) -> None:
-        self.remember(pending_key(item.dag_id, item.run_id), PENDING, item.finding_key)
-
-    def drop_pending(self, dag_id: str, run_id: str) -> None:
-        """Forget a run whose action is done."""
-        self._forget(pending_key(dag_id, run_id), PENDING)
-
-    def pending(self) -> list[Pending]:
-        """The actions still due: every pending note."""
-        return [_pending(k, v) for k, v in self._named(PENDING)]
-
-    def add_observed(self, item: Observed) -> None:
-        self.remember(observed_key(item.dag_id, item.run_id), OBSERVED, _observed_value(item))
-
-    def drop_observed(self, dag_id: str, run_id: str) -> None:
-        """Forget a dry run's observation once it was judged again."""
-        self._forget(observed_key(dag_id, run_id), OBSERVED)
-
-    def observed(self) -> list[Observed]:
-        """The duplicates dry runs found, not judged again yet."""
-        return [_observed(k, v) for k, v in self._named(OBSERVED)]
-
-
-class MemoryLedger(_RunNotes):
-    """In-process ledger (read-only users, SQLite, tests). Thread-safe.
-
-    Bounded for weeks of running: the oldest entries are forgotten past ``max_entries``. A group is
-    only re-judged while a sibling can still appear (seconds to minutes), so an entry that old is
-    never consulted again.
-    """
-
-    durable = False
-
-    def __init__(self, max_entries: int = 100_000) -> None:
-        self._claims: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._notes: OrderedDict[tuple[str, str], str] = OrderedDict()
-        self._watermark: int | None = None
-        self._max = max_entries
-        self._lock = threading.Lock()
-
-    def claim(self, group_key: str, subject: str) -> bool:
-        with self._lock:
-            if (group_key, subject) in self._claims:
-                return False
-            self._claims[(group_key, subject)] = None
-            if len(self._claims) > self._max:
-                self._claims.popitem(last=False)
-            return True
-
-    def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
-        return {subject for subject in subjects if self.claim(group_key, subject)}
-
-    def remember(self, group_key: str, name: str, value: str) -> None:
-        with self._lock:
-            self._notes[(group_key, name)] = value
-            if len(self._notes) > self._max:
-                self._notes.popitem(last=False)
-
-    def recall(self, group_key: str, name: str) -> str | None:
-        with self._lock:
-            return self._notes.get((group_key, name))
-
-    def watermark(self) -> int | None:
-        return self._watermark
-
-    def save_watermark(self, high: int) -> None:
-        self._watermark = high
-
-    def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
-        for group_key, subject in decision_rows(kept, duplicates):
-            self.claim(group_key, subject)
-
-    def decisions(self, runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
-        with self._lock:
-            found: dict[tuple[str, str], set[str]] = {}
-            for dag_id, run_id in runs:
-                roles = {r for r in (KEPT, DUPLICATE) if (decision_key(dag_id, run_id), r) in self._claims}
-                if roles:
-                    found[(dag_id, run_id)] = roles
-            return found
-
-    def _forget(self, group_key: str, name: str) -> None:
-        with self._lock:
-            self._notes.pop((group_key, name), None)
-
-    def _named(self, name: str) -> list[tuple[str, str]]:
-        with self._lock:
-            return [(k, v) for (k, n), v in self._notes.items() if n == name]
-
-    def on(self, conn: object) -> MemoryLedger:
-        return self
-
-
-def _pending(group_key: str, finding_key: str) -> Pending:
-    _, dag_id, run_id = group_key.split("|", 2)
-    return Pending(finding_key=finding_key, dag_id=dag_id, run_id=run_id)
-
-
-def _observed_value(item: Observed) -> str:
-    return json.dumps({"finding_key": item.finding_key, "kept_run_id": item.kept_run_id, "at": item.at.isoformat()})
-
-
-def _observed(group_key: str, value: str) -> Observed:
-    _, dag_id, run_id = group_key.split("|", 2)
-    data = json.loads(value)
-    at = datetime.fromisoformat(data["at"])
-    return Observed(data["finding_key"], dag_id, run_id, data["kept_run_id"], at)
-
-
-class DbLedger(_RunNotes):
+class DbLedger(RunNotes):
     """The durable ledger in PostgreSQL schema ``dupguard``.
 
     Every method is one statement. By default each checks a connection out of the engine's pool (a
@@ -337,13 +244,26 @@ class DbLedger(_RunNotes):
 
     def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
         """Several claims in one round trip: the ones this call won."""
-        if not subjects:
-            return set()
-        now = datetime.now(UTC)
-        rows = [{"group_key": group_key, "subject": s, "claimed_at": now, "owner": self.owner} for s in subjects]
-        stmt = pg_insert(claims).values(rows).on_conflict_do_nothing().returning(claims.c.subject)
+        return self.claim_groups([(group_key, subjects)])[0]
+
+    def claim_groups(self, asked: Sequence[tuple[str, Sequence[str]]]) -> list[set[str]]:
+        """The claims of several groups in one statement (claims pkey): the subjects each group won.
+
+        The rows go as two arrays, so the statement has one shape and SQLAlchemy compiles it once: a
+        storm's poll claimed its groups one INSERT each, compiled anew (a thousand round trips,
+        benchmarks/results/storm-detection-profile-5ffee71.txt)."""
+        rows = unique_claims(asked)
+        if not rows:
+            return [set() for _ in asked]
+        params = {
+            "group_keys": [k for k, _ in rows],
+            "subjects": [s for _, s in rows],
+            "claimed_at": datetime.now(UTC),
+            "owner": self.owner,
+        }
         with self._session(claims, write=True) as conn:
-            return {row.subject for row in conn.execute(stmt)}
+            won = {(row.group_key, row.subject) for row in conn.execute(_claim_rows(), params)}
+        return won_by_group(asked, won)
 
     def remember(self, group_key: str, name: str, value: str) -> None:
         """Store one named value of a group (notes pkey), replacing the old one."""
@@ -351,6 +271,16 @@ class DbLedger(_RunNotes):
         stmt = stmt.on_conflict_do_update(index_elements=[notes.c.group_key, notes.c.name], set_={"value": value})
         with self._session(notes, write=True) as conn:
             conn.execute(stmt)
+
+    def remember_many(self, rows: Sequence[tuple[str, str, str]]) -> None:
+        """Several named values in one statement (notes pkey), each replacing the old one; a row given
+        twice keeps its last value, as ``remember`` one after the other would."""
+        last = {(k, n): v for k, n, v in rows}
+        if not last:
+            return
+        params = {"group_keys": [k for k, _ in last], "names": [n for _, n in last], "values": list(last.values())}
+        with self._session(notes, write=True) as conn:
+            conn.execute(_remember_rows(), params)
 
     def recall(self, group_key: str, name: str) -> str | None:
         """One named value of a group (notes pkey), or None."""
@@ -381,19 +311,33 @@ class DbLedger(_RunNotes):
         with self._session(claims, write=True) as conn:
             conn.execute(pg_insert(claims).values(rows).on_conflict_do_nothing())
 
+    def record_decisions(self, judgements: Sequence[tuple[tuple[str, str], Sequence[tuple[str, str]]]]) -> None:
+        """The roles of several judgements in one statement (the claims' own); an existing role is never changed."""
+        rows = list(dict.fromkeys(row for kept, dups in judgements for row in decision_rows(kept, dups)))
+        if not rows:
+            return
+        params = {
+            "group_keys": [k for k, _ in rows],
+            "subjects": [s for _, s in rows],
+            "claimed_at": datetime.now(UTC),
+            "owner": self.owner,
+        }
+        with self._session(claims, write=True) as conn:
+            conn.execute(_claim_rows(), params)
+
     def decisions(self, runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
         """(dag_id, run_id) -> the roles earlier judgements gave it (claims pkey)."""
         keys = {decision_key(dag_id, run_id): (dag_id, run_id) for dag_id, run_id in runs}
         if not keys:
             return {}
+        # The keys as one array: one statement shape, compiled once (a storm's poll asks for thousands).
         query = select(claims.c.group_key, claims.c.subject).where(
-            tuple_(claims.c.group_key, claims.c.subject).in_(
-                [(k, role) for k in sorted(keys) for role in (KEPT, DUPLICATE)]
-            )
+            claims.c.group_key == any_(bindparam("keys", type_=ARRAY(String))),
+            claims.c.subject.in_([KEPT, DUPLICATE]),
         )
         found: dict[tuple[str, str], set[str]] = {}
         with self._session(claims, write=False) as conn:
-            for row in conn.execute(query):
+            for row in conn.execute(query, {"keys": sorted(keys)}):
                 found.setdefault(keys[row.group_key], set()).add(row.subject)
         return found
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from detector.app.ledger import MemoryLedger, decision_rows
+from detector.app.ledger_memory import MemoryLedger, decision_rows, unique_claims, won_by_group
 from detector.errors import ConfigError, LedgerError
 
 
@@ -89,12 +89,26 @@ class FileLedger(MemoryLedger):
     def claim_all(self, group_key: str, subjects: list[str]) -> set[str]:
         return {subject for _, subject in self._claim_saved((group_key, s) for s in subjects)}
 
+    def claim_groups(self, claims: Sequence[tuple[str, Sequence[str]]]) -> list[set[str]]:
+        """Every group's claims, saved in one write."""
+        return won_by_group(claims, set(self._claim_saved(unique_claims(claims))))
+
     def record_decision(self, kept: tuple[str, str], duplicates: Iterable[tuple[str, str]]) -> None:
         self._claim_saved(decision_rows(kept, duplicates))
+
+    def record_decisions(self, judgements: Sequence[tuple[tuple[str, str], Sequence[tuple[str, str]]]]) -> None:
+        self._claim_saved([row for kept, dups in judgements for row in decision_rows(kept, dups)])
 
     def remember(self, group_key: str, name: str, value: str) -> None:
         super().remember(group_key, name, value)
         self._save()
+
+    def remember_many(self, rows: Sequence[tuple[str, str, str]]) -> None:
+        """Every row, saved in one write."""
+        for group_key, name, value in rows:
+            MemoryLedger.remember(self, group_key, name, value)
+        if rows:
+            self._save()
 
     def save_watermark(self, high: int) -> None:
         super().save_watermark(high)

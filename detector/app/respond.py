@@ -14,7 +14,6 @@ leader's permission to write (``may_act``) and the clock.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import deque
@@ -28,9 +27,10 @@ from sqlalchemy.exc import StatementError
 from detector import logs
 from detector.actions.remediation.dispatch import Job, RemediationDispatcher
 from detector.actions.remediation.guarded import passive_result
+from detector.app.respond_claims import claim_of, planned, record
 from detector.config import Config
 from detector.core.model import Finding
-from detector.core.plan import UNDECIDED, Action, Mode, Outcome, plan
+from detector.core.plan import UNDECIDED, Action, Mode, plan
 from detector.core.ports import (
     Alerter,
     AlertEvent,
@@ -55,14 +55,6 @@ DEFERRED_KEPT = 100_000
 
 
 UNFINISHED = ("queued", "running")  # a dry run's duplicate in these states is judged again
-
-
-def _claim_of(action: Action) -> str:
-    """The ledger claim of a decided action. A dry run's "would" is an observation, not a decision:
-    its own claim (counted and alerted once), so a later mode fail or skip still decides the run."""
-    if action.outcome is Outcome.WOULD_REMEDIATE:
-        return f"{Outcome.WOULD_REMEDIATE.value}:{action.run.run_id}"
-    return f"action:{action.run.run_id}"
 
 
 @dataclass
@@ -152,38 +144,27 @@ class Responder:
         every consumer DAG at once: the workers take the groups in parallel (benchmarks/results/e2e.md).
         """
         ledger = ledger or self._ledger  # the source's own connection when it offers one
-        failed: Exception | None = None  # the ledger's failure: the poll fails (and is retried) after the alerts
-        for finding in findings:
-            actions = plan([finding], self._mode, now=now, remediate_started=self._remediate_started)
-            # Undecided actions claim nothing: a later verdict on the same group may still act.
-            decided = [a for a in actions if a.outcome not in UNDECIDED]
-            claims = {a.run.run_id: _claim_of(a) for a in decided}
-            # Every run of the group, the kept one too: a run that joins and takes the keep (it consumed
-            # every event) is the news, not the old kept run that became a duplicate.
-            seen = [f"detected:{r.run_id}" for r in finding.runs]
-            # An undecided outcome is counted once per run and outcome, however often the group is judged.
-            left = [f"{a.outcome.value}:{a.run.run_id}" for a in actions if a.outcome in UNDECIDED]
-            try:
-                won = ledger.claim_all(finding.key, ["detected", *seen, *claims.values(), *left])
-            except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
-                failed = failed or exc
-                self._alert_unrecorded(finding, actions, now, exc)
-                continue
-            todo = [a for a in decided if claims[a.run.run_id] in won]
-            for action in actions:
+        groups = [planned(f, self._mode, now, self._remediate_started) for f in findings]
+        try:
+            # Every group's claims in one statement, then their records: a storm's poll sent one per group.
+            claimed = ledger.claim_groups([(g.finding.key, g.subjects()) for g in groups]) if groups else []
+        except Exception as exc:
+            for g in groups:
+                self._alert_unrecorded(g.finding, g.actions, now, exc)
+            raise  # the poll fails and is retried after the alerts
+        todos = [g.todo(won) for g, won in zip(groups, claimed, strict=True)]
+        for g, won in zip(groups, claimed, strict=True):
+            for action in g.actions:
                 left_alone = passive_result(action)
                 if left_alone is not None and f"{action.outcome.value}:{action.run.run_id}" in won:
                     self._remediator.record(left_alone)
+        # Before any group is reported or queued: a new leader picks up a pending stop if this process
+        # dies first, even in the middle of a storm's pass (recorded at the pass's end, a pass cut short
+        # left its claimed groups with no pending entry, and nobody stopped them).
+        failed = record(ledger, [(g.finding, todo) for g, todo in zip(groups, todos, strict=True) if todo], now)
+        for g, won, todo in zip(groups, claimed, todos, strict=True):
+            finding, actions = g.finding, g.actions
             if todo:
-                with contextlib.suppress(LedgerFault):  # claimed, so acted on; the notes on stopped runs keep it
-                    ledger.record_decision(
-                        (finding.dag_id, finding.kept.run_id), [(a.dag_id, a.run.run_id) for a in todo]
-                    )
-                if ledger.durable:  # what a later leader in mode fail or skip judges again
-                    for a in todo:
-                        if a.outcome is Outcome.WOULD_REMEDIATE:
-                            with contextlib.suppress(LedgerFault):  # reported; only a later re-judgement misses it
-                                ledger.add_observed(Observed(finding.key, a.dag_id, a.run.run_id, a.kept_run_id, now))
                 self._track(finding, actions, todo, now)
             if "detected" in won:
                 if self._unrecorded.pop(finding.key, False) is False:  # else announced while unrecorded
@@ -197,16 +178,6 @@ class Responder:
                 if result is not None:
                     self._decided(Job(finding, action), result)
                     continue
-                if ledger.durable and action.writes:
-                    # Before it is queued, group by group: a new leader picks it up if this process dies
-                    # first, even in the middle of a storm's pass (recorded at the pass's end, a pass
-                    # cut short left its claimed groups with no pending entry, and nobody stopped them).
-                    try:
-                        ledger.add_pending(Pending(finding.key, action.dag_id, action.run.run_id))
-                    except LedgerFault:
-                        pass  # reported as a ledger fault: only a later leader's pick-up misses it
-                    except Exception as exc:  # noqa: BLE001 - raised below, once every group is alerted
-                        failed = failed or exc
                 self._submit(Job(finding, action))
         if failed is not None:
             raise failed
@@ -475,7 +446,7 @@ class Responder:
                 why = f"the duplicate is {action.run.state}"
             elif action.outcome in UNDECIDED:  # e.g. no longer confirmed: nothing to decide
                 why = action.outcome.value
-            elif _claim_of(action) not in self._ledger.claim_all(finding.key, [_claim_of(action)]):
+            elif claim_of(action) not in self._ledger.claim_all(finding.key, [claim_of(action)]):
                 why = "decided before: a decision is final"
         if why is not None:
             log.info("dry_run_observation_dropped", reason=why, **fields)

@@ -12,7 +12,7 @@ local servers or fakes without patching.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -56,6 +56,12 @@ class Ledger(Protocol):
         """``claim`` for several subjects at once (one round trip); returns the subjects won."""
         ...
 
+    def claim_groups(self, claims: Sequence[tuple[str, Sequence[str]]]) -> list[set[str]]:
+        """``claim_all`` for several groups at once (one round trip): the subjects each group won, in
+        the order asked. The same as ``claim_all`` group after group: a (group, subject) asked twice
+        is won by its first asker at most."""
+        ...
+
     def remember(self, group_key: str, name: str, value: str) -> None:
         """Keep a small value for the group (e.g. the Slack thread ts)."""
         ...
@@ -73,6 +79,10 @@ class Ledger(Protocol):
         A role once recorded is never changed (a decision is final)."""
         ...
 
+    def record_decisions(self, judgements: Sequence[tuple[tuple[str, str], Sequence[tuple[str, str]]]]) -> None:
+        """``record_decision`` of several judgements (kept, duplicates) at once (one round trip)."""
+        ...
+
     def decisions(self, runs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
         """The roles (``kept`` / ``duplicate``) earlier judgements gave ``runs``."""
         ...
@@ -81,12 +91,20 @@ class Ledger(Protocol):
         """A remediation that is decided but not finished (a new leader picks it up)."""
         ...
 
+    def add_pending_many(self, items: Sequence[Pending]) -> None:
+        """``add_pending`` of several remediations at once (one round trip)."""
+        ...
+
     def drop_pending(self, dag_id: str, run_id: str) -> None: ...
 
     def pending(self) -> list[Pending]: ...
 
     def add_observed(self, item: Observed) -> None:
         """A duplicate the dry run would have stopped (kept by a durable ledger for a later mode)."""
+        ...
+
+    def add_observed_many(self, items: Sequence[Observed]) -> None:
+        """``add_observed`` of several duplicates at once (one round trip)."""
         ...
 
     def drop_observed(self, dag_id: str, run_id: str) -> None: ...

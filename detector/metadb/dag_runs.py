@@ -12,11 +12,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    CompoundSelect,
     Connection,
+    Integer,
     Interval,
     Row,
     Select,
+    and_,
     bindparam,
+    cast,
     func,
     literal,
     null,
@@ -28,10 +32,10 @@ from sqlalchemy import (
 
 from detector.core.model import ASSET_TRIGGERED, Run
 from detector.core.trigger_event import IdPaths, TriggerEvent, trigger_event
-from detector.metadb.batches import chunks
+from detector.metadb.batches import chunks, keys_table
 from detector.metadb.schema import AirflowTables
 
-SIBLINGS_PER_STATEMENT = 100  # runs whose sibling arms go in one UNION (2-3 arms each)
+SIBLINGS_PER_STATEMENT = 1000  # runs asking in one statement: a poll's batch
 
 # --- dag runs ----------------------------------------------------------------------------------
 
@@ -189,7 +193,7 @@ def sibling_runs(
     conn: Connection, t: AirflowTables, run: Run, event_ids: Iterable[int], window: timedelta
 ) -> list[Run]:
     """``siblings_of_runs`` of one run (benchmarks/poll_cost.py measures its statement)."""
-    return [_run(r) for r in conn.execute(union(*_sibling_arms(t, run, event_ids, window)))]
+    return siblings_of_runs(conn, t, [run], {run.id: event_ids}, window)[run.id]
 
 
 def siblings_of_runs(
@@ -206,47 +210,105 @@ def siblings_of_runs(
     (idx_dag_run_run_after), a shared consumed event (dagrun_asset_event.event_id -> dag_run_pkey),
     and, for partitioned runs, the same partition key within ``window`` (run_after range). An OR of
     the three made PostgreSQL read every run of the DAG: 55 ms at 10M rows instead of 0.5 ms
-    (benchmarks/poll_cost.py, benchmarks/results/measurements.md). The arms of ``per_statement`` runs
-    go in one statement, each tagged with the run that asked: a storm of thousands of groups in one
-    commit spent most of its detection on one round trip per run. Runs whose arms are the same (the
-    DAG, run_after, partition key and events: a storm's pair, both new in one poll) ask once, and each
-    gets the answer (benchmarks/results/storm-detection-profile-5ffee71.txt: the siblings were half of
-    a storm's detection)."""
+    (benchmarks/poll_cost.py, benchmarks/results/measurements.md). The asked keys are data, not SQL
+    text: each arm joins the askers' keys (``batches.keys_table``: arrays unnested on PostgreSQL) to
+    dag_run, so ``per_statement`` runs ask in one statement of a fixed shape, compiled once, its plan a
+    join on the same indexes. A UNION of two or three arms per run, built and compiled anew for every
+    batch, was most of a storm's detection (benchmarks/results/storm-detection-profile-5ffee71.txt).
+    Runs whose question is the same (the DAG, run_after, partition key and events: a storm's pair,
+    both new in one poll) ask once, and each gets the answer."""
     found: dict[int, list[Run]] = {r.id: [] for r in runs}
     same: dict[tuple[Any, ...], list[Run]] = {}
     for run in runs:
-        key = (run.dag_id, run.run_after, run.partition_key, tuple(sorted(events.get(run.id, ()))))
+        key = (run.dag_id, run.run_after, run.partition_key, tuple(sorted(set(events.get(run.id, ())))))
         same.setdefault(key, []).append(run)
     askers = {group[0].id: [r.id for r in group] for group in same.values()}
     asking = [group[0] for group in same.values()]
     for part in chunks(asking, per_statement):
-        arms = [
-            arm.add_columns(literal(run.id).label("asked_for"))
-            for run in part
-            for arm in _sibling_arms(t, run, events.get(run.id, ()), window)
-        ]
-        for row in conn.execute(union(*arms)):
-            sibling = _run(row)
-            for run_id in askers[row._mapping["asked_for"]]:
-                found[run_id].append(sibling)
+        # The runs of a shared run_after or event come once, each row for the askers of its DAG and key.
+        by_key: dict[tuple[str, Any], list[int]] = {}
+        for run in part:
+            by_key.setdefault((run.dag_id, run.run_after), []).append(run.id)
+            for event_id in set(events.get(run.id, ())):
+                by_key.setdefault((run.dag_id, event_id), []).append(run.id)
+        for row in conn.execute(_siblings_statement(t, part, events, window, conn.dialect.name)):
+            sibling, m = _run(row), row._mapping
+            if m["asked_for"] is not None:
+                asked = [m["asked_for"]]
+            else:
+                via = sibling.run_after if m["via_event"] is None else m["via_event"]
+                asked = by_key.get((sibling.dag_id, via), [])
+            for run_id in (r for a in asked for r in askers[a]):
+                if all(s.id != sibling.id for s in found[run_id]):
+                    found[run_id].append(sibling)
     return found
 
 
-def _sibling_arms(t: AirflowTables, run: Run, event_ids: Iterable[int], window: timedelta) -> list[Select[Any]]:
+def _siblings_statement(
+    t: AirflowTables,
+    runs: Sequence[Run],
+    events: Mapping[int, Iterable[int]],
+    window: timedelta,
+    dialect: str,
+) -> CompoundSelect[Any]:
+    """The UNION of the sibling arms of ``runs``: the runs of their DAGs with one of their run_afters or
+    events (matched to their askers by the caller), and those of a partition key near theirs."""
     dr, rev = t.dag_run, t.run_events
-    base = _run_select(t).where(dr.c.dag_id == run.dag_id, dr.c.run_type == ASSET_TRIGGERED)
-    arms = [base.where(dr.c.run_after == run.run_after)]
-    events = sorted(event_ids)
-    if events:
-        arms.append(base.where(dr.c.id.in_(select(rev.c.dag_run_id).where(rev.c.event_id.in_(events)))))
-    if t.family.has_partitions and run.partition_key is not None:
+    # Each key's runs read once: joined to every asker, a storm's thousands of runs of one run_after (or
+    # consumers of one event) were read once per asker (quadratic); rows go to askers by (DAG, key).
+    dags = bindparam("sibling_dags", sorted({r.dag_id for r in runs}), expanding=True, type_=dr.c.dag_id.type)
+    afters = sorted({r.run_after for r in runs})
+    no_asker, no_event = cast(null(), Integer).label("asked_for"), cast(null(), Integer).label("via_event")
+    arms = [
+        _run_select(t)
+        .add_columns(no_asker, no_event)
+        .where(
+            dr.c.run_type == ASSET_TRIGGERED,
+            dr.c.run_after.in_(bindparam("sibling_afters", afters, expanding=True, type_=dr.c.run_after.type)),
+            dr.c.dag_id.in_(dags),
+        )
+    ]
+    consumed = sorted({e for r in runs for e in events.get(r.id, ())})
+    if consumed:
         arms.append(
-            base.where(
-                dr.c.run_after.between(run.run_after - window, run.run_after + window),
-                dr.c.partition_key == run.partition_key,
+            _run_select(t)
+            .add_columns(no_asker, rev.c.event_id.label("via_event"))
+            .join(rev, rev.c.dag_run_id == dr.c.id)
+            .where(
+                dr.c.run_type == ASSET_TRIGGERED,
+                rev.c.event_id.in_(bindparam("sibling_events", consumed, expanding=True)),
+                dr.c.dag_id.in_(dags),
             )
         )
-    return arms
+    partitioned = [r for r in runs if r.partition_key is not None] if t.family.has_partitions else []
+    if partitioned:
+        after = dr.c.run_after.type
+        near = keys_table(
+            dialect,
+            "same_partition",
+            [
+                ("asked_for", Integer()),
+                ("asked_dag", dr.c.dag_id.type),
+                ("asked_key", dr.c.partition_key.type),
+                ("asked_from", after),
+                ("asked_to", after),
+            ],
+            [(r.id, r.dag_id, r.partition_key, r.run_after - window, r.run_after + window) for r in partitioned],
+        )
+        arms.append(
+            _run_select(t)
+            .add_columns(near.c.asked_for, no_event)
+            .join(
+                near,
+                and_(
+                    dr.c.dag_id == near.c.asked_dag,
+                    dr.c.partition_key == near.c.asked_key,
+                    dr.c.run_after.between(near.c.asked_from, near.c.asked_to),
+                ),
+            )
+            .where(dr.c.run_type == ASSET_TRIGGERED)
+        )
+    return union(*arms)
 
 
 def candidate_asset_keys(conn: Connection, t: AirflowTables, since: datetime | None) -> list[tuple[str, datetime]]:

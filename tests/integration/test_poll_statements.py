@@ -220,3 +220,32 @@ def test_judging_a_duplicate_checks_out_no_pooled_connection(rig: Rig) -> None:
     assert len(alerter.detected()) == before + 1, "the new pair was detected"
     assert rig.main.checkouts == 0, rig.main.statements
     assert any("INSERT INTO dupguard.claims" in s for s in rig.main.statements), "claims went to the database"
+
+
+def _storm_statements(rig: Rig, groups: int, prefix: str) -> list[str]:
+    """The statements of the poll passes that detect a storm of ``groups`` pairs committed at once."""
+    writer = AirflowWriter(rig.db_url)
+    writer.storm(groups, dag_prefix=prefix)
+    writer.close()
+    alerter = rig.daemon.parts.alerter
+    assert isinstance(alerter, RecordingAlerter)
+    before = len(alerter.detected())
+    rig.main.reset()
+    for _ in range(5):
+        assert rig.daemon.poll_pass()
+        if len(alerter.detected()) >= before + groups:
+            break
+    assert len(alerter.detected()) == before + groups, "every pair of the storm was detected"
+    return list(rig.main.statements)
+
+
+def test_a_storms_poll_sends_as_many_statements_for_150_groups_as_for_10(rig: Rig) -> None:
+    """The groups of one poll (150 pairs: 150 sibling questions) are asked for their siblings in one
+    statement, claimed in one and their roles and notes recorded in one each: the poll's statements do
+    not grow with its groups. A sibling UNION per 100 runs and an INSERT per group's claims, roles and
+    notes made a storm of 10,000 groups take three minutes to detect."""
+    ten = _storm_statements(rig, 10, "small_storm")
+    many = _storm_statements(rig, 150, "big_storm")
+    claims_of = [[s for s in statements if "INSERT INTO dupguard.claims" in s] for statements in (ten, many)]
+    assert len(claims_of[1]) == len(claims_of[0]) >= 1
+    assert len(many) == len(ten), (len(ten), len(many))
