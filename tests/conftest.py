@@ -33,6 +33,7 @@ TIMING_MODULES = frozenset(
         "test_slow_peers",
         "test_pgbouncer",
         "test_rules_scraped",
+        "test_storm",
     )
 )
 
