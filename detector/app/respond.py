@@ -336,7 +336,8 @@ class Responder:
                 )
             if not group.open:
                 del self._outcomes[job.finding.key]
-        if final and job.action.writes and self._ledger.durable:
+        # A final result still retryable was cut short by this process's shutdown: the next leader retries it.
+        if final and job.action.writes and self._ledger.durable and not result.retryable:
             try:
                 self._ledger.drop_pending(job.action.dag_id, run_id)
             except LedgerFault:

@@ -391,8 +391,10 @@ def test_two_jobs_in_flight_at_once_both_end_and_the_dispatcher_is_idle() -> Non
 
 
 def test_shutdown_waits_for_the_attempt_in_flight_reports_it_final_and_drops_the_queued_job(logs: Logs) -> None:
-    """``close``: the write in flight finishes and is reported final (no retry is promised at shutdown);
-    the job still queued is never attempted and is counted as not finished."""
+    """``close``: the write in flight finishes and is reported final, still retryable: shutdown ended the
+    job, not the action, so the durable ledger keeps it pending for the next leader (a restarted leader
+    once left a duplicate unstopped: its failed attempt was final, its pending entry dropped); the job
+    still queued is never attempted and is counted as not finished."""
     first = _Blocking(down)
     remediator = _Scripted(first, stopped)
     rig = _Rig(remediator, workers=1)
@@ -408,7 +410,7 @@ def test_shutdown_waits_for_the_attempt_in_flight_reports_it_final_and_drops_the
 
     threading.Thread(target=release_once_stopping, daemon=True).start()
     rig.dispatcher.close(timeout=10)
-    assert rig.reports == [(Result.FAILED, "down", True, False)]
+    assert rig.reports == [(Result.FAILED, "down", True, True)]
     assert remediator.actions == [job.action]
     assert _lines(logs, "remediations_not_finished_at_shutdown") == [
         {"event": "remediations_not_finished_at_shutdown", "log_level": "warning", "logger_name": LOGGER, "count": 1}

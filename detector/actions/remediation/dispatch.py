@@ -205,7 +205,12 @@ class RemediationDispatcher:
             self._final(job, result)
 
     def _later_or_final(self, job: Job, result: RemediationResult) -> None:
-        if not self.retry or self._stopping.is_set():
+        if self._stopping.is_set():
+            # Shutdown ended the job, not the action: it stays retryable, so the durable ledger keeps its
+            # pending entry for the next leader (``detector.app.respond``) and no sink calls it final.
+            self._final(job, result)
+            return
+        if not self.retry:
             self._final(job, replace(result, retryable=False))
             return
         # Refused connections cost the API nothing: keep the first back-off so the duplicate is stopped
