@@ -48,6 +48,7 @@ TARGET = {"cluster": "test", "namespace": "airflow", "pod": "airflow-scheduler-0
 BEFORE, AFTER = 5, 8  # one-minute samples of each scrape: 0m..4m before, 5m..12m after the outcome
 LOCK_KEY = 2_402_403_001
 LONG_AGO = timedelta(days=3650)  # the look-back reaches the fixture's runs
+STANDBY_CHECKS = timedelta(minutes=5)  # longer than a case: the only checks are the first and run's own
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -211,10 +212,11 @@ class Case:
         foreign = ForeignLeader(self.url, LOCK_KEY)
         foreign.take()
         try:
-            # Leader checks 2 s apart: the standby sees the foreign leader alive at one check only. At two, it
-            # would take the runs already there for judged by that leader (detector/sources/database/resume.py),
-            # which judges nothing, and the takeover would find no duplicate (seen when the scrape took long).
-            d = daemon(self.url, startup_lookback=LONG_AGO, leader_check_interval=timedelta(seconds=2), **self.settings)
+            # The standby sees the foreign leader alive at one check only, its first: at two it would take the
+            # runs already there for judged by that leader (detector/sources/database/resume.py), which judges
+            # nothing, and the takeover would find no duplicate. Its periodic checks are too far apart to come
+            # before ``run`` makes the next check itself: with checks 2 s apart, a busy machine let one in.
+            d = daemon(self.url, startup_lookback=LONG_AGO, leader_check_interval=STANDBY_CHECKS, **self.settings)
             self.daemons.append(d)
             wait_for(lambda: state(d) == "standby", what="the daemon standing by")
             yield d
@@ -224,6 +226,7 @@ class Case:
     def run(self, until: Callable[[Running], bool], what: str) -> tuple[Scrape, Scrape]:
         with self.standing_by() as d:
             before = scrape(d)
+        d.daemon.check_leader()  # the takeover, as the next periodic check would make it
         wait_for(d.is_leader, what="the takeover")
         wait_for(lambda: until(d), timeout=60, what=what)
         polled(d)
