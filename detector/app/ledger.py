@@ -32,6 +32,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TextClause,
     any_,
     bindparam,
     delete,
@@ -42,8 +43,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.sql.expression import Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from detector import logs
 from detector.app.ledger_fault import Fault, FaultBoard, classify
@@ -87,6 +90,18 @@ state = Table(
 log = logs.get("dupguard.ledger")
 
 
+_NAMED_PARAMETERS = PGDialect(paramstyle="named")  # type: ignore[no-untyped-call]  # text() binds are :name
+
+
+def _compiled_once(stmt: ClauseElement) -> TextClause:
+    """``stmt`` as PostgreSQL text, with its parameters' types: a statement SQLAlchemy caches. Its
+    PostgreSQL INSERT (the one with ON CONFLICT) has no cache key, so it was compiled anew at every
+    execution: three compilations on the detection path of every duplicate pair."""
+    compiled = stmt.compile(dialect=_NAMED_PARAMETERS)
+    binds = compiled.binds if isinstance(compiled, SQLCompiler) else {}
+    return text(str(compiled)).bindparams(*(bindparam(n, type_=b.type) for n, b in binds.items()))
+
+
 @functools.cache
 def _claim_rows() -> Executable:
     """INSERT ... SELECT FROM unnest(keys, subjects) ... ON CONFLICT DO NOTHING RETURNING: the claims
@@ -103,7 +118,7 @@ def _claim_rows() -> Executable:
         bindparam("owner", type_=String()),
     )
     insert = pg_insert(claims).from_select(["group_key", "subject", "claimed_at", "owner"], given)
-    return insert.on_conflict_do_nothing().returning(claims.c.group_key, claims.c.subject)
+    return _compiled_once(insert.on_conflict_do_nothing().returning(claims.c.group_key, claims.c.subject))
 
 
 @functools.cache
@@ -119,8 +134,10 @@ def _remember_rows() -> Executable:
         .render_derived(name="given")
     )
     insert = pg_insert(notes).from_select(["group_key", "name", "value"], select(*given.c))
-    return insert.on_conflict_do_update(
-        index_elements=[notes.c.group_key, notes.c.name], set_={"value": insert.excluded.value}
+    return _compiled_once(
+        insert.on_conflict_do_update(
+            index_elements=[notes.c.group_key, notes.c.name], set_={"value": insert.excluded.value}
+        )
     )
 
 

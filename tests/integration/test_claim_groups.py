@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, event
+from sqlalchemy.engine.interfaces import CacheStats
 
 from detector.app.ledger import DbLedger, MemoryLedger, init_db
 from detector.app.ledger_file import FileLedger
@@ -91,6 +92,36 @@ def test_postgres_claims_every_group_in_one_statement(pg_templates: Templates) -
         event.remove(engine, "before_cursor_execute", count)
         engine.dispose()
     assert [s.split()[2] for s in sent] == ["dupguard.claims", "dupguard.claims", "dupguard.notes"]
+
+
+def test_postgres_ledger_writes_of_a_poll_are_compiled_once(pg_templates: Templates) -> None:
+    """The claims, roles and notes a poll writes come from SQLAlchemy's statement cache after their
+    first use: PostgreSQL's INSERT ... ON CONFLICT has no cache key of its own and was compiled again
+    at every execution, the largest Python cost on a duplicate pair's path to its alert."""
+    engine = make_engine(parse_url(pg_templates.clone("3.1.2")))
+    init_db(engine)
+    hits: list[tuple[str, bool]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        hits.append((statement.split()[2], context.cache_hit == CacheStats.CACHE_HIT))
+
+    event.listen(engine, "after_cursor_execute", seen)
+    try:
+        ledger = DbLedger(engine)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            held = ledger.on(conn)
+            for i in range(3):
+                held.claim_groups([(f"group-{i}", ["detected", f"action:{i}"])])
+                held.record_decisions([(("dag", f"k{i}"), [("dag", f"d{i}")])])
+                held.add_pending_many([Pending(f"group-{i}", "dag", f"d{i}")])
+                held.add_observed_many([Observed(f"group-{i}", "dag", f"d{i}", f"k{i}", datetime.now(UTC))])
+    finally:
+        event.remove(engine, "after_cursor_execute", seen)
+        engine.dispose()
+    assert len(hits) == 12
+    # The first claim compiles the claims' statement (the roles reuse it), the first pending note the notes'.
+    assert [hit for _, hit in hits[4:]] == [True] * 8, hits
+    assert hits[1] == ("dupguard.claims", True)
 
 
 def test_roles_and_notes_of_several_groups_read_back(make_ledger: Callable[[], Ledger]) -> None:
