@@ -76,8 +76,9 @@ def scan(
         notes: dict[int, str] = {}
         for done, part in enumerate(batches.chunks(ids), start=1):
             events.update(consumption.consumed_events(conn, t, part))
-            task_progress.update(consumption.task_progress(conn, t, part, now))
-            notes.update(consumption.run_notes(conn, t, part))  # a run dupguard stopped is never the kept one
+            part_progress, part_notes = consumption.progress_and_notes(conn, t, part, now)
+            task_progress.update(part_progress)
+            notes.update(part_notes)  # a run dupguard stopped is never the kept one
             if progress is not None:
                 progress(min(done * batches.CHUNK, len(ids)), len(ids))
         prior = decisions_from_notes(runs, notes, task_progress)  # a run dupguard stopped is never kept

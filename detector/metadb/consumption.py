@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 
 from sqlalchemy import (
@@ -39,20 +39,32 @@ def event_assets(conn: Connection, t: AirflowTables, event_ids: Iterable[int]) -
     return found
 
 
-def task_progress(conn: Connection, t: AirflowTables, run_ids: Iterable[int], now: datetime) -> dict[int, TaskProgress]:
-    """run id -> what its task instances did (ti_dag_run index via the dag_run join), and whether
-    the in-scheduler guard made it (its note, dag_run_note pkey)."""
-    dr, ti = t.dag_run, t.task_instance
+def progress_and_notes(
+    conn: Connection, t: AirflowTables, run_ids: Iterable[int], now: datetime
+) -> tuple[dict[int, TaskProgress], dict[int, str]]:
+    """run id -> what its task instances did (ti_dag_run index via the dag_run join), with whether the
+    in-scheduler guard made it; and run id -> its note (dag_run_note pkey): the evidence of earlier keep
+    decisions that Airflow stores (``detector.core.decisions``). One statement per chunk: the notes
+    were two more round trips on every duplicate's path to its alert. Needs SELECT on dag_run_note."""
+    dr, ti, note = t.dag_run, t.task_instance, t.dag_run_note
     totals: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0])
-    guarded: set[int] = set()
+    notes: dict[int, str] = {}
     for part in chunks(sorted(set(run_ids))):
-        guarded.update(guarded_runs(conn, t, part))
         query = (
-            select(dr.c.id, ti.c.state, ti.c.start_date, ti.c.end_date, ti.c.pid, ti.c.last_heartbeat_at)
-            .select_from(ti.join(dr, and_(ti.c.dag_id == dr.c.dag_id, ti.c.run_id == dr.c.run_id)))
+            select(dr.c.id, note.c.content, ti.c.task_id, ti.c.state)
+            .add_columns(ti.c.start_date, ti.c.end_date, ti.c.pid, ti.c.last_heartbeat_at)
+            .select_from(
+                dr.outerjoin(note, note.c.dag_run_id == dr.c.id).outerjoin(
+                    ti, and_(ti.c.dag_id == dr.c.dag_id, ti.c.run_id == dr.c.run_id)
+                )
+            )
             .where(dr.c.id.in_(part))
         )
         for row in conn.execute(query):
+            if row.content is not None:
+                notes[row.id] = row.content
+            if row.task_id is None:  # no task instance (yet): a note alone
+                continue
             acc = totals[row.id]
             acc[0] += 1
             if ti_started(row.state, row.pid, row.last_heartbeat_at):
@@ -61,31 +73,14 @@ def task_progress(conn: Connection, t: AirflowTables, run_ids: Iterable[int], no
                     acc[3] += max(0.0, ((row.end_date or now) - row.start_date).total_seconds())
             elif row.state == "skipped":
                 acc[2] += 1
-    return {
+    progress = {
         run_id: TaskProgress(
-            total=int(a[0]), started=int(a[1]), skipped=int(a[2]), task_seconds=a[3], guarded=run_id in guarded
+            total=int(a[0]),
+            started=int(a[1]),
+            skipped=int(a[2]),
+            task_seconds=a[3],
+            guarded=notes.get(run_id, "").startswith(GUARD_NOTE_PREFIX),
         )
         for run_id, a in totals.items()
     }
-
-
-def guarded_runs(conn: Connection, t: AirflowTables, run_ids: Sequence[int]) -> set[int]:
-    """Which of these runs carry the in-scheduler guard's note (dag_run_note pkey lookups)."""
-    note = t.dag_run_note
-    query = select(note.c.dag_run_id).where(
-        note.c.dag_run_id.in_(run_ids), note.c.content.startswith(GUARD_NOTE_PREFIX, autoescape=True)
-    )
-    return set(conn.execute(query).scalars())
-
-
-def run_notes(conn: Connection, t: AirflowTables, run_ids: Iterable[int]) -> dict[int, str]:
-    """run id -> its note (dag_run_note pkey): the evidence of earlier keep decisions that Airflow
-    stores (``detector.core.decisions``). Needs SELECT on dag_run_note."""
-    note = t.dag_run_note
-    found: dict[int, str] = {}
-    for part in chunks(sorted(set(run_ids))):
-        query = select(note.c.dag_run_id, note.c.content).where(
-            note.c.dag_run_id.in_(part), note.c.content.is_not(None)
-        )
-        found.update({row.dag_run_id: row.content for row in conn.execute(query)})
-    return found
+    return progress, notes

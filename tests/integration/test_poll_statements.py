@@ -17,7 +17,7 @@ A change that adds work to either path fails here. Before the poll path was cut 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -203,29 +203,10 @@ def test_leader_check_pings_when_no_poll_succeeded(rig: Rig) -> None:
     assert len(pings) == CHECKS, rig.main.statements[:6]
 
 
-def test_judging_a_duplicate_checks_out_no_pooled_connection(rig: Rig) -> None:
-    """The detection path (fetch, siblings, earlier decisions, task progress, the ledger's claims and
-    roles, the watermark) runs on the held poll connection: no checkout, pre-ping, BEGIN or COMMIT."""
+def _statements_to_detect(rig: Rig, groups: int, commit: Callable[[AirflowWriter], object]) -> list[str]:
+    """The statements of the poll passes that detect the ``groups`` pairs ``commit`` writes."""
     writer = AirflowWriter(rig.db_url)
-    writer.duplicate_pair("consumer_fresh", gap=timedelta(0))
-    writer.close()
-    alerter = rig.daemon.parts.alerter
-    assert isinstance(alerter, RecordingAlerter)
-    before = len(alerter.detected())
-    rig.main.reset()
-    for _ in range(5):
-        assert rig.daemon.poll_pass()
-        if len(alerter.detected()) > before:
-            break
-    assert len(alerter.detected()) == before + 1, "the new pair was detected"
-    assert rig.main.checkouts == 0, rig.main.statements
-    assert any("INSERT INTO dupguard.claims" in s for s in rig.main.statements), "claims went to the database"
-
-
-def _storm_statements(rig: Rig, groups: int, prefix: str) -> list[str]:
-    """The statements of the poll passes that detect a storm of ``groups`` pairs committed at once."""
-    writer = AirflowWriter(rig.db_url)
-    writer.storm(groups, dag_prefix=prefix)
+    commit(writer)
     writer.close()
     alerter = rig.daemon.parts.alerter
     assert isinstance(alerter, RecordingAlerter)
@@ -235,8 +216,29 @@ def _storm_statements(rig: Rig, groups: int, prefix: str) -> list[str]:
         assert rig.daemon.poll_pass()
         if len(alerter.detected()) >= before + groups:
             break
-    assert len(alerter.detected()) == before + groups, "every pair of the storm was detected"
+    assert len(alerter.detected()) == before + groups, "every pair was detected"
     return list(rig.main.statements)
+
+
+def test_judging_a_duplicate_checks_out_no_pooled_connection(rig: Rig) -> None:
+    """The detection path (fetch, siblings, earlier decisions, task progress, the ledger's claims and
+    roles, the watermark) runs on the held poll connection: no checkout, pre-ping, BEGIN or COMMIT."""
+    statements = _statements_to_detect(rig, 1, lambda w: w.duplicate_pair("consumer_fresh", gap=timedelta(0)))
+    assert rig.main.checkouts == 0, statements
+    assert any("INSERT INTO dupguard.claims" in s for s in statements), "claims went to the database"
+
+
+def test_a_pairs_notes_are_read_with_its_task_progress(rig: Rig) -> None:
+    """Judging a pair reads ``dag_run_note`` once, in the statement that reads its task instances: the
+    guard's notes and the notes of earlier decisions were two more round trips before its alert."""
+    statements = _statements_to_detect(rig, 1, lambda w: w.duplicate_pair("consumer_notes", gap=timedelta(0)))
+    notes = [s for s in statements if "dag_run_note" in s]
+    assert len(notes) == 1 and "task_instance" in notes[0], notes
+
+
+def _storm_statements(rig: Rig, groups: int, prefix: str) -> list[str]:
+    """The statements of the poll passes that detect a storm of ``groups`` pairs committed at once."""
+    return _statements_to_detect(rig, groups, lambda w: w.storm(groups, dag_prefix=prefix))
 
 
 def test_a_storms_poll_sends_as_many_statements_for_150_groups_as_for_10(rig: Rig) -> None:

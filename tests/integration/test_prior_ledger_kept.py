@@ -5,11 +5,13 @@ failed), on a real PostgreSQL with the Airflow 3.1.2 schema."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
 from detector.app.ledger import MemoryLedger
 from detector.core.plan import Mode
+from detector.metadb import consumption
 from detector.sources.database.prior import PriorDecisions
 from tests.airflow_server import sql
 from tests.integration.test_remediation_db import Db
@@ -28,5 +30,7 @@ def test_a_run_the_ledger_kept_is_not_stopped_by_a_note_on_it(fanout: Db) -> Non
     ledger = MemoryLedger()
     ledger.record_decision((failed.dag_id, failed.run_id), [])
     with fanout.engine.connect() as conn:
-        prior = PriorDecisions(fanout.db.tables, ledger)(conn, [failed], {})
+        progress, notes = consumption.progress_and_notes(conn, fanout.db.tables, [failed.id], datetime.now(UTC))
+        assert failed.id in notes  # read with the task progress, as the poll does
+        prior = PriorDecisions(fanout.db.tables, ledger)(conn, [failed], progress, notes)
     assert prior.kept == {failed.id} and prior.stopped == frozenset() and prior.disputed == {failed.id}

@@ -395,7 +395,7 @@ class Reader:
 
 
 def progress_of(tasks: list[dict[str, Any]], now: datetime, *, guarded: bool) -> TaskProgress:
-    """TaskProgress from the API's task instances, counted as ``consumption.task_progress`` counts rows."""
+    """TaskProgress from the API's task instances, counted as ``consumption.progress_and_notes`` counts rows."""
     total = started = skipped = 0
     seconds = 0.0
     for ti in tasks:

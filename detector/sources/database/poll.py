@@ -36,8 +36,9 @@ DEFAULT_GRACE = timedelta(seconds=60)
 DEFAULT_MAX_GAPS = 10_000
 DEFAULT_BATCH = 1_000
 MAX_HOPS = 3  # sibling-of-sibling lookups when a new run has siblings
-# Earlier keep decisions about a group's runs (detector.sources.database.prior): read just before it is judged.
-PriorSource = Callable[[Connection, Sequence[Run], Mapping[int, TaskProgress]], Decisions]
+# Earlier keep decisions about a group's runs (detector.sources.database.prior), from their task progress and
+# notes (read with them) and the ledger: read just before the group is judged.
+PriorSource = Callable[[Connection, Sequence[Run], Mapping[int, TaskProgress], Mapping[int, str]], Decisions]
 DEFAULT_LATE_HORIZON = timedelta(hours=1)
 DEFAULT_LATE_EVERY = timedelta(seconds=1)
 
@@ -209,9 +210,10 @@ class IncrementalDetector:
             events.update(consumption.consumed_events(conn, t, list(found)))
             frontier = list(found.values())
         ids = list(candidates)
-        with notes_readable():  # task_progress reads the guard's notes: the missing grant is named
-            progress = consumption.task_progress(conn, t, ids, now)
-        prior = self.prior(conn, list(candidates.values()), progress) if self.prior is not None else NO_DECISIONS
+        with notes_readable():  # the notes (earlier decisions, the guard's): the missing grant is named
+            progress, notes = consumption.progress_and_notes(conn, t, ids, now)
+        runs = list(candidates.values())
+        prior = self.prior(conn, runs, progress, notes) if self.prior is not None else NO_DECISIONS
         findings = find_duplicates(
             candidates.values(),
             events,

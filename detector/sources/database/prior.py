@@ -18,7 +18,6 @@ from detector.core.decisions import decisions_from_notes, decisions_from_roles
 from detector.core.model import Decisions, Run, TaskProgress
 from detector.core.ports import Ledger
 from detector.errors import DatabaseError, LedgerFault
-from detector.metadb import consumption
 from detector.metadb.schema import AirflowTables
 from detector.sources.disputes import report_disputed
 
@@ -30,7 +29,8 @@ MISSING_GRANT = (
 
 @contextmanager
 def notes_readable() -> Iterator[None]:
-    """Around every read of ``dag_run_note`` (the notes here, the guard's in ``task_progress``).
+    """Around every read of ``dag_run_note`` (earlier decisions' notes and the guard's, read with the task
+    progress in ``consumption.progress_and_notes``).
 
     Judging without the notes could keep a run dupguard stopped and stop the kept one, so the poll
     fails instead (loudly, naming the grant; rewound and retried, nothing lost)."""
@@ -49,9 +49,10 @@ class PriorDecisions:
         self.tables = tables
         self.ledger = ledger
 
-    def __call__(self, conn: Connection, runs: Sequence[Run], progress: Mapping[int, TaskProgress]) -> Decisions:
-        with notes_readable():
-            notes = consumption.run_notes(conn, self.tables, [r.id for r in runs])
+    def __call__(
+        self, conn: Connection, runs: Sequence[Run], progress: Mapping[int, TaskProgress], notes: Mapping[int, str]
+    ) -> Decisions:
+        """``notes``: the runs' notes, read with their task progress (``consumption.progress_and_notes``)."""
         try:
             roles = self.ledger.on(conn).decisions([(r.dag_id, r.run_id) for r in runs])  # on the caller's connection
         except LedgerFault:
