@@ -25,7 +25,8 @@ done
 # call timeout, a shutdown deadline, a digest window) run one at a time in a session of their own, and the
 # workers run at nice 10: whenever a timing test wants a CPU it gets one. As equals beside busy workers those
 # tests missed their bounds for want of a CPU; alone after the rest they used a third of one core for seven
-# minutes (benchmarks/results/ci-20261207-*.txt). The timing session's output follows the workers' in the log.
+# minutes (benchmarks/results/timing-part-20261207-de50b26.txt, ci-20261207-*.txt). The timing session's
+# output follows the workers' in the log.
 # DUPGUARD_TEST_WORKERS=0 runs everything serially in one part. The slowest tests go to the log: where the
 # time goes, for the next one who makes CI faster.
 workers="${DUPGUARD_TEST_WORKERS:-4}"
