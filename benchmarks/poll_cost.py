@@ -38,13 +38,13 @@ import history
 from sqlalchemy import event, select, union
 
 from detector.core.model import ASSET_TRIGGERED, Run
-from detector.metadb import consumption, dag_runs
+from detector.metadb import consumption, dag_runs, siblings
 from detector.metadb.engine import AirflowDb, connect, make_engine, open_airflow_db, parse_url
 from detector.sources.database.poll import IncrementalDetector, NewRowTracker
 
 SCENARIOS = ("idle", "ordinary", "duplicate", "overlap")
 PLANS = history.RESULTS / "plans" / "poll"
-SHIPPED_SIBLING_RUNS = dag_runs.sibling_runs
+SHIPPED_SIBLING_RUNS = siblings.sibling_runs
 TARGET_MS = 5.0
 TARGET_RATIO = 1.5
 
@@ -241,7 +241,7 @@ def save_plans(size: str, scenario: str, conn: Any, statements: list[tuple[str, 
 
 
 def sibling_runs_union(conn: Any, t: Any, run: Run, event_ids: list[int], window: timedelta) -> list[Run]:
-    """The rewrite we suggest for ``dag_runs.sibling_runs``: one UNION arm per way of being a sibling.
+    """The rewrite we suggest for ``siblings.sibling_runs``: one UNION arm per way of being a sibling.
 
     ``run_after = X OR id IN (subquery)`` cannot be answered from an index, so PostgreSQL reads every
     run of the DAG (idx_dag_run_dag_id) and filters: cost grows with history. Each arm here has its
@@ -491,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sibling_rewrite:
         global PLANS
         PLANS = history.RESULTS / "plans" / "poll_rewrite"
-        dag_runs.sibling_runs = sibling_runs_union  # type: ignore[assignment]  # benchmark what-if only
+        siblings.sibling_runs = sibling_runs_union  # type: ignore[assignment]  # benchmark what-if only
         name = "poll_cost_rewrite"
     done = {size: measure(size, args.iterations, args.warmup) for size in history.parse_sizes(args.sizes)}
     print(history.save(name, done, render, args.tag))

@@ -3,7 +3,7 @@
 A 3.1.2 schema (``airflow db migrate``'s template) gets a synthetic history of ``--runs`` asset runs
 over 500 DAGs, one event each (generate_series: benchmark data, not a test fixture), then a storm of
 ``--storm`` duplicate pairs committed at once (tests.writer, as benchmarks/storm.py). After VACUUM
-ANALYZE, ``dag_runs._siblings_statement`` is run under EXPLAIN ANALYZE for one asking run and for the
+ANALYZE, ``siblings._siblings_statement`` is run under EXPLAIN ANALYZE for one asking run and for the
 storm's batch. The database is dropped at the end.
 
     .venv/bin/python -m benchmarks.sibling_explain --runs 500000 --storm 500
@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks.provenance import provenance
 from detector.core.model import Run
-from detector.metadb import consumption, dag_runs
+from detector.metadb import consumption, dag_runs, siblings
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from tests.pg import Templates
 from tests.writer import AirflowWriter
@@ -67,10 +67,12 @@ def run(runs: int, storm: int) -> list[str]:
                 askers: dict[tuple[Any, ...], Run] = {}
                 for r in new:
                     askers.setdefault((r.dag_id, r.run_after, tuple(sorted(events.get(r.id, ())))), r)
-                stmt = dag_runs._siblings_statement(
+                stmt, params = siblings._siblings_statement(
                     t, list(askers.values()), events, timedelta(minutes=5), "postgresql"
                 )
-                compiled = stmt.compile(dialect=engine.dialect, compile_kwargs={"render_postcompile": True})
+                compiled = stmt.params(params).compile(
+                    dialect=engine.dialect, compile_kwargs={"render_postcompile": True}
+                )
                 sql = conn.connection.cursor().mogrify(str(compiled), compiled.params).decode()
                 started = time.perf_counter()
                 plan = conn.exec_driver_sql("EXPLAIN (ANALYZE, COSTS OFF) " + sql.replace("%", "%%")).scalars().all()

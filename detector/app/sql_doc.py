@@ -26,7 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 MODES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "detection",
-        ("metadb/catalog.py", "metadb/dag_runs.py", "metadb/consumption.py", "metadb/partitions.py"),
+        (
+            "metadb/catalog.py",
+            "metadb/dag_runs.py",
+            "metadb/siblings.py",
+            "metadb/consumption.py",
+            "metadb/partitions.py",
+        ),
     ),
     ("checks", tuple(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "checks").glob("*/*.py")))),
     ("remediation db backend", ("metadb/run_state.py", "actions/remediation/db.py")),

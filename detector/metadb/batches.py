@@ -20,18 +20,28 @@ def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
 
 
 def keys_table(
-    dialect: str, name: str, columns: list[tuple[str, TypeEngine[Any]]], rows: list[tuple[Any, ...]]
+    dialect: str, name: str, columns: list[tuple[str, TypeEngine[Any]]], rows: list[tuple[Any, ...]] | None
 ) -> NamedFromClause:
     """Rows of keys as a table ``name`` to join: a batch's questions in one statement. On PostgreSQL
     ``unnest`` of one array per column, bound parameters whatever the number of rows, so the statement
     keeps one shape and SQLAlchemy compiles it once (a VALUES list is as many parameters as values:
-    compiled anew for every batch). Elsewhere (SQLite, the demo database) a VALUES list in a CTE:
-    SQLite has no column list after a derived table's alias."""
+    compiled anew for every batch); with ``rows`` None the arrays are left to the execution's
+    parameters (``keys_params``), so the statement itself can be built once. Elsewhere (SQLite, the
+    demo database) a VALUES list in a CTE: SQLite has no column list after a derived table's alias."""
     if dialect == "postgresql":
         arrays = [
-            bindparam(f"{name}_{col}", [row[i] for row in rows], type_=ARRAY(col_type))
+            bindparam(f"{name}_{col}", type_=ARRAY(col_type))
+            if rows is None
+            else bindparam(f"{name}_{col}", [row[i] for row in rows], type_=ARRAY(col_type))
             for i, (col, col_type) in enumerate(columns)
         ]
         return func.unnest(*arrays).table_valued(*(col for col, _ in columns)).render_derived(name=name)
+    if rows is None:
+        raise ValueError(f"keys_table on {dialect} needs its rows: a VALUES list is written into the statement")
     listed = values(*(column(col, col_type) for col, col_type in columns), name=name).data(rows)
     return listed.cte(name)
+
+
+def keys_params(name: str, columns: list[tuple[str, TypeEngine[Any]]], rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """The parameters of a PostgreSQL ``keys_table(..., rows=None)``: one array per column."""
+    return {f"{name}_{col}": [row[i] for row in rows] for i, (col, _) in enumerate(columns)}

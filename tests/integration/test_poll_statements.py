@@ -25,14 +25,16 @@ from typing import Any
 import psycopg2.extensions
 import pytest
 from sqlalchemy import Engine, event
+from sqlalchemy.engine.default import CACHE_HIT
 
 from detector.app.daemon import Daemon, Parts
 from detector.app.leader import AdvisoryLock
 from detector.app.ledger import DbLedger, init_db
 from detector.config import Config
+from detector.metadb import consumption, dag_runs, siblings
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from detector.metrics import Metrics
-from detector.sources.database.poll import IncrementalDetector
+from detector.sources.database.poll import IncrementalDetector, NewRowTracker
 from detector.sources.database.source import DatabaseSource
 from tests.daemon_harness import RecordingAlerter, RecordingRemediator, incremental_detector
 from tests.pg import Templates
@@ -251,3 +253,35 @@ def test_a_storms_poll_sends_as_many_statements_for_150_groups_as_for_10(rig: Ri
     claims_of = [[s for s in statements if "INSERT INTO dupguard.claims" in s] for statements in (ten, many)]
     assert len(claims_of[1]) == len(claims_of[0]) >= 1
     assert len(many) == len(ten), (len(ten), len(many))
+
+
+def test_a_terms_first_pair_is_judged_with_statements_already_compiled(pg_templates: Templates) -> None:
+    """A leader term's start sends the judging's statements once with nothing to ask (``warm``), so its
+    first duplicate does not pay their compilation: it was about 10 ms later to its alert than the next
+    ones (the first pair of every run in benchmarks/results/detection_latency-*.json)."""
+    url = pg_templates.clone("3.1.2")
+    engine = make_engine(parse_url(url))
+    t = open_airflow_db(engine).tables
+    with engine.connect() as conn:
+        dag_runs.warm(conn, t, ())
+        siblings.warm(conn, t)
+        consumption.warm(conn, t)
+    writer = AirflowWriter(url)
+    writer.duplicate_pair("consumer", gap=timedelta(0))
+    writer.close()
+    misses: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        if context.cache_hit is not CACHE_HIT:
+            misses.append(statement)
+
+    try:
+        with engine.connect() as conn:
+            runs = dag_runs.new_runs(conn, t, 0, [], 100)  # the poll's own statement, sent at every poll
+            event.listen(engine, "after_cursor_execute", seen)
+            findings = IncrementalDetector(tables=t, tracker=NewRowTracker(high=0)).judge(conn, runs, datetime.now(UTC))
+            event.remove(engine, "after_cursor_execute", seen)
+    finally:
+        engine.dispose()
+    assert [len(f.runs) for f in findings] == [2], "the pair is judged a group"
+    assert misses == []

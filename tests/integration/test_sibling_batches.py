@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine.default import CACHE_HIT
 
-from detector.metadb import consumption, dag_runs
+from detector.metadb import consumption, dag_runs, siblings
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from tests.pg import Templates
 from tests.writer import AirflowWriter
@@ -42,9 +42,9 @@ def test_a_storms_pairs_ask_for_their_siblings_once_and_each_run_gets_the_answer
             events = consumption.consumed_events(conn, t, [r.id for r in runs])
             window = timedelta(minutes=5)
             event.listen(engine, "before_cursor_execute", count)
-            found = dag_runs.siblings_of_runs(conn, t, runs, events, window, per_statement=100)
+            found = siblings.siblings_of_runs(conn, t, runs, events, window, per_statement=100)
             event.remove(engine, "before_cursor_execute", count)
-            alone = {r.id: dag_runs.sibling_runs(conn, t, r, events[r.id], window) for r in runs}
+            alone = {r.id: siblings.sibling_runs(conn, t, r, events[r.id], window) for r in runs}
     finally:
         engine.dispose()
     assert len(statements) == 1
@@ -77,9 +77,35 @@ def test_batches_of_any_size_reuse_one_compiled_statement(pg_templates: Template
             runs = dag_runs.new_runs(conn, t, 0, [], 1000)
             events = consumption.consumed_events(conn, t, [r.id for r in runs])
             event.listen(engine, "before_cursor_execute", seen)
-            found = dag_runs.siblings_of_runs(conn, t, runs, events, timedelta(minutes=5), per_statement=30)
+            found = siblings.siblings_of_runs(conn, t, runs, events, timedelta(minutes=5), per_statement=30)
             event.remove(engine, "before_cursor_execute", seen)
     finally:
         engine.dispose()
     assert all(len(v) == 2 for v in found.values()), "each run of a pair: itself and its twin"
     assert hits == [False, True, True, True]
+
+
+def test_the_sibling_statement_is_built_once_per_shape(pg_templates: Templates) -> None:
+    """On PostgreSQL two polls' batches of other runs get the same statement object, their keys in its
+    parameters: building the UNION and its cache key at every poll cost a lone pair more than the
+    statement's round trip. The answers are the same as asking each run alone."""
+    url = pg_templates.clone("3.1.2")
+    writer = AirflowWriter(url)
+    writer.storm(6)
+    writer.close()
+    engine = make_engine(parse_url(url))
+    t = open_airflow_db(engine).tables
+    window = timedelta(minutes=5)
+    try:
+        with engine.connect() as conn:
+            runs = dag_runs.new_runs(conn, t, 0, [], 1000)
+            events = consumption.consumed_events(conn, t, [r.id for r in runs])
+            first, first_keys = siblings._siblings_statement(t, runs[:4], events, window, "postgresql")
+            second, second_keys = siblings._siblings_statement(t, runs[4:], events, window, "postgresql")
+            alone = {r.id: sorted(s.id for s in siblings.sibling_runs(conn, t, r, events[r.id], window)) for r in runs}
+            found = siblings.siblings_of_runs(conn, t, runs, events, window, per_statement=4)
+    finally:
+        engine.dispose()
+    assert first is second
+    assert first_keys["sibling_dags"] == sorted({r.dag_id for r in runs[:4]}) != second_keys["sibling_dags"]
+    assert {k: sorted(s.id for s in v) for k, v in found.items()} == alone

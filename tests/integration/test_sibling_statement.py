@@ -1,4 +1,4 @@
-"""The sibling lookup (``dag_runs.siblings_of_runs``) on every schema family it reads: the runs Airflow's
+"""The sibling lookup (``siblings.siblings_of_runs``) on every schema family it reads: the runs Airflow's
 own scheduler code made on 3.0.6, 3.1.2, 3.2.2 and 3.3.2 (every committed scenario, partitioned ones
 included) and dupguard's SQLite demo database. Every asset run asks at once; the answer is checked
 against the definition applied to the rows as read plainly: the asset-triggered runs of the same DAG
@@ -16,7 +16,7 @@ from sqlalchemy import Engine, select
 
 from detector.app import demo
 from detector.core.model import ASSET_TRIGGERED
-from detector.metadb import consumption, dag_runs
+from detector.metadb import consumption, dag_runs, siblings
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from tests.pg import FIXTURES, Templates, scenarios
 
@@ -47,7 +47,7 @@ def _check(engine: Engine) -> int:
             consumed[run_id].add(event_id)
         runs = [r for r in dag_runs.new_runs(conn, t, 0, [], 100_000) if r.run_type == ASSET_TRIGGERED]
         events = consumption.consumed_events(conn, t, [r.id for r in runs])
-        found = dag_runs.siblings_of_runs(conn, t, runs, events, WINDOW, per_statement=7)  # several batches
+        found = siblings.siblings_of_runs(conn, t, runs, events, WINDOW, per_statement=7)  # several batches
     key = {r.id: (r.partition_key if partitioned else None) for r in rows}
     assert runs, "the database has asset runs to ask about"
     with_others = 0

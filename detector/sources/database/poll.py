@@ -26,7 +26,7 @@ from detector.core.detect import ALL_DAGS, DEFAULT_SUSPECT_WINDOW, DagFilter, fi
 from detector.core.model import ASSET_TRIGGERED, NO_DECISIONS, Decisions, Finding, Run, TaskProgress, asset_labels
 from detector.core.reprocess import needs_origins, refine_partitioned
 from detector.core.trigger_event import IdPaths, find_trigger_event_duplicates
-from detector.metadb import consumption, dag_runs, partitions
+from detector.metadb import consumption, dag_runs, partitions, siblings
 from detector.metadb.prepared import TopRunId
 from detector.metadb.schema import AirflowTables
 from detector.sources.database import copies
@@ -168,8 +168,8 @@ class IncrementalDetector:
         events = consumption.consumed_events(conn, t, [r.id for r in watched])
         candidates: dict[int, Run] = {r.id: r for r in watched}
         alone = True
-        for run_id, siblings in dag_runs.siblings_of_runs(conn, t, watched, events, self.suspect_window).items():
-            for sibling in siblings:
+        for run_id, its_siblings in siblings.siblings_of_runs(conn, t, watched, events, self.suspect_window).items():
+            for sibling in its_siblings:
                 candidates.setdefault(sibling.id, sibling)
                 alone = alone and sibling.id == run_id
         # Runs that consumed another copy of a message one of these runs' trigger events carried.
@@ -200,8 +200,8 @@ class IncrementalDetector:
             for run in frontier:
                 asked.add((run.dag_id, run.run_after, run.partition_key))
                 asked_events.update((run.dag_id, e) for e in events.get(run.id, ()))
-            for siblings in dag_runs.siblings_of_runs(conn, t, frontier, events, self.suspect_window).values():
-                for sibling in siblings:
+            for its_siblings in siblings.siblings_of_runs(conn, t, frontier, events, self.suspect_window).values():
+                for sibling in its_siblings:
                     if sibling.id not in candidates:
                         found[sibling.id] = sibling
             if not found:

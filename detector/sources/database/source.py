@@ -20,7 +20,7 @@ from detector.core.model import ASSET_TRIGGERED, NO_PROGRESS, Finding
 from detector.core.pace import stirred
 from detector.core.ports import Ledger, Polled
 from detector.errors import DatabaseError, DupguardError, LedgerFault
-from detector.metadb import catalog, dag_runs
+from detector.metadb import catalog, consumption, dag_runs, siblings
 from detector.metadb.engine import AirflowDb, connect, describe_error
 from detector.metadb.prepared import QueueProbe, queues_unreadable, top_run_id_probe
 from detector.metrics import Metrics
@@ -108,6 +108,10 @@ class DatabaseSource:
                 state, gap = resume.bounded(conn, t, state, top)
                 if not self.ledger.durable and self.config.remediation in {"fail", "skip"}:
                     self._inherited = self._unfinished_before(conn, state[0], now)
+            with contextlib.suppress(SQLAlchemyError):  # a missing grant is reported where judging needs it
+                dag_runs.warm(conn, t, self.config.message_id_paths)
+                siblings.warm(conn, t)
+                consumption.warm(conn, t)
         if gap is not None:
             self._report_gap(gap)
         high, gaps, late = state
