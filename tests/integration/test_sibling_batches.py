@@ -7,11 +7,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import Engine, event
 from sqlalchemy.engine.default import CACHE_HIT
 
 from detector.metadb import consumption, dag_runs, siblings
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
+from detector.metadb.schema import AirflowTables
 from tests.pg import Templates
 from tests.writer import AirflowWriter
 
@@ -56,16 +57,21 @@ def test_a_storms_pairs_ask_for_their_siblings_once_and_each_run_gets_the_answer
         assert sorted(s.id for s in found[by_run_id[dup]]) == sorted([by_run_id[kept], by_run_id[dup]])
 
 
+def _storm_database(pg_templates: Templates, groups: int) -> tuple[Engine, AirflowTables]:
+    """A fresh 3.1.2 database holding a storm of ``groups`` duplicate pairs, and its engine and tables."""
+    url = pg_templates.clone("3.1.2")
+    writer = AirflowWriter(url)
+    writer.storm(groups)
+    writer.close()
+    engine = make_engine(parse_url(url))
+    return engine, open_airflow_db(engine).tables
+
+
 def test_batches_of_any_size_reuse_one_compiled_statement(pg_templates: Templates) -> None:
     """The askers' keys are bound arrays, not SQL text: batches of 30, 30, 30 and 10 questions send
     the same statement, compiled once (SQLAlchemy's compiled cache). A VALUES list, or a UNION of arms
     per run, was compiled anew for each batch of another size: a storm's detection spent seconds there."""
-    url = pg_templates.clone("3.1.2")
-    writer = AirflowWriter(url)
-    writer.storm(100)
-    writer.close()
-    engine = make_engine(parse_url(url))
-    t = open_airflow_db(engine).tables
+    engine, t = _storm_database(pg_templates, 100)
     hits: list[bool] = []
 
     def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
@@ -89,12 +95,7 @@ def test_the_sibling_statement_is_built_once_per_shape(pg_templates: Templates) 
     """On PostgreSQL two polls' batches of other runs get the same statement object, their keys in its
     parameters: building the UNION and its cache key at every poll cost a lone pair more than the
     statement's round trip. The answers are the same as asking each run alone."""
-    url = pg_templates.clone("3.1.2")
-    writer = AirflowWriter(url)
-    writer.storm(6)
-    writer.close()
-    engine = make_engine(parse_url(url))
-    t = open_airflow_db(engine).tables
+    engine, t = _storm_database(pg_templates, 6)
     window = timedelta(minutes=5)
     try:
         with engine.connect() as conn:
