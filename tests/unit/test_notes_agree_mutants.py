@@ -2,7 +2,7 @@
 the run failed, or its tasks were all skipped without starting. These pin that contract where the
 mutation run (benchmarks/results/mutation.md, "core/decisions.py and sources/database/prior.py") found it untested.
 
-``progress`` below is shaped as the sources read it (``consumption.task_progress``): one entry per run
+``progress`` below is shaped as the sources read it (``consumption.progress_and_notes``): one entry per run
 that has task instances, none for a run without any, and a task counts as started or skipped, not both.
 """
 
