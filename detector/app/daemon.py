@@ -143,6 +143,7 @@ class Daemon:
         self._consecutive_failures = 0
         self._last_batch_full = False
         self._stirred: bool | None = None  # what the last successful poll said of the asset queues
+        self._asset_runs = 0  # new asset-triggered runs the last successful poll found
         self.pace = Pace(
             fast=config.poll_interval.total_seconds(),
             rest=config.poll_rest_interval.total_seconds(),
@@ -277,7 +278,7 @@ class Daemon:
                 elif self._stirred is None:  # a source without a queue fingerprint (the REST API)
                     wait = interval
                 else:
-                    wait = self.pace.wait(time.monotonic(), self._stirred)
+                    wait = self.pace.wait(time.monotonic(), self._stirred, self._asset_runs > 0)
             else:
                 if self.parts.source.watching:
                     log.info("standing_by", reason="leader lock lost")
@@ -418,6 +419,7 @@ class Daemon:
         self._record_success(elapsed, result.new_runs, len(result.findings))
         self._last_batch_full = result.more
         self._stirred = result.stirred
+        self._asset_runs = result.asset_runs
         return True
 
     def _tend_ledger(self) -> None:

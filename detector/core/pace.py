@@ -35,9 +35,14 @@ class Pace:
     hold: float
     fast_until: float = float("-inf")
 
-    def wait(self, now: float, stir: bool) -> float:
+    def wait(self, now: float, stir: bool, asset_runs: bool = False) -> float:
+        """``asset_runs``: the poll found new asset-triggered runs. The race's second run commits a few
+        milliseconds after the first, often while the first is being judged: the next poll goes at once
+        (one more probe per such poll), not ``fast`` after a judging that already took milliseconds."""
         if stir:
             self.fast_until = now + self.hold
+        if asset_runs:
+            return 0.0
         return self.fast if now < self.fast_until else self.slowest  # rest never polls faster than fast
 
     @property

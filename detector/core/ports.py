@@ -238,6 +238,7 @@ class Polled:
     # A race may follow (``detector.core.pace``): the asset queues changed or asset runs appeared. None: the
     # source cannot tell (the REST API), and the daemon polls at ``poll_interval`` throughout.
     stirred: bool | None = None
+    asset_runs: int = 0  # new asset-triggered runs among ``new_runs``: the next poll goes at once (core.pace)
 
 
 class RunSource(Protocol):

@@ -276,13 +276,6 @@ def _trigger_events_by_id(t: AirflowTables, id_paths: IdPaths) -> Select[Any]:
     return _trigger_event_select(t, id_paths).where(t.asset_event.c.id.in_(bindparam("ids", expanding=True)))
 
 
-def warm(conn: Connection, t: AirflowTables, id_paths: IdPaths) -> None:
-    """The trigger events' statement sent once with nothing to ask (it finds nothing) when a leader term
-    starts: the first duplicate of a term paid the judging's compilations, about 10 ms more than the
-    next ones (benchmarks/results/detection_latency-*.json, each run's first pair)."""
-    conn.execute(_trigger_events_by_id(t, id_paths), {"ids": []})
-
-
 def trigger_events_near(
     conn: Connection, t: AirflowTables, events: Iterable[TriggerEvent], window: timedelta, *, id_paths: IdPaths
 ) -> list[TriggerEvent]:

@@ -13,8 +13,10 @@ import pytest
 from sqlalchemy import Engine, event
 from sqlalchemy.engine.interfaces import CacheStats
 
+from detector.app import ledger as ledger_module
 from detector.app.ledger import DbLedger, MemoryLedger, init_db
 from detector.app.ledger_file import FileLedger
+from detector.app.ledger_memory import DUPLICATE, KEPT
 from detector.core.ports import Observed, Pending
 from detector.metadb.engine import make_engine, parse_url
 from tests.pg import Templates
@@ -122,6 +124,31 @@ def test_postgres_ledger_writes_of_a_poll_are_compiled_once(pg_templates: Templa
     # The first claim compiles the claims' statement (the roles reuse it), the first pending note the notes'.
     assert [hit for _, hit in hits[4:]] == [True] * 8, hits
     assert hits[1] == ("dupguard.claims", True)
+
+
+def test_postgres_ledger_statements_are_built_when_the_ledger_is_made(pg_templates: Templates) -> None:
+    """The claims, notes and earlier-decisions statements are compiled when the ledger is made, not by the
+    first duplicate of the process: their compilation made that duplicate's alert about 7 ms later. So a
+    ledger's first decisions read is already an SQLAlchemy cache hit, and its first claim compiles nothing
+    more than the text of a statement."""
+    for built in (ledger_module._claim_rows, ledger_module._remember_rows, ledger_module._decided_rows):
+        built.cache_clear()
+    engine = make_engine(parse_url(pg_templates.clone("3.1.2")))
+    init_db(engine)
+    try:
+        DbLedger(engine)
+        built_at_start = [
+            f.cache_info().currsize
+            for f in (ledger_module._claim_rows, ledger_module._remember_rows, ledger_module._decided_rows)
+        ]
+        ledger = DbLedger(engine)
+        ledger.claim_groups([("group-x", ["detected"])])
+        ledger.record_decisions([(("dag", "kept-run"), [("dag", "dup-run")])])
+        decided = ledger.decisions([("dag", "kept-run"), ("dag", "dup-run"), ("dag", "other")])
+    finally:
+        engine.dispose()
+    assert built_at_start == [1, 1, 1]
+    assert decided == {("dag", "kept-run"): {KEPT}, ("dag", "dup-run"): {DUPLICATE}}
 
 
 def test_roles_and_notes_of_several_groups_read_back(make_ledger: Callable[[], Ledger]) -> None:

@@ -238,6 +238,16 @@ def test_a_pairs_notes_are_read_with_its_task_progress(rig: Rig) -> None:
     assert len(notes) == 1 and "task_instance" in notes[0], notes
 
 
+def test_a_pairs_events_are_read_with_their_assets(rig: Rig) -> None:
+    """Judging a pair reads the assets its alert names in the statement that reads the new runs' consumed
+    events (with the trigger events' extra): the events, the trigger events and the asset names were three
+    round trips in a row before its alert."""
+    statements = _statements_to_detect(rig, 1, lambda w: w.duplicate_pair("consumer_assets", gap=timedelta(0)))
+    named = [s for s in statements if "asset.name" in s]
+    assert len(named) == 1 and "dagrun_asset_event" in named[0] and "asset_event.extra" in named[0], named
+    assert not [s for s in statements if "FROM asset_event" in s], "no read of asset_event of its own"
+
+
 def _storm_statements(rig: Rig, groups: int, prefix: str) -> list[str]:
     """The statements of the poll passes that detect a storm of ``groups`` pairs committed at once."""
     return _statements_to_detect(rig, groups, lambda w: w.storm(groups, dag_prefix=prefix))
@@ -263,7 +273,6 @@ def test_a_terms_first_pair_is_judged_with_statements_already_compiled(pg_templa
     engine = make_engine(parse_url(url))
     t = open_airflow_db(engine).tables
     with engine.connect() as conn:
-        dag_runs.warm(conn, t, ())
         siblings.warm(conn, t)
         consumption.warm(conn, t)
     writer = AirflowWriter(url)

@@ -57,6 +57,15 @@ def test_rest_never_polls_faster_than_the_poll_interval() -> None:
     assert pace.slowest == 0.5
 
 
+def test_a_poll_that_found_asset_runs_is_followed_at_once() -> None:
+    """The race's second run commits milliseconds after the first, often while the first is judged: the
+    poll after one that found asset runs goes at once; the one after that is fast again, for the hold."""
+    pace = _pace()
+    assert pace.wait(0.0, stir=True, asset_runs=True) == 0.0
+    assert pace.wait(0.01, stir=False) == FAST
+    assert pace.wait(HOLD + 1.0, stir=False) == REST
+
+
 @pytest.mark.parametrize(
     ("before", "after", "asset_runs", "expected"),
     [
@@ -82,10 +91,12 @@ class StirringSource(IdleSource):
     """An idle source whose polls report the given stirs in turn (None: a source without a fingerprint)."""
 
     stirs: list[bool | None] = field(default_factory=list)
+    asset_runs: dict[int, int] = field(default_factory=dict)  # poll number (from 1) -> its new asset runs
 
     def poll(self, now: datetime) -> Polled:
         self.polls += 1
-        return Polled(new_runs=0, findings=[], stirred=self.stirs[self.polls - 1])
+        runs = self.asset_runs.get(self.polls, 0)
+        return Polled(new_runs=runs, findings=[], stirred=self.stirs[self.polls - 1], asset_runs=runs)
 
 
 class PauseRecorder(Daemon):
@@ -101,9 +112,9 @@ class PauseRecorder(Daemon):
             self.stop.set()
 
 
-def _loop_waits(stirs: list[bool | None], **env: str) -> list[float]:
+def _loop_waits(stirs: list[bool | None], asset_runs: dict[int, int] | None = None, **env: str) -> list[float]:
     config: Config = load(env={"DUPGUARD_DATABASE_URL": "sqlite:///x.db", **env})
-    source = StirringSource(stirs=stirs)
+    source = StirringSource(stirs=stirs, asset_runs=asset_runs or {})
     parts = Parts(
         source=source,
         leadership=AlwaysLeader(),
@@ -134,3 +145,16 @@ def test_a_source_without_a_fingerprint_polls_at_the_poll_interval() -> None:
     """The REST API source cannot see the queues (``stirred`` None): it keeps its one interval."""
     waits = _loop_waits([None, None], DUPGUARD_POLL_INTERVAL="250ms", DUPGUARD_POLL_REST_INTERVAL="2s")
     assert waits == [0.25, 0.25]
+
+
+def test_the_loop_polls_again_at_once_after_finding_asset_runs() -> None:
+    """The poll that found an asset run (the race's first) is followed at once, not after the poll interval:
+    its partner, committed while the first was judged, is fetched without a pause."""
+    waits = _loop_waits(
+        [False, True, True, False],
+        asset_runs={2: 1},
+        DUPGUARD_POLL_INTERVAL="5ms",
+        DUPGUARD_POLL_REST_INTERVAL="300ms",
+        DUPGUARD_POLL_HOLD="1h",
+    )
+    assert waits == [0.3, 0.0, 0.005, 0.005]

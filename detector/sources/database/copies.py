@@ -9,7 +9,7 @@ the same of its sets' events (detector/checks/stranded_events/copies.py): a copy
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from sqlalchemy import Connection
@@ -24,15 +24,15 @@ def near_runs(
     conn: Connection,
     t: AirflowTables,
     runs: Iterable[Run],
-    events: Mapping[int, frozenset[int]],
+    triggers: Iterable[TriggerEvent],
     window: timedelta,
     id_paths: IdPaths,
 ) -> tuple[list[Copies], list[Run]]:
-    """Copies of the messages ``runs``' trigger events carried, and the runs of those DAGs that consumed one."""
+    """Copies of the messages ``triggers`` (the trigger events ``runs`` consumed, read with their events:
+    ``consumption.consumed_with_assets``) carried, and the runs of those DAGs that consumed one."""
     runs = list(runs)
     # Only an id links runs (core.trigger_event): an event without one needs no range read on the poll.
-    consumed = {e for r in runs for e in events.get(r.id, ())}
-    mine = [e for e in dag_runs.trigger_events(conn, t, consumed, id_paths=id_paths) if e.message_ids]
+    mine = [e for e in triggers if e.message_ids]
     if not mine:
         return [], []
     ids = {e.id for e in mine}

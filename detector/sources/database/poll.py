@@ -165,7 +165,8 @@ class IncrementalDetector:
 
         Also used to re-judge a duplicate before a remediation is retried."""
         t = self.tables
-        events = consumption.consumed_events(conn, t, [r.id for r in watched])
+        consumed = consumption.consumed_with_assets(conn, t, [r.id for r in watched], self.id_paths)
+        events = dict(consumed.events)
         candidates: dict[int, Run] = {r.id: r for r in watched}
         alone = True
         for run_id, its_siblings in siblings.siblings_of_runs(conn, t, watched, events, self.suspect_window).items():
@@ -173,7 +174,9 @@ class IncrementalDetector:
                 candidates.setdefault(sibling.id, sibling)
                 alone = alone and sibling.id == run_id
         # Runs that consumed another copy of a message one of these runs' trigger events carried.
-        found_copies, consumers = copies.near_runs(conn, t, watched, events, self.suspect_window, self.id_paths)
+        found_copies, consumers = copies.near_runs(
+            conn, t, watched, consumed.triggers, self.suspect_window, self.id_paths
+        )
         for consumer in consumers:
             candidates.setdefault(consumer.id, consumer)
         alone = alone and len(consumers) < 2  # one run holding every copy makes no group
@@ -236,12 +239,19 @@ class IncrementalDetector:
                 beside=findings,
                 dag_filter=self.dag_filter,
             )
-        return self._named(conn, [f for f in findings if any(r.id in new_ids for r in f.runs)], events)
+        mine = [f for f in findings if any(r.id in new_ids for r in f.runs)]
+        return self._named(conn, mine, events, consumed.assets)
 
-    def _named(self, conn: Connection, findings: list[Finding], events: Mapping[int, frozenset[int]]) -> list[Finding]:
-        """The groups with the assets their runs' events belong to, for the alerts: one query, sent
-        only when a group was found."""
+    def _named(
+        self,
+        conn: Connection,
+        findings: list[Finding],
+        events: Mapping[int, frozenset[int]],
+        known: Mapping[int, tuple[str, str]],
+    ) -> list[Finding]:
+        """The groups with the assets their runs' events belong to, for the alerts. ``known``: the assets
+        read with the new runs' events; only another event of a group (an older run's) is asked for."""
         consumed = {f.key: sorted({e for r in f.runs for e in events.get(r.id, ())}) for f in findings}
-        wanted = [e for ids in consumed.values() for e in ids]
-        names = consumption.event_assets(conn, self.tables, wanted) if wanted else {}
+        wanted = [e for ids in consumed.values() for e in ids if e not in known]
+        names = {**known, **consumption.event_assets(conn, self.tables, wanted)} if wanted else known
         return [replace(f, assets=asset_labels(names[e] for e in consumed[f.key] if e in names)) for f in findings]

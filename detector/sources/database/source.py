@@ -109,7 +109,6 @@ class DatabaseSource:
                 if not self.ledger.durable and self.config.remediation in {"fail", "skip"}:
                     self._inherited = self._unfinished_before(conn, state[0], now)
             with contextlib.suppress(SQLAlchemyError):  # a missing grant is reported where judging needs it
-                dag_runs.warm(conn, t, self.config.message_id_paths)
                 siblings.warm(conn, t)
                 consumption.warm(conn, t)
         if gap is not None:
@@ -174,6 +173,7 @@ class DatabaseSource:
             more=result.batch_full,
             ledger=ledger,
             stirred=stirred(before, after, asset_runs),
+            asset_runs=asset_runs,
         )
 
     def _top_run_id(self) -> int:
