@@ -47,7 +47,7 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.pg import FIXTURES, ROOT, Templates, database_url, execute_admin
+from tests.pg import FIXTURES, ROOT, Templates, database_url, drop_databases, execute_admin
 from tests.trickle import http_answer, trickle
 
 USERS = {"admin": "admin", "viewer": "viewer"}
@@ -277,8 +277,7 @@ def airflow_api_server(
     finally:
         _stop(process)
         log_file.close()
-        for name in [live, *sources.values()]:
-            execute_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_databases([live, *sources.values()])
 
 
 @dataclass

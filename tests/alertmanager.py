@@ -27,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.daemon_harness import PATIENCE
+
 BINARY = Path("/usr/bin/prometheus-alertmanager")
 AMTOOL = Path("/usr/bin/amtool")
 _SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "alertmanager.sh"
@@ -44,8 +46,9 @@ def ensure_installed() -> None:
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``condition`` until it returns something truthy (returned), else fail naming ``what``."""
-    end = time.monotonic() + timeout
+    """Poll ``condition`` until it returns something truthy (returned), else fail naming ``what``. A bound
+    on liveness (times ``tests.daemon_harness.PATIENCE``)."""
+    end = time.monotonic() + timeout * PATIENCE
     while time.monotonic() < end:
         value = condition()
         if value:

@@ -55,6 +55,15 @@ def execute_admin(sql: str, dbname: str = "postgres") -> None:
         conn.close()
 
 
+def drop_databases(names: list[str]) -> None:
+    """Drop ``names``, eight at a time (one by one, a few dozen took a worker's last minute or two: each
+    DROP waits for its checkpoint); not at all on a server that goes with its machine (``DISPOSABLE``)."""
+    if os.environ.get(DISPOSABLE) or not names:
+        return
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda name: execute_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'), names))
+
+
 def database_url(dbname: str) -> str:
     return make_url(admin_url()).set(database=dbname).render_as_string(hide_password=False)
 
@@ -93,11 +102,8 @@ class Templates:
         Eight at a time: a session makes hundreds of clones, and dropping them one by one at the end of
         the session is slow; pytest reports it as the teardown of whichever test ran last (145 s of a CI
         run). Not at all on a server that goes with its machine (``DISPOSABLE``: scripts/test.sh on CI)."""
-        if os.environ.get(DISPOSABLE):
-            return
-        with ThreadPoolExecutor(8) as pool:
-            for names in (self.clones, list(self.made.values())):
-                list(pool.map(lambda name: execute_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'), names))
+        drop_databases(self.clones)
+        drop_databases(list(self.made.values()))
         self.clones.clear()
         self.made.clear()
 

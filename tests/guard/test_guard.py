@@ -29,7 +29,7 @@ from detector.app.scan import scan
 from detector.core.plan import Mode, Outcome, plan
 from detector.metadb.engine import make_engine, open_airflow_db, parse_url
 from tests.guard.support import ROOT, build_guard_site, pip_installed_airflow
-from tests.pg import admin_url, database_url, execute_admin
+from tests.pg import admin_url, database_url, drop_databases, execute_admin
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
 
@@ -255,8 +255,7 @@ def runs(request: pytest.FixtureRequest, guard_work: Path) -> Iterator[Runs]:
             list(pool.map(one, PLAN))
         yield out
     finally:
-        for db in databases:
-            execute_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        drop_databases(databases)
 
 
 def states(run: dict[str, Any]) -> set[str | None]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import psycopg2
 import pytest
 
-from tests.pg import DISPOSABLE, Templates, admin_url
+from tests.pg import DISPOSABLE, Templates, admin_url, drop_databases, execute_admin
 
 pytestmark = pytest.mark.integration
 
@@ -36,3 +36,18 @@ def test_drop_all_drops_the_clones_and_their_templates(monkeypatch: pytest.Monke
     templates.drop_all()
 
     assert not made & _databases()
+
+
+def test_a_disposable_server_keeps_its_databases_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a server that goes with its machine (CI) nothing is dropped: the guard's session dropped its
+    few dozen databases one by one in the last minute or two of a worker's run."""
+    names = [f"keep_me_{i}" for i in range(2)]
+    for name in names:
+        execute_admin(f'CREATE DATABASE "{name}"')
+    monkeypatch.setenv(DISPOSABLE, "1")
+    drop_databases(names)
+    kept = set(names) <= _databases()
+    monkeypatch.delenv(DISPOSABLE)
+    drop_databases(names)
+    assert kept
+    assert not set(names) & _databases()
