@@ -171,9 +171,13 @@ class ForeignLeader:
                 cur.execute("SELECT 1")
 
     def release(self) -> None:
+        """Unlock, then close: closing alone frees the lock only once the server's backend has exited, and
+        on a busy machine the standby's takeover check came first, found the lock held and stood by."""
         self.stopped.set()
         if self.thread.is_alive():
             self.thread.join(5)
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
         self.conn.close()
 
 
