@@ -308,6 +308,12 @@ class ServerPool:
         return server
 
     def close(self) -> None:
+        """Every server told to stop first, then each waited for: one by one, each API server's shutdown (up
+        to 10 s) came after the last one's, a worker's last minute or more."""
+        for server in self.servers.values():
+            if server.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(server.process.pid, signal.SIGTERM)
         self.stack.close()
 
 
