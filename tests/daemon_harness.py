@@ -217,8 +217,8 @@ def start_daemon(
     return Running(daemon, thread, alerter, acting, metrics)
 
 
-# Multiplies every liveness bound of wait_for (default 1): scripts/test.sh sets it for the tests it runs at
-# a lower priority beside the timing-bound ones, which take the CPU first whenever they want it.
+# Multiplies every liveness bound of wait_for (default 1), for a loaded machine (CONTRIBUTING.md): those
+# bounds say that something happens, not how fast.
 PATIENCE = float(os.environ.get("DUPGUARD_TEST_PATIENCE", "1"))
 
 
