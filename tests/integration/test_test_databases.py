@@ -5,6 +5,8 @@ with 'Connection refused' from half the integration tests)."""
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg2
 import pytest
 
@@ -41,7 +43,7 @@ def test_drop_all_drops_the_clones_and_their_templates(monkeypatch: pytest.Monke
 def test_a_disposable_server_keeps_its_databases_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a server that goes with its machine (CI) nothing is dropped: the guard's session dropped its
     few dozen databases one by one in the last minute or two of a worker's run."""
-    names = [f"keep_me_{i}" for i in range(2)]
+    names = [f"keep_me_{uuid.uuid4().hex[:10]}" for _ in range(2)]
     for name in names:
         execute_admin(f'CREATE DATABASE "{name}"')
     monkeypatch.setenv(DISPOSABLE, "1")
